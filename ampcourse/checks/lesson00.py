@@ -1,0 +1,87 @@
+"""Checks for exercise 00 (start here): two small tasks that prove the grading loop end to end."""
+
+from __future__ import annotations
+
+import torch
+
+from ..device import describe
+from . import call, fail, passed, require_callable
+
+
+def tensor_bytes(fn) -> None:
+    """Task 1: ``tensor_bytes(t)`` returns how many bytes the elements of ``t`` take."""
+    task = "Task 1 (tensor_bytes)"
+    require_callable(task, fn, "tensor_bytes")
+    cases = [
+        torch.zeros(1000, dtype=torch.float32),
+        torch.zeros(1000, dtype=torch.bfloat16),
+        torch.zeros(3, 5, dtype=torch.float16),
+        torch.zeros(2, 2, 2, dtype=torch.float64),
+        torch.zeros(7, dtype=torch.float8_e4m3fn),
+    ]
+    for t in cases:
+        got = call(task, fn, "tensor_bytes", t)
+        want = t.numel() * t.element_size()
+        shape = f"a {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} tensor"
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise fail(task, f"for {shape} you returned {got!r} ({type(got).__name__}); return a number "
+                             "of bytes, e.g. an int.")
+        if got == want:
+            continue
+        if got == t.numel():
+            raise fail(task, f"for {shape} you returned {got}, the number of elements. Multiply by the "
+                             "bytes per element, `t.element_size()`.")
+        if got == want * 8:
+            raise fail(task, f"for {shape} you returned {got}, which is bits. A byte is 8 bits: use "
+                             "`t.element_size()`, which is already in bytes.")
+        if got == t.numel() * 4:
+            raise fail(task, f"for {shape} you returned {got}: 4 bytes per element, as if it were float32. "
+                             f"Each {str(t.dtype).removeprefix('torch.')} element takes {t.element_size()}: "
+                             "use `t.element_size()`.")
+        raise fail(task, f"for {shape} you returned {got}, expected {want} "
+                         f"({t.numel()} elements × {t.element_size()} bytes).")
+    passed(task, f"byte counts right for {len(cases)} tensors (float64 down to float8) — "
+                 "bfloat16 and float16 take half the bytes of float32.")
+
+
+def amp_forward(fn) -> None:
+    """Task 2: ``amp_forward(model, x)`` runs the forward pass under autocast on the course device."""
+    task = "Task 2 (amp_forward)"
+    require_callable(task, fn, "amp_forward")
+    hardware = describe()
+    device, dtype = hardware.device, hardware.recommendation.dtype
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
+    x = torch.randn(16, 64, device=device)
+    with torch.no_grad():
+        reference = model(x)
+    out = call(task, fn, "amp_forward", model, x)
+    weight_dtypes = {p.dtype for p in model.parameters()}
+    if weight_dtypes != {torch.float32}:
+        found = ", ".join(sorted(str(d).removeprefix("torch.") for d in weight_dtypes))
+        raise fail(task, f"the model's weights are now {found}: you converted the model (`.half()`, "
+                         "`.to(dtype)`). autocast keeps the weights in float32 and casts per operation; "
+                         "leave the model as it is and wrap the call in `torch.autocast`.")
+    if not isinstance(out, torch.Tensor):
+        raise fail(task, f"return the model's output tensor (you returned {type(out).__name__}).")
+    want = str(dtype).removeprefix("torch.")
+    got = str(out.dtype).removeprefix("torch.")
+    if out.dtype == torch.float32:
+        raise fail(task, f"the output is float32, so the forward pass did not run under autocast on "
+                         f"{device.type}. Wrap it in `with torch.autocast(device_type={device.type!r}, "
+                         f"dtype=torch.{want}):` (the device_type must match where the tensors are).")
+    if out.dtype != dtype:
+        raise fail(task, f"the output is {got}, but the recommended AMP dtype on this {device.type} device "
+                         f"is {want}: pass `dtype=torch.{want}` to torch.autocast (see "
+                         "`describe().recommendation`).")
+    if out.shape != reference.shape:
+        raise fail(task, f"the output has shape {tuple(out.shape)}, expected {tuple(reference.shape)}: "
+                         "return `model(x)` itself.")
+    error = (out.float() - reference).abs().max().item()
+    if error > 0.05:
+        raise fail(task, f"the output differs from the float32 forward by {error:.3g}, more than {want} "
+                         "rounding explains: return `model(x)` computed on the input you were given.")
+    passed(task, "the forward pass ran under autocast in the recommended dtype; the weights stayed "
+                 "float32 and the output matches float32 to within rounding.")

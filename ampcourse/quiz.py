@@ -1,0 +1,96 @@
+"""The quick-check quiz at the end of each lesson: multiple choice, immediate feedback.
+
+``feedback`` is the pure part (tested); :class:`Quiz` is the ipywidgets front.
+
+    Quiz([
+        Question("Which dtype keeps FP32's exponent range?", ["float16", "bfloat16"], answer=1,
+                 why="bfloat16 has 8 exponent bits, like float32."),
+    ])
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+
+
+@dataclass(frozen=True)
+class Question:
+    prompt: str
+    options: list[str]
+    answer: int  # index into options
+    why: str  # shown after any answer: the reason, not just "correct"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            raise ValueError("prompt must be a non-empty string")
+        if not isinstance(self.options, (list, tuple)) or len(self.options) < 2 or not all(
+                isinstance(o, str) and o for o in self.options):
+            raise ValueError(f"options must be a list of at least 2 non-empty strings (got {self.options!r})")
+        if len(set(self.options)) != len(self.options):
+            raise ValueError(f"options must be distinct (got {self.options!r})")
+        if isinstance(self.answer, bool) or not isinstance(self.answer, int) or not (
+                0 <= self.answer < len(self.options)):
+            raise ValueError(f"answer must be an index from 0 to {len(self.options) - 1} (got {self.answer!r})")
+        if not isinstance(self.why, str) or not self.why.strip():
+            raise ValueError("why must explain the answer (a non-empty string)")
+
+
+def feedback(question: Question, choice: int | None) -> tuple[bool, str]:
+    """``(correct, message)`` for the option index the learner chose (None: nothing chosen)."""
+    if choice is None:
+        return False, "Pick an answer first."
+    if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice < len(question.options):
+        raise ValueError(f"choice must be an option index from 0 to {len(question.options) - 1} (got {choice!r})")
+    if choice == question.answer:
+        return True, f"Correct. {question.why}"
+    return False, f"Not quite: the answer is “{question.options[question.answer]}”. {question.why}"
+
+
+class Quiz(widgets.VBox):
+    """One radio group and a *Check* button per question; feedback appears under each."""
+
+    def __init__(self, questions: list[Question]) -> None:
+        if not questions or not all(isinstance(q, Question) for q in questions):
+            raise TypeError("Quiz takes a non-empty list of Question")
+        self.questions = list(questions)
+        self.choices: list[widgets.RadioButtons] = []
+        self.results: list[widgets.HTML] = []
+        self.buttons: list[widgets.Button] = []
+        rows = []
+        for number, question in enumerate(self.questions, 1):
+            choice = widgets.RadioButtons(options=list(question.options), value=None,
+                                          layout=widgets.Layout(width="auto"))
+            button = widgets.Button(description="Check", button_style="primary")
+            result = widgets.HTML()
+            button.on_click(functools.partial(self._on_click, len(self.choices)))
+            self.choices.append(choice)
+            self.buttons.append(button)
+            self.results.append(result)
+            rows.append(widgets.VBox([
+                widgets.HTML(f"<b>Q{number}.</b> {html.escape(question.prompt)}"),
+                choice, button, result]))
+        super().__init__(rows)
+
+    def _on_click(self, i: int, _button: widgets.Button) -> None:
+        self.check(i)
+
+    def check(self, i: int) -> bool:
+        """Grade question ``i`` from its current choice and show the feedback."""
+        chosen = self.choices[i].index
+        correct, message = feedback(self.questions[i], chosen)
+        mark = "✅" if correct else ("❌" if chosen is not None else "👉")
+        self.results[i].value = f"{mark} {html.escape(message)}"
+        return correct
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        lines = []
+        for number, q in enumerate(self.questions, 1):
+            lines.append(f"Q{number}. {q.prompt}")
+            lines += [f"  ( ) {option}" for option in q.options]
+        bundle["text/plain"] = "\n".join(lines)
+        return bundle

@@ -1,0 +1,19 @@
+"""Interactive widgets: one module per lesson (``ampcourse.widgets.lessonNN``).
+
+Every widget is a thin wrapper over pure functions — ``compute(**slider_values) -> data`` and
+``draw(figure, data) -> readout`` — built with :class:`ampcourse.widgets.base.LivePlot`, so the
+maths is unit-tested without a browser and one slider move is timed by ``benchmarks/sliders.py``.
+
+:data:`REGISTRY` lists each widget with the slider moves the benchmark (and the browser tests)
+make: ``name -> (factory, [dict of control values, ...])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import lesson00
+
+REGISTRY: dict[str, tuple[Callable, list[dict]]] = {
+    "lesson00.cast_survival": (lesson00.cast_survival, lesson00.BENCHMARK_MOVES),
+}

@@ -1,0 +1,150 @@
+"""Single source of truth: exercises and navigation are generated, and stale copies are caught."""
+
+import json
+import re
+import shutil
+
+import nbformat
+import pytest
+
+from ampcourse import authoring
+from ampcourse.course import LESSONS, ROOT, published
+
+SOLUTION = '''def f(x):
+    """Double it."""
+    ### BEGIN SOLUTION hint: multiply by two
+    y = 2 * x
+    return y
+    ### END SOLUTION
+
+
+class A:
+    def g(self):
+        # BEGIN SOLUTION
+        return 1
+        # END SOLUTION'''
+
+
+def test_solution_regions_become_indented_stubs():
+    out = authoring.strip_solutions(SOLUTION)
+    assert "BEGIN" not in out and "END SOLUTION" not in out and "2 * x" not in out
+    assert '    raise NotImplementedError("multiply by two")' in out.splitlines()
+    assert '        raise NotImplementedError("write your code here")' in out.splitlines()
+    namespace = {}
+    exec(out, namespace)  # the stubbed code is valid Python
+    with pytest.raises(NotImplementedError, match="multiply by two"):
+        namespace["f"](1)
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("# BEGIN SOLUTION\nx = 1", "without END"),
+        ("x = 1\n# END SOLUTION", "without BEGIN"),
+        ("# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION", "inside another"),
+    ],
+)
+def test_unbalanced_markers_are_errors(source, words):
+    with pytest.raises(authoring.AuthoringError, match=words):
+        authoring.strip_solutions(source)
+
+
+def _solution_nb(with_check=True):
+    cells = [
+        nbformat.v4.new_markdown_cell("# Exercise"),
+        nbformat.v4.new_markdown_cell("answers", metadata={"tags": ["solution-only"]}),
+        nbformat.v4.new_code_cell(SOLUTION, execution_count=3,
+                                  outputs=[nbformat.v4.new_output("stream", text="hi")]),
+    ]
+    if with_check:
+        cells.append(nbformat.v4.new_code_cell("check(f)", metadata={"tags": ["check"], "collapsed": True}))
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["language_info"] = {"name": "python", "version": "3.11.7"}
+    return nb
+
+
+def test_exercise_has_no_answers_outputs_or_solution_only_cells():
+    nb = authoring.make_exercise(_solution_nb())
+    assert [c.source for c in nb.cells if c.cell_type == "markdown"] == ["# Exercise"]
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert code[1].metadata == {"tags": ["check"]}
+    assert nb.metadata == {"kernelspec": authoring.KERNELSPEC, "language_info": {"name": "python"}}
+
+
+def test_exercise_without_a_check_or_a_region_is_refused():
+    with pytest.raises(authoring.AuthoringError, match="no code cell tagged 'check'"):
+        authoring.make_exercise(_solution_nb(with_check=False))
+    nb = _solution_nb()
+    nb.cells[2].source = "x = 1"
+    with pytest.raises(authoring.AuthoringError, match="no '# BEGIN SOLUTION' region"):
+        authoring.make_exercise(nb)
+
+
+def test_repo_is_up_to_date():
+    stale = [str(p.relative_to(ROOT)) for p in authoring.stale_files()]
+    assert stale == [], f"generated files are stale: {stale}. Run: python -m ampcourse build"
+
+
+def _copy_course(tmp_path):
+    for folder in ("notebooks", "solutions", "exercises"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    return tmp_path
+
+
+def test_stale_exercise_is_detected_and_rebuilt(tmp_path):
+    root = _copy_course(tmp_path)
+    exercise = root / "exercises" / "00_start_here.ipynb"
+    nb = nbformat.read(exercise, as_version=4)
+    nb.cells[0].source += "\nedited by hand"
+    nbformat.write(nb, exercise)
+    (root / "exercises" / "99_orphan.ipynb").write_text("{}")
+    stale = {p.name for p in authoring.stale_files(root)}
+    assert stale == {"00_start_here.ipynb", "99_orphan.ipynb"}
+    authoring.build(root)
+    assert {p.name for p in authoring.stale_files(root)} == {"99_orphan.ipynb"}
+
+
+def test_changed_solution_makes_the_exercise_stale(tmp_path):
+    root = _copy_course(tmp_path)
+    solution = root / "solutions" / "00_start_here.ipynb"
+    nb = nbformat.read(solution, as_version=4)
+    nb.cells[0].source += "\nA new sentence."
+    nbformat.write(nb, solution)
+    assert root / "exercises" / "00_start_here.ipynb" in authoring.stale_files(root)
+
+
+def test_navigation_links_resolve():
+    link = re.compile(r"\]\(([^)#]+\.ipynb)\)")
+    checked = 0
+    for folder in ("notebooks", "exercises", "solutions"):
+        for path in (ROOT / folder).glob("*.ipynb"):
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "markdown":
+                    for target in link.findall(cell.source):
+                        assert (path.parent / target).resolve().exists(), f"{path.name}: broken link {target}"
+                        checked += 1
+    assert checked >= len(published()) + 1
+
+
+def test_every_published_lesson_has_its_files_and_nav():
+    for lesson in published():
+        nb = nbformat.read(lesson.lesson_path(), as_version=4)
+        assert nb.cells[-1].metadata.get("tags") == ["nav"], f"{lesson.filename}: last cell is not the nav"
+        assert lesson.solution_path().exists() and lesson.exercise_path().exists()
+    toc = authoring.toc_markdown()
+    assert all(lesson.title in toc for lesson in LESSONS)
+
+
+PERSONAL = re.compile(r"/(home|Users|root|work|tmp)/[\w.-]+")
+
+
+@pytest.mark.parametrize("folder", ["notebooks", "solutions", "exercises"])
+def test_notebook_metadata_is_clean(folder):
+    for path in (ROOT / folder).glob("*.ipynb"):
+        raw = json.loads(path.read_text())
+        assert raw["metadata"] == {"kernelspec": authoring.KERNELSPEC, "language_info": {"name": "python"}}
+        for cell in raw["cells"]:
+            assert set(cell["metadata"]) <= {"tags"}, f"{path.name}: cell metadata {cell['metadata']}"
+        text = path.read_text()
+        assert not PERSONAL.search(text), f"{path.name}: a machine path {PERSONAL.search(text).group()}"

@@ -1,0 +1,76 @@
+"""The grader can fail: untouched exercises fail every check; solutions pass; the table is right."""
+
+import re
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from ampcourse.authoring import tags
+from ampcourse.course import ROOT
+from ampcourse.grading import grade
+
+EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.name)
+def test_every_check_cell_of_an_untouched_exercise_fails(path, figures):
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    checks = [cell for cell in nb.cells if "check" in tags(cell)]
+    assert checks, f"{path.name} has no check cell"
+    for cell in checks:
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert errors, f"{path.name}: check cell passed on the untouched exercise:\n{cell.source}"
+        assert errors[0].ename == "NotStarted", f"{path.name}: {errors[0].ename}: {errors[0].evalue}"
+        assert errors[0].traceback == [f"NotStarted: {errors[0].evalue}"], "the grader showed a traceback"
+    figures(f"{path.name}: all {len(checks)} check cells fail untouched (NotStarted, no traceback)")
+
+
+def test_pytest_nbval_fails_on_untouched_exercises_and_passes_on_solutions():
+    run = [sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:randomly"]
+    exercises = subprocess.run([*run, "exercises/"], cwd=ROOT, capture_output=True, text=True)
+    assert exercises.returncode == 1, exercises.stdout[-2000:]
+    assert "NotStarted: ✗ Task 1" in exercises.stdout
+    solutions = subprocess.run([*run, "solutions/"], cwd=ROOT, capture_output=True, text=True)
+    assert solutions.returncode == 0, solutions.stdout[-2000:]
+
+
+def test_grade_table_for_untouched_and_answered(tmp_path, figures):
+    table, code = grade()
+    assert code == 1
+    for path in EXERCISES:
+        assert any(line.startswith(path.stem) and line.endswith("not started") for line in table.splitlines())
+    # An answered copy graded the same way passes.
+    answered = ROOT / "exercises" / "zz_answered_copy.ipynb"
+    try:
+        answered.write_bytes((ROOT / "solutions" / "00_start_here.ipynb").read_bytes())
+        table, code = grade([str(answered)])
+    finally:
+        answered.unlink()
+    assert code == 0, table
+    assert re.search(r"zz_answered_copy\s+2/2\s+passed", table), table
+    figures("python -m ampcourse grade:\n" + table)
+
+
+def test_grade_reports_a_wrong_answer_as_failed(tmp_path):
+    wrong = ROOT / "exercises" / "zz_wrong_copy.ipynb"
+    nb = nbformat.read(ROOT / "solutions" / "00_start_here.ipynb", as_version=4)
+    for cell in nb.cells:
+        cell.source = cell.source.replace("return t.numel() * t.element_size()", "return t.numel()")
+    try:
+        nbformat.write(nb, wrong)
+        table, code = grade([str(wrong)])
+    finally:
+        wrong.unlink()
+    assert code == 1
+    assert re.search(r"zz_wrong_copy\s+1/2\s+failed", table), table
+    assert "the number of elements" in table
+
+
+def test_grade_rejects_a_path_that_is_not_a_notebook():
+    with pytest.raises(ValueError, match="not an exercise notebook"):
+        grade(["exercises/nothing.ipynb"])
