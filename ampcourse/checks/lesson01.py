@@ -1,0 +1,158 @@
+"""Checks for exercise 01 (float formats): decode bits by hand; derive a format's limits.
+
+Each check runs the learner's function on cases chosen so that every typical mistake produces a
+recognisable wrong value; the wrong value is matched against the mistake's own formula, and the
+failure message names that mistake.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..floats import derive_format, from_bits
+from . import call, fail, passed, require_callable
+
+# (bits, what the case is) — normals first: they show bias and implicit-1 mistakes most plainly.
+FP16_CASES = [
+    ("0 01111 0000000000", "1.0"),
+    ("0 10000 1000000000", "3.0"),
+    ("1 10001 0100000000", "-5.0"),
+    ("0 01011 1001100110", "0.1 rounded to fp16"),
+    ("0 11110 1111111111", "the largest fp16 value"),
+    ("0 00001 0000000000", "the smallest normal"),
+    ("0 00000 1000000000", "a subnormal"),
+    ("0 00000 0000000001", "the smallest subnormal"),
+    ("0 00000 0000000000", "zero"),
+    ("1 00000 0000000000", "negative zero"),
+    ("0 11111 0000000000", "+inf"),
+    ("1 11111 0000000000", "-inf"),
+    ("0 11111 1000000000", "a NaN"),
+]
+
+
+def _fields(bits: str) -> tuple[int, int, int]:
+    compact = bits.replace(" ", "")
+    return int(compact[0]), int(compact[1:6], 2), int(compact[6:], 2)
+
+
+def _same(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b and math.copysign(1, a) == math.copysign(1, b)
+
+
+def _fp16_mistakes(bits: str) -> list[tuple[float, str]]:
+    """What each typical wrong decoding gives for ``bits``, with the message naming it."""
+    sign, exponent, mantissa = _fields(bits)
+    s = -1.0 if sign else 1.0
+    fraction = mantissa / 1024
+    out = []
+    if 0 < exponent < 31:
+        for bias in (14, 16):
+            out.append((s * (1 + fraction) * 2.0 ** (exponent - bias),
+                        f"off-by-one bias: you used {bias}. FP16's bias is 15 = 2**(5-1) - 1, "
+                        "so the value is (1 + mantissa/1024) × 2**(exponent - 15)."))
+        out.append((s * fraction * 2.0 ** (exponent - 15),
+                    "you forgot the implicit leading 1: a normal number is (1 + mantissa/1024) × "
+                    "2**(exponent - 15), not (mantissa/1024) × 2**(exponent - 15)."))
+        out.append(((1 + fraction) * 2.0 ** (exponent - 15),
+                    "you ignored the sign bit: a leading 1 makes the value negative."))
+        out.append((s * (1 + mantissa / 1000) * 2.0 ** (exponent - 15),
+                    "the mantissa is a binary fraction: divide it by 2**10 = 1024, not by 1000."))
+    if exponent == 0:
+        out.append((s * (1 + fraction) * 2.0 ** -15,
+                    "you treated a subnormal as a normal number: exponent 00000 means no implicit 1, "
+                    "so the value is (mantissa/1024) × 2**-14."))
+        out.append((s * (1 + fraction) * 2.0 ** -14,
+                    "you treated a subnormal as a normal number: exponent 00000 means no implicit 1, "
+                    "so the value is (mantissa/1024) × 2**-14."))
+        out.append((s * fraction * 2.0 ** -15,
+                    "subnormals use the exponent of the smallest normal, 1 - 15 = -14, not 0 - 15: "
+                    "the value is (mantissa/1024) × 2**-14."))
+    if exponent == 31:
+        out.append((s * (1 + fraction) * 2.0 ** 16,
+                    "the all-ones exponent 11111 is special: it means inf when the mantissa is 0, "
+                    "NaN otherwise (return float('inf') or float('nan'))."))
+    return out
+
+
+def decode_fp16(fn) -> None:
+    """Task 1: ``decode_fp16(bits)`` turns a 16-bit string like '0 01111 0000000000' into its value."""
+    task = "Task 1 (decode_fp16)"
+    require_callable(task, fn, "decode_fp16")
+    for bits, what in FP16_CASES:
+        want = from_bits(bits, "fp16")
+        got = call(task, fn, "decode_fp16", bits)
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise fail(task, f"for {bits!r} ({what}) you returned {got!r}; return a Python float.")
+        got = float(got)
+        if _same(got, want):
+            continue
+        for wrong, message in _fp16_mistakes(bits):
+            if _same(got, wrong):
+                raise fail(task, f"for {bits!r} ({what}) you returned {got!r}, expected {want!r}: {message}")
+        if want == 0 and got == 0:
+            raise fail(task, f"for {bits!r} ({what}) you returned {got!r}, expected {want!r}: the sign bit "
+                             "applies to zero too (use math.copysign or -0.0).")
+        raise fail(task, f"for {bits!r} ({what}) you returned {got!r}, expected {want!r}. Split the string "
+                         "into 1 sign, 5 exponent and 10 mantissa bits and apply the rule for normals, "
+                         "subnormals (exponent 00000) and specials (11111).")
+    passed(task, f"{len(FP16_CASES)} bit patterns decoded exactly: normals, subnormals, ±0, ±inf and NaN.")
+
+
+# (exponent bits, mantissa bits, name)
+LAYOUTS = [(5, 10, "FP16"), (8, 7, "BF16"), (5, 2, "FP8 E5M2"), (8, 23, "FP32"), (4, 3, "an IEEE-style 4+3 format")]
+
+
+def _limit_mistakes(e: int, m: int) -> dict[str, list[tuple[float, str]]]:
+    bias = 2 ** (e - 1) - 1
+    emax = 2**e - 2 - bias
+    return {
+        "largest": [
+            ((2 - 2.0**-m) * 2.0 ** (emax + 1),
+             "the all-ones exponent is reserved for inf and NaN, so the largest exponent is 2**e - 2 - bias."),
+            (2.0**emax, "the largest value has every mantissa bit set: (2 - 2**-m) × 2**emax, not 2**emax."),
+            ((2 - 2.0**-m) * 2.0 ** (emax - 1),
+             "off-by-one bias: the bias is 2**(e-1) - 1, so emax = (2**e - 2) - bias."),
+        ],
+        "smallest_normal": [
+            (2.0**-bias, "the smallest normal has biased exponent 1 (0 is for subnormals): 2**(1 - bias)."),
+            (2.0 ** (2 - bias), "off-by-one bias: the bias is 2**(e-1) - 1, and the smallest normal is "
+                                "2**(1 - bias)."),
+        ],
+        "smallest_subnormal": [
+            (2.0 ** (1 - bias), "you treated the smallest normal as the smallest value: subnormals go "
+                                "further down, to 2**(1 - bias) × 2**-m."),
+            (2.0 ** (-bias - m), "subnormals use the exponent of the smallest normal, 1 - bias (not -bias): "
+                                 "the smallest is 2**(1 - bias - m)."),
+            (2.0 ** (1 - bias - m - 1), "the smallest subnormal has mantissa 0…01, worth 2**-m of "
+                                        "2**(1 - bias): 2**(1 - bias - m)."),
+        ],
+    }
+
+
+def format_limits(fn) -> None:
+    """Task 2: ``format_limits(e, m)`` -> (largest, smallest_normal, smallest_subnormal) of an IEEE-style format."""
+    task = "Task 2 (format_limits)"
+    require_callable(task, fn, "format_limits")
+    fields = ("largest", "smallest_normal", "smallest_subnormal")
+    for e, m, name in LAYOUTS:
+        truth = derive_format(name, e, m)
+        want = (truth.max, truth.smallest_normal, truth.smallest_subnormal)
+        got = call(task, fn, "format_limits", e, m)
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise fail(task, f"for {name} (e={e}, m={m}) return a tuple of three numbers (largest, "
+                             f"smallest_normal, smallest_subnormal); you returned {got!r}.")
+        for field, g, w in zip(fields, got, want, strict=True):
+            if isinstance(g, bool) or not isinstance(g, (int, float)):
+                raise fail(task, f"for {name}, {field} should be a number; you returned {g!r}.")
+            if float(g) == w:
+                continue
+            for wrong, message in _limit_mistakes(e, m)[field]:
+                if math.isclose(float(g), wrong, rel_tol=1e-12):
+                    raise fail(task, f"for {name} (e={e}, m={m}) your {field} is {g!r}, expected {w!r}: {message}")
+            raise fail(task, f"for {name} (e={e}, m={m}) your {field} is {g!r}, expected {w!r}. "
+                             "bias = 2**(e-1) - 1; largest = (2 - 2**-m) × 2**(2**e - 2 - bias); "
+                             "smallest normal = 2**(1 - bias); smallest subnormal = 2**(1 - bias - m).")
+    passed(task, f"limits right for {', '.join(n for _, _, n in LAYOUTS)} — e.g. FP16 "
+                 f"{derive_format('fp16', 5, 10).max:g}, BF16 {derive_format('bf16', 8, 7).max:.4g}.")

@@ -1,0 +1,138 @@
+"""Checks for exercise 02 (underflow and overflow): predict a cast; choose a safe loss scale."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import call, fail, passed, require_callable
+
+FP16_MAX = torch.finfo(torch.float16).max  # 65504
+FP16_TINY = torch.finfo(torch.float16).tiny  # 2**-14, smallest normal
+FP16_SUB = FP16_TINY * torch.finfo(torch.float16).eps  # 2**-24, smallest subnormal
+CATEGORIES = ("zero", "subnormal", "normal", "inf")
+
+
+def fp16_category(x: float) -> str:
+    """What torch's cast to float16 does to ``x``: 'zero', 'subnormal', 'normal' or 'inf' (by magnitude)."""
+    stored = abs(torch.tensor(x, dtype=torch.float32).to(torch.float16).item())
+    if stored == 0:
+        return "zero"
+    if math.isinf(stored):
+        return "inf"
+    return "subnormal" if stored < FP16_TINY else "normal"
+
+
+# (value, why it is in the list) — chosen so that each threshold mistake shows on some value.
+CAST_CASES = [
+    (1.0, "an ordinary value"),
+    (1e-5, "between the smallest subnormal and the smallest normal"),
+    (2.0**-14, "exactly the smallest normal"),
+    (1e-9, "far below the smallest subnormal"),
+    (3.0e-8, "just above half the smallest subnormal (2**-25 ≈ 2.98e-8)"),
+    (2.0**-25, "exactly half the smallest subnormal"),
+    (2.9e-8, "just below half the smallest subnormal"),
+    (65504.0, "the largest fp16 value"),
+    (65519.0, "above 65504 but below the rounding boundary 65520"),
+    (65520.0, "the rounding boundary"),
+    (1e5, "far above the range"),
+    (-1.0, "a negative value"),
+    (-1e-5, "a negative subnormal"),
+    (-1e6, "a large negative value"),
+]
+
+
+def _cast_mistake(x: float, got: str, want: str) -> str:
+    m = abs(x)
+    if x < 0 and got != want:
+        return "use the magnitude |x|: negative numbers have the same range as positive ones."
+    if want == "subnormal" and got == "zero" and m >= 2.0**-24:
+        return ("values between the smallest subnormal 2**-24 ≈ 6.0e-8 and the smallest normal 2**-14 ≈ "
+                "6.1e-5 are stored as subnormals (fewer significant bits), not flushed to zero.")
+    if want == "subnormal" and got == "zero":
+        return ("casts round to nearest: a value above half the smallest subnormal (2**-25 ≈ 2.98e-8) "
+                "rounds up to 2**-24, a subnormal.")
+    if want == "zero" and got == "subnormal":
+        return ("a value at or below half the smallest subnormal (2**-25) rounds to 0 (exactly 2**-25 is "
+                "a tie, and ties go to the even neighbour, 0).")
+    if want == "normal" and got == "subnormal":
+        return "2**-14 ≈ 6.1e-5 is the smallest *normal* fp16 value: values from there up are normal."
+    if want == "normal" and got == "inf":
+        return ("values above 65504 but below 65520 round *down* to 65504, the largest finite fp16 value; "
+                "only from 65520 (halfway to the next binade step, 65536) does the cast give inf.")
+    if want == "inf" and got == "normal":
+        return "from 65520 up the cast rounds to inf: 65504 is the largest finite fp16 value."
+    return "compare |x| with 2**-25 (zero), 2**-14 (subnormal below it) and 65520 (inf from there)."
+
+
+def predict_cast(fn) -> None:
+    """Task 1: ``predict_cast(x)`` says what a cast to float16 does to x, without running it."""
+    task = "Task 1 (predict_cast)"
+    require_callable(task, fn, "predict_cast")
+    for x, what in CAST_CASES:
+        want = fp16_category(x)
+        got = call(task, fn, "predict_cast", x)
+        if got not in CATEGORIES:
+            raise fail(task, f"for {x!r} you returned {got!r}; return one of {', '.join(map(repr, CATEGORIES))}.")
+        if got != want:
+            raise fail(task, f"for x = {x!r} ({what}) you said {got!r}, but the cast gives {want!r}: "
+                             + _cast_mistake(x, got, want))
+    passed(task, f"{len(CAST_CASES)} values predicted right, including the rounding boundaries 2**-25 and 65520.")
+
+
+def safe_scale(grads: torch.Tensor) -> float:
+    """The largest power of two S with max|g|·S <= 65504 (the scaled gradients stay finite in fp16)."""
+    peak = grads.abs().max().item()
+    k = math.floor(math.log2(FP16_MAX / peak))
+    while peak * 2.0 ** (k + 1) <= FP16_MAX:
+        k += 1
+    while peak * 2.0**k > FP16_MAX:
+        k -= 1
+    return 2.0**k
+
+
+def _scale_cases() -> list[tuple[torch.Tensor, str]]:
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for peak, what in ((1e-3, "small gradients"), (1.0, "gradients up to 1"), (2.0**-4, "peak exactly 2**-4"),
+                       (300.0, "large gradients")):
+        t = torch.randn(1000, generator=g)
+        t = t / t.abs().max() * peak
+        cases.append((t, what))
+    t = torch.randn(1000, generator=g) * 1e-4
+    t[17] = -0.5  # the largest magnitude is negative
+    cases.append((t, "gradients whose largest magnitude is negative"))
+    return cases
+
+
+def largest_safe_scale(fn) -> None:
+    """Task 2: ``largest_safe_scale(grads)``: the largest power-of-two loss scale that cannot overflow fp16."""
+    task = "Task 2 (largest_safe_scale)"
+    require_callable(task, fn, "largest_safe_scale")
+    for grads, what in _scale_cases():
+        want = safe_scale(grads)
+        peak = grads.abs().max().item()
+        got = call(task, fn, "largest_safe_scale", grads.clone())
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got <= 0:
+            raise fail(task, f"for {what} you returned {got!r}; return a positive number, the scale S.")
+        got = float(got)
+        if got == want:
+            continue
+        if got == math.log2(want):
+            raise fail(task, f"for {what} you returned {got:g}, the exponent: return the scale itself, "
+                             f"2**{got:g} = {want:g}.")
+        if math.isclose(got, FP16_MAX / peak, rel_tol=1e-6):
+            raise fail(task, f"for {what} you returned {got:g} = 65504 / max|g|, not a power of two. Round "
+                             f"down to a power of two (multiplying by one is exact): {want:g}.")
+        if grads.max().item() < peak and math.isclose(got, safe_scale(grads.clamp(min=0)), rel_tol=0):
+            raise fail(task, f"for {what} you used the largest gradient, not the largest magnitude: "
+                             f"max|g| = {peak:g} comes from a negative value. Use grads.abs().max().")
+        if peak * got > FP16_MAX:
+            raise fail(task, f"for {what} your scale {got:g} overflows: max|g|·S = {peak * got:g} > 65504, "
+                             f"so the largest gradient becomes inf in fp16. The answer is {want:g}.")
+        raise fail(task, f"for {what} you returned {got:g}; the largest safe power of two is {want:g} "
+                         f"(max|g| = {peak:g}, and {peak:g} × {2 * want:g} > 65504). Do not give away range.")
+    passed(task, "largest safe power-of-two scale right for 5 gradient sets (max|g|·S ≤ 65504, S×2 would overflow).")
