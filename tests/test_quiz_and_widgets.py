@@ -101,3 +101,15 @@ def test_dragging_the_slider_redraws():
     widget.controls["log10_value"].value = 2.0  # as the browser does
     assert (widget.image.value, widget.readout.value) != before
     assert "100" in widget.readout.value
+
+
+def test_table_renders_text_and_html_and_validates():
+    from ampcourse.tables import Table
+
+    t = Table([{"a": 1.5, "b": None}, {"a": 10.0, "b": "x<y"}], formats={"a": "{:.1f}"}, title="T")
+    assert t.text().splitlines() == ["T", "a     b", "----  ---", "1.5   —", "10.0  x<y"]
+    assert "<td>x&lt;y</td>" in t._repr_html_() and "<caption>T</caption>" in t._repr_html_()
+    with pytest.raises(ValueError, match="missing"):
+        Table([{"a": 1}], columns=["a", "c"])
+    with pytest.raises(TypeError, match="list of dicts"):
+        Table([1, 2])

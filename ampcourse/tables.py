@@ -1,0 +1,53 @@
+"""A small table for notebooks: HTML in JupyterLab, aligned text elsewhere (and in nbval's comparison).
+
+    Table([{"format": "fp16", "max": 65504.0}], formats={"max": "{:.6g}"})
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+class Table:
+    """Rows of dicts shown as a table; ``formats`` maps a column to a format string or a function."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None,
+                 formats: dict[str, str | Callable[[Any], str]] | None = None, title: str = "") -> None:
+        if not isinstance(rows, Sequence) or not all(isinstance(r, dict) for r in rows):
+            raise TypeError("rows must be a list of dicts")
+        self.rows = list(rows)
+        self.columns = list(columns) if columns is not None else (list(self.rows[0]) if self.rows else [])
+        unknown = [c for c in self.columns if any(c not in r for r in self.rows)]
+        if unknown:
+            raise ValueError(f"columns {unknown} are missing from some rows")
+        self.formats = formats or {}
+        self.title = title
+
+    def cell(self, row: dict[str, Any], column: str) -> str:
+        value = row[column]
+        fmt = self.formats.get(column)
+        if fmt is None:
+            return "—" if value is None else str(value)
+        return fmt(value) if callable(fmt) else fmt.format(value)
+
+    def text(self) -> str:
+        cells = [[self.cell(r, c) for c in self.columns] for r in self.rows]
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
+        lines = [self.title] if self.title else []
+        lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True)).rstrip())
+        lines.append("  ".join("-" * w for w in widths))
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(self.cell(r, c))}</td>" for c in self.columns) + "</tr>"
+            for r in self.rows)
+        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
