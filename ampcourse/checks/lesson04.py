@@ -1,0 +1,220 @@
+"""Checks for exercise 04 (GradScaler): a complete AMP training step; a dynamic loss scaler by hand.
+
+The AMP step is observed with spies: a ``GradScaler`` subclass and an optimizer wrapper record the
+order of the calls and the size of the gradients at each point, and a loss function records whether
+autocast was on when it ran. Nothing reads the learner's source text.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..device import pick_device
+from ..scaler_sim import simulate_grad_scaler
+from . import CheckFailed, call, fail, passed, require_callable
+
+
+class _SpyScaler(torch.amp.GradScaler):
+    """A real GradScaler that writes down what is called, in order."""
+
+    def __init__(self, log, device_type, **kwargs):
+        super().__init__(device_type, **kwargs)
+        self.log = log
+
+    def scale(self, outputs):
+        self.log.append("scale")
+        return super().scale(outputs)
+
+    def unscale_(self, optimizer):
+        self.log.append("unscale_")
+        return super().unscale_(optimizer)
+
+    def step(self, optimizer, *args, **kwargs):
+        self.log.append("scaler.step")
+        optimizer.inside_scaler = True
+        try:
+            return super().step(optimizer, *args, **kwargs)
+        finally:
+            optimizer.inside_scaler = False
+
+    def update(self, new_scale=None):
+        self.log.append("update")
+        return super().update(new_scale)
+
+
+class _SpySGD(torch.optim.SGD):
+    """SGD that records zero_grad, and the gradients it sees when it really steps."""
+
+    def __init__(self, params, log, **kwargs):
+        super().__init__(params, **kwargs)
+        self.log, self.inside_scaler, self.grads_at_step = log, False, []
+
+    def zero_grad(self, set_to_none=True):
+        self.log.append("zero_grad")
+        return super().zero_grad(set_to_none)
+
+    def step(self, closure=None):
+        self.log.append("optimizer.step" if self.inside_scaler else "optimizer.step (direct)")
+        self.grads_at_step.append([p.grad.detach().clone() for p in self.param_groups[0]["params"]])
+        return super().step(closure)
+
+
+def _setup(device, init_scale=2.0**10):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
+    log: list[str] = []
+    optimizer = _SpySGD(model.parameters(), log, lr=0.1)
+    scaler = _SpyScaler(log, device.type, init_scale=init_scale, growth_interval=1000)
+    autocast_seen: list[bool] = []
+
+    def loss_fn(logits, target):
+        autocast_seen.append(torch.is_autocast_enabled(device.type))
+        return F.cross_entropy(logits, target)
+
+    x = torch.randn(6, 8, device=device)
+    y = torch.randint(0, 3, (6,), device=device)
+    return model, optimizer, scaler, loss_fn, x, y, log, autocast_seen
+
+
+def _true_grads(model, x, y):
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    grads = [p.grad.detach().clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def amp_step(fn) -> None:
+    """Task 1: ``amp_step(model, loss_fn, optimizer, scaler, x, y)`` does one full AMP training step."""
+    task = "Task 1 (amp_step)"
+    require_callable(task, fn, "amp_step")
+    device = pick_device()
+    model, optimizer, scaler, loss_fn, x, y, log, autocast_seen = _setup(device)
+    before = [p.detach().clone() for p in model.parameters()]
+    try:
+        call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
+    except CheckFailed:
+        calls = [e for e in log if e != "zero_grad"]
+        if "scale" not in calls and "scaler.step" in calls:
+            raise fail(task, "`scaler.scale(loss)` was never called, so torch's `scaler.step` refused to run: "
+                             "backward must run on the scaled loss, `scaler.scale(loss).backward()`.") from None
+        if "update" in calls and ("scaler.step" not in calls or calls.index("update") < calls.index("scaler.step")):
+            raise fail(task, "`scaler.update()` ran before `scaler.step(optimizer)` (torch refuses: no inf "
+                             "check recorded yet). The order is scale(loss).backward() → step(optimizer) → "
+                             "update().") from None
+        raise
+    order = [e for e in log if e != "zero_grad"]
+
+    if not autocast_seen:
+        raise fail(task, "loss_fn was never called: compute `loss = loss_fn(model(x), y)`.")
+    if not autocast_seen[0]:
+        raise fail(task, "the loss was computed outside the autocast region. PyTorch's recipe puts the forward "
+                         "pass *and* the loss inside `with torch.autocast(...)`, and only `backward()` outside.")
+    if "optimizer.step (direct)" in order:
+        raise fail(task, "you called `optimizer.step()` yourself. Call `scaler.step(optimizer)`: it unscales the "
+                         "gradients and skips the step when they contain inf/NaN.")
+    if "scaler.step" not in order:
+        raise fail(task, "`scaler.step(optimizer)` was never called, so the weights never change.")
+    if "update" not in order:
+        raise fail(task, "you called `scaler.step` without `scaler.update()`: the scale never adapts (and the "
+                         "scaler's per-step state is not reset). Call `scaler.update()` after `scaler.step`.")
+    if order.index("update") < order.index("scaler.step"):
+        raise fail(task, "`scaler.update()` ran before `scaler.step(optimizer)`: update uses the inf check that "
+                         "step records. The order is scale(loss).backward() → step(optimizer) → update().")
+    if order.count("update") != 1 or order.count("scaler.step") != 1:
+        raise fail(task, f"one step should call scaler.step and scaler.update once each; the calls were {order}.")
+    scale = 2.0**10
+    true = _true_grads(model_copy := _fresh_like(model, before), x, y)
+    del model_copy
+    seen = optimizer.grads_at_step[0]
+    ratio = max((g.abs().max() / t.abs().max()).item() for g, t in zip(seen, true, strict=True) if t.abs().max() > 0)
+    if ratio > scale / 4:
+        raise fail(task, "the optimizer stepped with gradients still multiplied by the scale. Let "
+                         "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
+    if all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True)):
+        raise fail(task, "the parameters did not change: make sure `scaler.step(optimizer)` runs after backward.")
+
+    # A second step: the gradients must be fresh (zero_grad), not added to what .grad held before.
+    # Left-over gradients are divided by the scale at unscale_, which hides them; a large stale value does not hide.
+    second = _true_grads(_fresh_like(model, [p.detach().clone() for p in model.parameters()]), x, y)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 100.0 * scaler.get_scale())
+    call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
+    seen = optimizer.grads_at_step[-1]
+    if any((g - t).abs().max().item() > 0.05 * t.abs().max().item() + 1e-4
+           for g, t in zip(seen, second, strict=True)):
+        raise fail(task, "in the second call the gradients were the sum of two steps: you forgot "
+                         "`optimizer.zero_grad()` (set_to_none=True is the default) at the start of the step.")
+    passed(task, "forward and loss under autocast, scale → backward → scaler.step → update in that order, "
+                 "gradients unscaled before the step and fresh on every call.")
+
+
+def _fresh_like(model, params):
+    """A copy of ``model`` with the given parameter values (so the learner's model is left untouched)."""
+    import copy
+
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        for p, value in zip(clone.parameters(), params, strict=True):
+            p.copy_(value)
+    return clone
+
+
+# --- Task 2: a dynamic loss scaler ----------------------------------------------------------------------
+
+PATTERNS = [
+    ("no overflow for 10 steps", [False] * 10, 2.0, 0.5, 3),
+    ("an overflow in the middle", [False, False, True, False, False, False, False], 2.0, 0.5, 3),
+    ("overflow just before growth", [False, False, True, False, False, False, False, False], 2.0, 0.5, 3),
+    ("two overflows in a row", [True, True, False, False, False, False], 4.0, 0.25, 2),
+    ("growth every step", [False, False, True, False, False], 2.0, 0.5, 1),
+]
+
+
+def _wrong_updates(scale, tracker, found_inf, g, b, n):
+    """What typical wrong update rules give, with the message naming each."""
+    out = []
+    if not found_inf:
+        if tracker + 1 >= n:
+            out.append(((scale * g, tracker + 1), "after growing, reset the growth tracker to 0."))
+        out.append(((scale * g, tracker + 1), "you grew the scale after every step. Grow only when the tracker "
+                                              "of consecutive finite steps reaches growth_interval."))
+        out.append(((scale, tracker), "on a finite step, add 1 to the growth tracker."))
+    else:
+        out.append(((scale * b, tracker), "on an overflow, reset the growth tracker to 0 as well as backing off."))
+        out.append(((scale, 0), "on an overflow, multiply the scale by backoff_factor."))
+        out.append(((scale * b, 1), "on an overflow the tracker goes back to 0, not 1."))
+    return out
+
+
+def update_scale(fn) -> None:
+    """Task 2: ``update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval)``."""
+    task = "Task 2 (update_scale)"
+    require_callable(task, fn, "update_scale")
+    steps = 0
+    for what, found, g, b, n in PATTERNS:
+        trace = simulate_grad_scaler(found, init_scale=1024.0, growth_factor=g, backoff_factor=b, growth_interval=n)
+        scale, tracker = 1024.0, 0
+        for i, inf in enumerate(found):
+            got = call(task, fn, "update_scale", scale, tracker, inf, g, b, n)
+            if not isinstance(got, tuple) or len(got) != 2:
+                raise fail(task, f"return a tuple (new_scale, new_tracker); you returned {got!r}.")
+            want = (trace.scales[i + 1] if i + 1 < len(found) else trace.final_scale, trace.growth_tracker[i])
+            if (float(got[0]), got[1]) != want:
+                context = (f"pattern '{what}' (growth_factor={g}, backoff_factor={b}, growth_interval={n}), step {i}: "
+                           f"from scale {scale:g}, tracker {tracker}, found_inf={inf} you returned {got}, "
+                           f"GradScaler gives {want}")
+                for wrong, message in _wrong_updates(scale, tracker, inf, g, b, n):
+                    if (float(got[0]), got[1]) == wrong:
+                        raise fail(task, f"{context}: {message}")
+                raise fail(task, f"{context}. The rule: on inf, scale × backoff_factor and tracker 0; "
+                                 "otherwise tracker + 1, and when it reaches growth_interval, scale × growth_factor "
+                                 "and tracker 0.")
+            scale, tracker = float(got[0]), got[1]
+            steps += 1
+    if not math.isfinite(scale):
+        raise fail(task, "the scale became inf.")
+    passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns.")

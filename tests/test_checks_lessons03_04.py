@@ -1,0 +1,231 @@
+"""Exercises 03–04: the checks pass right answers and name each typical wrong one (the fixtures)."""
+
+import pytest
+import torch
+
+from ampcourse.checks import CheckFailed, NotStarted, lesson03, lesson04
+from ampcourse.device import pick_device
+
+BF16, FP32 = torch.bfloat16, torch.float32
+RIGHT_DTYPES = {"hidden": BF16, "act": BF16, "logits": BF16, "loss": FP32, "weight": FP32, "weight.grad": FP32}
+
+
+def _dtypes(**changes):
+    return lambda: {**RIGHT_DTYPES, **changes}
+
+
+WRONG_DTYPES = {
+    "loss in bf16": (_dtypes(loss=BF16), "FP32 list"),
+    "weights cast": (_dtypes(weight=BF16), "never changes parameters"),
+    "grads in bf16": (_dtypes(**{"weight.grad": BF16}), "dtype of its leaf"),
+    "relu in fp32": (_dtypes(act=FP32), "no autocast rule"),
+    "linear in fp32": (_dtypes(hidden=FP32), "lower-precision list"),
+    "strings": (_dtypes(loss="float32"), "give a torch dtype"),
+    "missing key": (lambda: {"hidden": BF16}, "no entry for"),
+}
+
+
+def island_right(f, x):
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return f(x.float())
+
+
+def island_no_disable(f, x):
+    return f(x.float())
+
+
+def island_no_cast(f, x):
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return f(x)
+
+
+def island_deprecated_cuda_spelling(f, x):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.cuda.amp.autocast(enabled=False):  # deprecated, and only about CUDA: CPU autocast stays on
+            return f(x.float())
+
+
+def island_casts_back(f, x):
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return f(x.float()).to(x.dtype)
+
+
+def island_turns_autocast_off(f, x):
+    torch.set_autocast_enabled(x.device.type, False)
+    return f(x.float())
+
+
+WRONG_ISLANDS = {
+    "autocast left on": (island_no_disable, "autocast was still on"),
+    "input not cast": (island_no_cast, "Pass `x.float\\(\\)`"),
+    "torch.cuda.amp spelling": (island_deprecated_cuda_spelling,
+                                "autocast was still on" if pick_device().type != "cuda" else "never"),
+    "result cast back": (island_casts_back, "do not cast\\s+the result back"),
+    "autocast switched off for good": (island_turns_autocast_off, "switched off for the rest"),
+    "never calls f": (lambda f, x: x.float(), "never called f"),
+}
+if pick_device().type == "cuda":  # there the deprecated CUDA spelling does disable autocast: not a mistake
+    del WRONG_ISLANDS["torch.cuda.amp spelling"]
+
+
+def _amp_dtype(x):
+    return torch.float16
+
+
+def step_right(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def step_loss_outside(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
+        logits = model(x)
+    loss = loss_fn(logits, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def step_no_update(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+
+
+def step_update_first(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.update()
+    scaler.step(optimizer)
+
+
+def step_direct(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    optimizer.step()
+    scaler.update()
+
+
+def step_unscaled_backward(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def step_no_zero_grad(model, loss_fn, optimizer, scaler, x, y):
+    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+WRONG_STEPS = {
+    "loss outside autocast": (step_loss_outside, "loss was computed outside the autocast region"),
+    "step without update": (step_no_update, "without `scaler.update\\(\\)`"),
+    "update before step": (step_update_first, "ran before `scaler.step"),
+    "optimizer.step directly": (step_direct, "called `optimizer.step\\(\\)` yourself"),
+    "backward on the unscaled loss": (step_unscaled_backward, "`scaler.scale\\(loss\\)` was never called"),
+    "no zero_grad": (step_no_zero_grad, "forgot\\s+`optimizer.zero_grad\\(\\)`"),
+}
+
+
+def update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    if found_inf:
+        return scale * backoff_factor, 0
+    tracker += 1
+    if tracker == growth_interval:
+        return scale * growth_factor, 0
+    return scale, tracker
+
+
+def update_every_step(scale, tracker, found_inf, g, b, n):
+    return (scale * b, 0) if found_inf else (scale * g, tracker + 1)
+
+
+def update_no_reset_after_growth(scale, tracker, found_inf, g, b, n):
+    if found_inf:
+        return scale * b, 0
+    tracker += 1
+    return (scale * g, tracker) if tracker == n else (scale, tracker)
+
+
+def update_no_reset_on_inf(scale, tracker, found_inf, g, b, n):
+    if found_inf:
+        return scale * b, tracker
+    return update_right(scale, tracker, found_inf, g, b, n)
+
+
+def update_no_backoff(scale, tracker, found_inf, g, b, n):
+    if found_inf:
+        return scale, 0
+    return update_right(scale, tracker, found_inf, g, b, n)
+
+
+WRONG_UPDATES = {
+    "grows every step": (update_every_step, "grew the scale after every step"),
+    "tracker not reset after growth": (update_no_reset_after_growth, "after growing, reset"),
+    "tracker not reset on inf": (update_no_reset_on_inf, "reset the growth tracker to 0 as well"),
+    "no backoff": (update_no_backoff, "multiply the scale by backoff_factor"),
+    "returns the scale only": (lambda s, t, f, g, b, n: s, "return a tuple"),
+}
+
+
+def test_right_answers_pass(capsys):
+    lesson03.predict_dtypes(lambda: dict(RIGHT_DTYPES))
+    lesson03.fp32_island(island_right)
+    lesson04.amp_step(step_right)
+    lesson04.update_scale(update_right)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("✓ Task") for line in lines)
+
+
+CASES = (
+    [pytest.param(lesson03.predict_dtypes, fn, w, id=f"predict_dtypes: {n}") for n, (fn, w) in WRONG_DTYPES.items()]
+    + [pytest.param(lesson03.fp32_island, fn, w, id=f"fp32_island: {n}") for n, (fn, w) in WRONG_ISLANDS.items()]
+    + [pytest.param(lesson04.amp_step, fn, w, id=f"amp_step: {n}") for n, (fn, w) in WRONG_STEPS.items()]
+    + [pytest.param(lesson04.update_scale, fn, w, id=f"update_scale: {n}") for n, (fn, w) in WRONG_UPDATES.items()]
+)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize(("check", "fn", "words"), CASES)
+def test_typical_mistakes_are_named(check, fn, words):
+    try:
+        with pytest.raises(CheckFailed, match=words):
+            check(fn)
+    finally:
+        torch.set_autocast_enabled("cpu", False)  # a fixture above switches it off for good; leave a clean state
+
+
+@pytest.mark.parametrize("check", [lesson03.predict_dtypes, lesson03.fp32_island, lesson04.amp_step,
+                                   lesson04.update_scale])
+def test_stubs_are_not_started(check):
+    def stub(*args):
+        raise NotImplementedError("hint")
+
+    with pytest.raises(NotStarted):
+        check(stub)
+
+
+def test_the_observed_dtypes_are_what_the_fixture_says():
+    assert lesson03.observed_dtypes() == RIGHT_DTYPES
