@@ -108,6 +108,7 @@ def simulate_grad_scaler(
     growth_factor: float = 2.0,
     backoff_factor: float = 0.5,
     growth_interval: int = 2000,
+    overflow_above: float | None = None,
 ) -> ScalerTrace:
     """Replay ``torch.amp.GradScaler``'s scale updates for a given pattern of overflowing steps.
 
@@ -122,6 +123,10 @@ def simulate_grad_scaler(
         growth_factor: multiplies the scale after ``growth_interval`` clean steps in a row; > 1.
         backoff_factor: multiplies the scale after a step with an overflow; in (0, 1).
         growth_interval: how many clean steps in a row make the scale grow; an int >= 1.
+        overflow_above: optional ceiling: a step *also* overflows when its scale is above this value.
+            It models the feedback of real training — gradients with ``max|g|`` overflow FP16 once
+            ``S > 65504 / max|g|`` — so that a scale that grows too far is pushed back, as in a real run.
+            ``skipped`` then reports both kinds of overflow.
 
     Returns:
         A :class:`ScalerTrace`.
@@ -137,12 +142,19 @@ def simulate_grad_scaler(
         init_scale, growth_factor, backoff_factor, growth_interval
     )
     overflows = _as_step_flags(found_inf)
+    if overflow_above is not None:
+        if isinstance(overflow_above, bool) or not isinstance(overflow_above, numbers.Real) or not (
+                0 < overflow_above < math.inf):
+            raise ValueError(f"overflow_above must be a positive finite number or None (got {overflow_above!r})")
 
     scale = _round_to_float32(init_scale)
     tracker = 0
-    scales, trackers = [], []
+    scales, trackers, skipped = [], [], []
     for overflow in overflows:
         scales.append(scale)
+        if overflow_above is not None and scale > overflow_above:
+            overflow = True
+        skipped.append(overflow)
         if overflow:
             scale = _round_to_float32(scale * backoff_factor)
             tracker = 0
@@ -161,7 +173,7 @@ def simulate_grad_scaler(
         backoff_factor=backoff_factor,
         growth_interval=growth_interval,
         scales=tuple(scales),
-        skipped=tuple(overflows),
+        skipped=tuple(skipped),
         growth_tracker=tuple(trackers),
         final_scale=scale,
     )
