@@ -148,3 +148,20 @@ def test_notebook_metadata_is_clean(folder):
             assert set(cell["metadata"]) <= {"tags"}, f"{path.name}: cell metadata {cell['metadata']}"
         text = path.read_text()
         assert not PERSONAL.search(text), f"{path.name}: a machine path {PERSONAL.search(text).group()}"
+
+
+def test_every_lesson_has_objectives_prerequisites_recap_and_quiz():
+    from ampcourse.course import LESSONS
+
+    for lesson in published():
+        cells = nbformat.read(lesson.lesson_path(), as_version=4).cells
+        first = cells[0].source
+        assert first.startswith(f"# {lesson.number} · {lesson.title}"), f"{lesson.filename}: title"
+        assert "**In this notebook you will**" in first, f"{lesson.filename}: no objectives in the first cell"
+        assert "**Prerequisites:**" in first, f"{lesson.filename}: no prerequisites in the first cell"
+        index = LESSONS.index(lesson)
+        if index > 0:
+            previous = LESSONS[index - 1]
+            assert f"({previous.filename})" in first, f"{lesson.filename}: prerequisites must link {previous.filename}"
+        assert any(c.cell_type == "markdown" and "## Recap" in c.source for c in cells), f"{lesson.filename}: recap"
+        assert any(c.cell_type == "code" and "Quiz([" in c.source for c in cells), f"{lesson.filename}: quiz"

@@ -1,0 +1,62 @@
+"""Fixtures for the browser tests: a JupyterLab server on a copy of the course, and Chromium.
+
+Without ``/usr/bin/chromium`` these tests skip with a message saying how to install it — except in CI
+(``CI`` set), where a missing browser is a failure: CI must never pass by skipping them.
+"""
+
+import os
+
+import pytest
+
+from ampcourse.course import ROOT
+
+from .lab import CHROMIUM, CHROMIUM_ARGS, start_lab
+
+ARTIFACTS = ROOT / "artifacts" / "screenshots"
+
+
+def _require_browser():
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} not found: install Debian's chromium (apt-get install chromium) to run the browser tests"
+        if os.environ.get("CI"):
+            pytest.fail(message + " — CI must run them")
+        pytest.skip(message)
+    return pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    _require_browser()
+    server = start_lab(ROOT, tmp_path_factory.mktemp("lab"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    sync_api = _require_browser()
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    yield page
+    page.close()
+
+
+_COUNTS = {"notebooks opened": 0, "widgets moved": 0}
+
+
+@pytest.fixture(scope="session")
+def counts():
+    return _COUNTS
+
+
+def pytest_terminal_summary(terminalreporter):
+    if any(_COUNTS.values()):
+        terminalreporter.section("browser tests")
+        terminalreporter.write_line(", ".join(f"{n} {what}" for what, n in _COUNTS.items()))
