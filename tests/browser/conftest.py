@@ -48,7 +48,7 @@ def page(browser):
     page.close()
 
 
-_COUNTS = {"notebooks opened": 0, "widgets moved": 0}
+_COUNTS = {"notebooks opened": 0, "widgets moved": 0, "controls moved": 0}
 
 
 @pytest.fixture(scope="session")

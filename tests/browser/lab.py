@@ -148,33 +148,35 @@ def interactive_outputs(page) -> list:
             if area.locator(".jupyter-widgets").count() > 0]
 
 
-def move_widget(page, area) -> str:
-    """Move the widget in ``area`` as a learner would; return what was moved. Raises if nothing changed.
+def move_widget(page, area) -> int:
+    """Move every control of the widget in ``area`` as a learner would; return how many were moved.
 
-    A slider: focus its handle and press ArrowRight. A text box: type a value and press Enter. A quiz:
-    pick the first answer and click *Check*.
+    Each slider: focus its handle and press ArrowRight. Each text box: type a value and press Enter. Each
+    dropdown: pick its second option. A row of toggle buttons: click the first. A quiz: pick the first answer
+    and click *Check*. After each move the rendered output (images and HTML readouts)
+    must change; otherwise this raises ``AssertionError``.
     """
     text = area.inner_text()
     if "Error displaying widget" in text or "model not found" in text:
         raise AssertionError(f"the widget did not render: {text[:200]!r}")
-    before = _snapshot(area)
-    if area.locator(".noUi-handle").count():
-        handle = area.locator(".noUi-handle").first
-        handle.focus()
-        page.keyboard.press("ArrowRight")
-        what = "slider"
-    elif area.locator(".widget-text input").count():
-        box = area.locator(".widget-text input").first
-        box.fill("65504")
-        box.press("Enter")
-        what = "text box"
-    elif area.locator(".widget-radio-box input").count():
-        area.locator(".widget-radio-box input").first.check()
-        area.locator("button:has-text('Check')").first.click()
-        what = "quiz"
-    else:
+    moves = []
+    for handle in area.locator(".noUi-handle").all():
+        moves.append(("slider", lambda handle=handle: (handle.focus(), page.keyboard.press("ArrowRight"))))
+    for box in area.locator(".widget-text input").all():
+        moves.append(("text box", lambda box=box: (box.fill("65504"), box.press("Enter"))))
+    for select in area.locator(".widget-dropdown select").all():
+        moves.append(("dropdown", lambda select=select: select.select_option(index=1)))
+    if area.locator(".widget-toggle-button").count():
+        moves.append(("bit toggle", lambda: area.locator(".widget-toggle-button").first.click()))
+    if area.locator(".widget-radio-box input").count():
+        moves.append(("quiz", lambda: (area.locator(".widget-radio-box input").first.check(),
+                                       area.locator("button:has-text('Check')").first.click())))
+    if not moves:
         raise AssertionError(f"no control to move in this widget: {text[:200]!r}")
-    if not _wait_for_change(page, area, before):
-        raise AssertionError(f"moving the {what} changed nothing in the rendered output (figure and text "
-                             f"unchanged): is the widget's callback broken? Output: {text[:300]!r}")
-    return what
+    for what, move in moves:
+        before = _snapshot(area)
+        move()
+        if not _wait_for_change(page, area, before):
+            raise AssertionError(f"moving a {what} changed nothing in the rendered output (figure and text "
+                                 f"unchanged): is the widget's callback broken? Output: {text[:300]!r}")
+    return len(moves)
