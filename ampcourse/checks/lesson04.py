@@ -15,59 +15,15 @@ import torch.nn.functional as F
 from ..device import pick_device
 from ..scaler_sim import simulate_grad_scaler
 from . import CheckFailed, call, fail, passed, require_callable
-
-
-class _SpyScaler(torch.amp.GradScaler):
-    """A real GradScaler that writes down what is called, in order."""
-
-    def __init__(self, log, device_type, **kwargs):
-        super().__init__(device_type, **kwargs)
-        self.log = log
-
-    def scale(self, outputs):
-        self.log.append("scale")
-        return super().scale(outputs)
-
-    def unscale_(self, optimizer):
-        self.log.append("unscale_")
-        return super().unscale_(optimizer)
-
-    def step(self, optimizer, *args, **kwargs):
-        self.log.append("scaler.step")
-        optimizer.inside_scaler = True
-        try:
-            return super().step(optimizer, *args, **kwargs)
-        finally:
-            optimizer.inside_scaler = False
-
-    def update(self, new_scale=None):
-        self.log.append("update")
-        return super().update(new_scale)
-
-
-class _SpySGD(torch.optim.SGD):
-    """SGD that records zero_grad, and the gradients it sees when it really steps."""
-
-    def __init__(self, params, log, **kwargs):
-        super().__init__(params, **kwargs)
-        self.log, self.inside_scaler, self.grads_at_step = log, False, []
-
-    def zero_grad(self, set_to_none=True):
-        self.log.append("zero_grad")
-        return super().zero_grad(set_to_none)
-
-    def step(self, closure=None):
-        self.log.append("optimizer.step" if self.inside_scaler else "optimizer.step (direct)")
-        self.grads_at_step.append([p.grad.detach().clone() for p in self.param_groups[0]["params"]])
-        return super().step(closure)
+from .spies import SpyOptimizer, SpyScaler
 
 
 def _setup(device, init_scale=2.0**10):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
     log: list[str] = []
-    optimizer = _SpySGD(model.parameters(), log, lr=0.1)
-    scaler = _SpyScaler(log, device.type, init_scale=init_scale, growth_interval=1000)
+    optimizer = SpyOptimizer(model.parameters(), log, lr=0.1)
+    scaler = SpyScaler(log, device.type, init_scale=init_scale, growth_interval=1000)
     autocast_seen: list[bool] = []
 
     def loss_fn(logits, target):

@@ -1,0 +1,232 @@
+"""Checks for exercise 05 (accumulation and clipping): accumulation with a remainder, clipping, resume.
+
+Everything is observed through spies (:mod:`ampcourse.checks.spies`): the order of the scaler's calls,
+the gradients the optimizer really steps with (compared with FP32 references), and the parameters and
+scale after a resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..device import pick_device
+from . import CheckFailed, call, fail, passed, require_callable
+from .spies import SpyOptimizer, SpyScaler
+
+SCALE = 2.0**10
+
+
+def _model(device, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
+
+
+def _batches(device, n, size=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(size, 6, generator=g).to(device), torch.randint(0, 3, (size,), generator=g).to(device))
+            for _ in range(n)]
+
+
+def _window_grads(model, window):
+    """FP32 reference: the gradient of the mean of the window's micro-batch losses."""
+    reference = copy.deepcopy(model)
+    loss = sum(F.cross_entropy(reference(x), y) for x, y in window) / len(window)
+    loss.backward()
+    return [p.grad.detach().clone() for p in reference.parameters()]
+
+
+def _ratio(seen, true):
+    """How many times larger the learner's step gradient is than the reference (by norm)."""
+    seen_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in seen))
+    true_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in true))
+    return (seen_norm / true_norm).item()
+
+
+# --- Task 1: accumulation with a remainder ----------------------------------------------------------------
+
+def _run_epoch(fn, task, device, n_micro, accum):
+    model = _model(device)
+    log: list[str] = []
+    optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
+    optimizer.stale_grad = 100.0 * SCALE
+    scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
+    batches = _batches(device, n_micro)
+    params_before_each_step = []
+
+    original_step = optimizer.step
+
+    def recording_step(closure=None):
+        params_before_each_step.append(copy.deepcopy(model))
+        return original_step(closure)
+
+    optimizer.step = recording_step
+    try:
+        call(task, fn, "train_epoch", model, F.cross_entropy, optimizer, scaler, batches, accum)
+    except CheckFailed:
+        calls = [e for e in log if e != "zero_grad"]
+        if "update" in calls and ("scaler.step" not in calls or calls.index("update") < calls.index("scaler.step")):
+            raise fail(task, "`scaler.update()` ran inside the accumulation window (torch refuses an update before "
+                             "any step): the scale must not change between the micro-batches of one window. Call "
+                             "it once, after `scaler.step(optimizer)`.") from None
+        if calls.count("unscale_") > calls.count("scaler.step") + 1:
+            raise fail(task, "you called `scaler.unscale_` in every micro-batch: torch refuses a second "
+                             "unscale_ before update(). Unscale once per window, just before the optimizer "
+                             "step.") from None
+        raise
+    return log, optimizer, batches, params_before_each_step
+
+
+def train_epoch(fn) -> None:
+    """Task 1: ``train_epoch(model, loss_fn, optimizer, scaler, batches, accum_steps)`` accumulates with AMP."""
+    task = "Task 1 (train_epoch)"
+    require_callable(task, fn, "train_epoch")
+    device = pick_device()
+    n_micro, accum = 10, 4  # windows of 4, 4 and a remainder of 2
+    log, optimizer, batches, models = _run_epoch(fn, task, device, n_micro, accum)
+    windows = [batches[i:i + accum] for i in range(0, n_micro, accum)]
+    steps = optimizer.grads_at_step
+    calls = [e for e in log if e != "zero_grad"]
+    if "optimizer.step (direct)" in calls:
+        raise fail(task, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`.")
+    if len(steps) == n_micro:
+        raise fail(task, f"the optimizer stepped after every micro-batch ({n_micro} steps): step once per window "
+                         f"of {accum} micro-batches, after accumulating their gradients.")
+    if len(steps) == n_micro // accum:
+        raise fail(task, f"the last {n_micro % accum} micro-batches were dropped: {n_micro} micro-batches in "
+                         f"windows of {accum} make {math.ceil(n_micro / accum)} steps — the remainder is a short "
+                         "last window.")
+    if len(steps) != len(windows):
+        raise fail(task, f"expected {len(windows)} optimizer steps for {n_micro} micro-batches in windows of {accum}, "
+                         f"saw {len(steps)}.")
+    for number, (window, seen, model) in enumerate(zip(windows, steps, models, strict=True)):
+        ratio = _ratio(seen, _window_grads(model, window))
+        if ratio > 50:
+            raise fail(task, "gradients from before this window were still there: call `optimizer.zero_grad()` "
+                             "after each optimizer step (or before each window).")
+        last = number == len(windows) - 1
+        if abs(ratio - 1) < 0.05:
+            continue
+        if abs(ratio - len(window)) < 0.05 * len(window):
+            raise fail(task, f"the step gradient is {ratio:.2f}× too large: you did not divide each micro-batch "
+                             "loss by the number of micro-batches in the window.")
+        if last and abs(ratio - len(window) / accum) < 0.05:
+            raise fail(task, f"the last, short window ({len(window)} micro-batches) was divided by {accum}, the "
+                             f"full count, so its gradient came out {ratio:.2f}× too small: divide it by its own "
+                             "size.")
+        raise fail(task, f"window {number + 1}: the step gradient is {ratio:.3g}× the right one; each micro-batch "
+                         "loss should be divided by the number of micro-batches in its window.")
+    if calls.count("update") != len(windows):
+        raise fail(task, f"`scaler.update()` should run once per optimizer step ({len(windows)} times); it ran "
+                         f"{calls.count('update')} times.")
+    passed(task, f"{n_micro} micro-batches → {len(windows)} steps (windows 4, 4 and 2), each with the window's "
+                 "mean gradient, one scaler.update() per step.")
+
+
+# --- Task 2: clipping -------------------------------------------------------------------------------------
+
+def clipped_step(fn) -> None:
+    """Task 2: ``clipped_step(model, loss_fn, optimizer, scaler, x, y, max_norm)`` clips the true gradients."""
+    task = "Task 2 (clipped_step)"
+    require_callable(task, fn, "clipped_step")
+    device = pick_device()
+    model = _model(device)
+    log: list[str] = []
+    optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
+    scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
+    (x, y), = _batches(device, 1, size=8)
+    true = _window_grads(model, [(x, y)])
+    true_norm = torch.sqrt(sum((g ** 2).sum() for g in true)).item()
+    max_norm = true_norm / 4  # clipping must fire
+    try:
+        call(task, fn, "clipped_step", model, F.cross_entropy, optimizer, scaler, x, y, max_norm)
+    except CheckFailed:
+        if log.count("unscale_") >= 2:
+            raise fail(task, "you called `scaler.unscale_(optimizer)` twice in one step: torch refuses. Unscale once, "
+                             "then clip; `scaler.step` knows the gradients are already unscaled.") from None
+        raise
+    if "optimizer.step (direct)" in log:
+        raise fail(task, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`, which "
+                         "skips the step if the gradients hold inf/NaN.")
+    if not optimizer.grads_at_step:
+        raise fail(task, "the optimizer never stepped: call `scaler.step(optimizer)` after clipping.")
+    if "update" not in log:
+        raise fail(task, "you forgot `scaler.update()` after `scaler.step(optimizer)`.")
+    seen_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in optimizer.grads_at_step[0])).item()
+    if seen_norm < max_norm / 100:
+        raise fail(task, f"you clipped before `unscale_`: the threshold {max_norm:.3g} was compared with "
+                         f"gradients ×{SCALE:g}, so the optimizer got gradients of norm {seen_norm:.3g}, far below "
+                         "the threshold. Call `scaler.unscale_(optimizer)` first, then `clip_grad_norm_`.")
+    if seen_norm > max_norm * 1.05:
+        raise fail(task, f"the optimizer stepped with gradients of norm {seen_norm:.3g}, above max_norm = "
+                         f"{max_norm:.3g}: clip with `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` "
+                         "after unscale_.")
+    passed(task, "the true (unscaled) gradients were clipped to max_norm — after unscale_, before the step; the "
+                 "step and the scale update followed.")
+
+
+# --- Task 3: checkpoint and resume ------------------------------------------------------------------------
+
+def _objects(device):
+    model = _model(device, seed=3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0**14, growth_interval=3)
+    return model, optimizer, scaler
+
+
+def _train(model, optimizer, scaler, batches, device):
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device.type, dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        # × 50: some steps overflow in fp16 and are skipped, so the scale moves both ways (with this seed and
+        # data: scale 2**14 → 2**11 after 6 steps, applied and skipped steps in both halves of the run).
+        scaler.scale(loss * 50).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def checkpoint(save_fn, load_fn) -> None:
+    """Task 3: ``save_checkpoint(path, model, optimizer, scaler)`` / ``load_checkpoint(path, ...)`` resume exactly."""
+    task = "Task 3 (checkpoint)"
+    require_callable(task, save_fn, "save_checkpoint")
+    require_callable(task, load_fn, "load_checkpoint")
+    device = pick_device()
+    batches = _batches(device, 12, size=8, seed=5)
+    straight = _objects(device)
+    _train(*straight, batches, device)
+
+    first = _objects(device)
+    _train(*first, batches[:6], device)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "checkpoint.pt"
+        call(task, save_fn, "save_checkpoint", path, *first)
+        if not path.exists():
+            raise fail(task, f"save_checkpoint wrote nothing at the path it was given ({path.name}).")
+        resumed = _objects(device)
+        call(task, load_fn, "load_checkpoint", path, *resumed)
+    scale_ok = resumed[2].get_scale() == first[2].get_scale()
+    if not scale_ok:
+        raise fail(task, f"after loading, the scaler's scale is {resumed[2].get_scale():g}, but it was "
+                         f"{first[2].get_scale():g} when you saved: you saved the model but not the scaler. Put "
+                         "`scaler.state_dict()` in the checkpoint and `scaler.load_state_dict(...)` it back.")
+    if not all(torch.equal(a, b) for a, b in zip(first[0].state_dict().values(), resumed[0].state_dict().values(),
+                                                 strict=True)):
+        raise fail(task, "after loading, the model's parameters differ from the saved ones: save "
+                         "`model.state_dict()` and restore it with `model.load_state_dict(...)`.")
+    _train(*resumed, batches[6:], device)
+    same_params = all(torch.equal(a, b) for a, b in zip(straight[0].state_dict().values(),
+                                                        resumed[0].state_dict().values(), strict=True))
+    if not same_params:
+        raise fail(task, "the resumed run drifted from the uninterrupted one although model and scaler match: the "
+                         "optimizer's state (SGD momentum) was not restored. Save `optimizer.state_dict()` too.")
+    if resumed[2].get_scale() != straight[2].get_scale():
+        raise fail(task, "the resumed run's scale differs from the uninterrupted run's: restore the whole "
+                         "`scaler.state_dict()` (it includes the growth tracker).")
+    passed(task, "6 steps + save + load + 6 steps gave the same parameters and scale, bit for bit, as 12 steps "
+                 "without stopping.")
