@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import lesson00, lesson01, lesson02, lesson04
+from . import lesson00, lesson01, lesson02, lesson04, lesson05
 
 REGISTRY: dict[str, tuple[Callable, list[dict]]] = {
     "lesson00.cast_survival": (lesson00.cast_survival, lesson00.BENCHMARK_MOVES),
     "lesson01.bit_explorer": (lesson01.bit_explorer, lesson01.BENCHMARK_MOVES),
     "lesson02.loss_scale_histogram": (lesson02.loss_scale_histogram, lesson02.BENCHMARK_MOVES),
     "lesson04.scale_dynamics": (lesson04.scale_dynamics, lesson04.BENCHMARK_MOVES),
+    "lesson05.clipping_explorer": (lesson05.clipping_explorer, lesson05.BENCHMARK_MOVES),
 }
