@@ -25,7 +25,6 @@ through the scale (:func:`~ampcourse.scaler_run.step_was_skipped`).
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from torch import nn
 
 from .scaler_run import step_was_skipped
 from .tables import Table
+from .validate import as_int, as_positive
 
 __all__ = [
     "Accumulation", "ClipDemo", "EquivalenceReport", "GradientPenalty", "MultiModelStep", "Problem",
@@ -50,20 +50,8 @@ REMAINDERS = ("right", "naive")
 
 
 # ----------------------------------------------------------------------------------------------- checks
-def _as_int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int >= {minimum} (got {value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum} (got {value!r})")
-    return int(value)
 
 
-def _as_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number > 0 (got {value!r})")
-    if not 0 < float(value) < math.inf:
-        raise ValueError(f"{name} must be > 0 and finite (got {value!r})")
-    return float(value)
 
 
 def _as_bool(name: str, value: Any) -> bool:
@@ -132,8 +120,8 @@ def make_problem(n_samples: int = 32, seed: int = 0) -> Problem:
         >>> problem.n_samples, sum(p.numel() for p in problem.new_model().parameters())
         (16, 161)
     """
-    n_samples = _as_int("n_samples", n_samples, minimum=1)
-    seed = _as_int("seed", seed, minimum=0)
+    n_samples = as_int("n_samples", n_samples, minimum=1)
+    seed = as_int("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.randn(n_samples, N_INPUTS, generator=generator)
     teacher = torch.randn(N_INPUTS, 1, generator=generator) / math.sqrt(N_INPUTS)
@@ -221,18 +209,18 @@ def accumulated_grads(model: nn.Module, data, micro_batches: int, *, micro_batch
     """
     model = _as_module("model", model)
     x, y = _as_data(data)
-    micro_batches = _as_int("micro_batches", micro_batches, minimum=1)
+    micro_batches = as_int("micro_batches", micro_batches, minimum=1)
     amp = _as_bool("amp", amp)
     if remainder not in REMAINDERS:
         raise ValueError(f"remainder must be one of {list(REMAINDERS)} (got {remainder!r})")
-    scale = _as_positive("scale", scale)
+    scale = as_positive("scale", scale)
     n = x.shape[0]
     if micro_batch_size is None:
         if n % micro_batches:
             raise ValueError(f"micro_batches = {micro_batches} does not divide the {n} rows of data; "
                              "pass micro_batch_size to cut the data into windows with a remainder")
         micro_batch_size = n // micro_batches
-    micro_batch_size = _as_int("micro_batch_size", micro_batch_size, minimum=1)
+    micro_batch_size = as_int("micro_batch_size", micro_batch_size, minimum=1)
     if n % micro_batch_size:
         raise ValueError(f"micro_batch_size = {micro_batch_size} does not divide the {n} rows of data")
     n_micro = n // micro_batch_size
@@ -348,9 +336,9 @@ def remainder_report(micro_batches: int = 4, *, n_micro: int = 10, micro_batch_s
         >>> r.window_sizes, round(r.right_ratio, 6), round(r.naive_ratio, 6)
         ((4, 4, 2), 1.0, 0.5)
     """
-    micro_batches = _as_int("micro_batches", micro_batches, minimum=1)
-    n_micro = _as_int("n_micro", n_micro, minimum=1)
-    micro_batch_size = _as_int("micro_batch_size", micro_batch_size, minimum=1)
+    micro_batches = as_int("micro_batches", micro_batches, minimum=1)
+    n_micro = as_int("n_micro", n_micro, minimum=1)
+    micro_batch_size = as_int("micro_batch_size", micro_batch_size, minimum=1)
     short = n_micro % micro_batches
     if short == 0:
         raise ValueError(f"n_micro = {n_micro} divides into windows of micro_batches = {micro_batches}: "
@@ -450,11 +438,11 @@ def clip_demo(scale: float = 2.0**16, max_norm: float = 1.0, *, clip_value: floa
         >>> round(d.wrong_norm / d.right_norm), d.wrong_fired, d.update_ratio < 1e-3
         (65536, True, True)
     """
-    scale = _as_positive("scale", scale)
-    max_norm = _as_positive("max_norm", max_norm)
-    clip_value = _as_positive("clip_value", clip_value)
-    lr = _as_positive("lr", lr)
-    seed = _as_int("seed", seed, minimum=0)
+    scale = as_positive("scale", scale)
+    max_norm = as_positive("max_norm", max_norm)
+    clip_value = as_positive("clip_value", clip_value)
+    lr = as_positive("lr", lr)
+    seed = as_int("seed", seed, minimum=0)
     problem = make_problem(32, seed)
     model = problem.new_model()
     _loss(model, *problem.data, True).backward()
@@ -537,8 +525,8 @@ def multi_model_step(*, inject_inf: bool = False, scale: float = 2.0**12, lr: fl
         ((True, True), (True, False))
     """
     inject_inf = _as_bool("inject_inf", inject_inf)
-    scale, lr = _as_positive("scale", scale), _as_positive("lr", lr)
-    problem = make_problem(32, _as_int("seed", seed, minimum=0))
+    scale, lr = as_positive("scale", scale), as_positive("lr", lr)
+    problem = make_problem(32, as_int("seed", seed, minimum=0))
     model0 = problem.new_model()
     model1 = make_problem(1, problem.seed + 1).new_model()
     optimizer0 = torch.optim.SGD(model0.parameters(), lr=lr)
@@ -604,8 +592,8 @@ def gradient_penalty_step(*, scale: float = 2.0**12, lr: float = 0.1, seed: int 
         >>> g.stepped, g.penalty_rel_diff < 1e-2
         (True, True)
     """
-    scale, lr = _as_positive("scale", scale), _as_positive("lr", lr)
-    problem = make_problem(32, _as_int("seed", seed, minimum=0))
+    scale, lr = as_positive("scale", scale), as_positive("lr", lr)
+    problem = make_problem(32, as_int("seed", seed, minimum=0))
     results = {}
     for amp in (False, True):
         model = problem.new_model()
@@ -655,10 +643,10 @@ def make_state(*, amp: bool = True, init_scale: float = 2.0**24, growth_interval
     growths overflow again, so the scaler's state matters for a resumed run.
     """
     amp = _as_bool("amp", amp)
-    init_scale, lr = _as_positive("init_scale", init_scale), _as_positive("lr", lr)
-    growth_interval = _as_int("growth_interval", growth_interval, minimum=1)
-    batch_size = _as_int("batch_size", batch_size, minimum=1)
-    problem = make_problem(64, _as_int("seed", seed, minimum=0))
+    init_scale, lr = as_positive("init_scale", init_scale), as_positive("lr", lr)
+    growth_interval = as_int("growth_interval", growth_interval, minimum=1)
+    batch_size = as_int("batch_size", batch_size, minimum=1)
+    problem = make_problem(64, as_int("seed", seed, minimum=0))
     model = problem.new_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     scaler = (torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
@@ -674,7 +662,7 @@ def train_steps(state: TrainState, n: int) -> TrainState:
     """
     if not isinstance(state, TrainState):
         raise TypeError(f"state must be a TrainState, e.g. make_state() (got {type(state).__name__})")
-    n = _as_int("n", n, minimum=0)
+    n = as_int("n", n, minimum=0)
     amp = state.scaler is not None
     for _ in range(n):
         x, y = state.problem.batch(state.step, state.batch_size)
@@ -710,7 +698,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         raise TypeError(f"optimizer must be a torch.optim.Optimizer (got {type(optimizer).__name__})")
     if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
         raise TypeError(f"scaler must be a torch.amp.GradScaler or None (got {type(scaler).__name__})")
-    step = _as_int("step", step, minimum=0)
+    step = as_int("step", step, minimum=0)
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scaler": None if scaler is None else scaler.state_dict(), "step": step}, path)
 
@@ -772,7 +760,7 @@ def resume_matches(path: str | os.PathLike, k: int = 20, **settings) -> ResumeRe
         >>> r.resumed_identical, r.no_scaler_identical
         (True, False)
     """
-    k = _as_int("k", k, minimum=1)
+    k = as_int("k", k, minimum=1)
     straight = train_steps(make_state(**settings), 2 * k)
     first = train_steps(make_state(**settings), k)
     save_checkpoint(path, first.model, first.optimizer, first.scaler, first.step)
@@ -815,8 +803,8 @@ def resume_from_fp32(path: str | os.PathLike, k: int = 20, *, init_scale: float 
     The fresh scaler starts at ``init_scale``; a too-large one costs a few skipped steps at the start,
     then training continues.
     """
-    k = _as_int("k", k, minimum=1)
-    init_scale = _as_positive("init_scale", init_scale)
+    k = as_int("k", k, minimum=1)
+    init_scale = as_positive("init_scale", init_scale)
     fp32 = train_steps(make_state(amp=False, **settings), k)
     save_checkpoint(path, fp32.model, fp32.optimizer, None, fp32.step)
     state = make_state(amp=True, init_scale=init_scale, **settings)

@@ -39,6 +39,7 @@ from torch import nn
 
 from .scaler_sim import ScalerTrace, _checked_scaler_args, simulate_grad_scaler
 from .tables import Table
+from .validate import as_int, as_positive
 
 __all__ = ["RealRun", "StepAnatomy", "real_scaler_run", "step_anatomy", "step_was_skipped", "tiny_model"]
 
@@ -108,7 +109,7 @@ def tiny_model(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     Returns ``(model, inputs, targets)``: 512 examples of a noisy one-neuron teacher, all seeded by ``seed``
     (the global RNG is left as it was).
     """
-    seed = _as_int("seed", seed, minimum=0)
+    seed = as_int("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.randn(N_EXAMPLES, N_INPUTS, generator=generator)
     teacher = torch.randn(N_INPUTS, 1, generator=generator) / math.sqrt(N_INPUTS)
@@ -248,11 +249,11 @@ def real_scaler_run(
         >>> run.n_skipped > 0, run.matches_simulator()
         (True, True)
     """
-    steps = _as_int("steps", steps, minimum=1)
-    seed = _as_int("seed", seed, minimum=0)
+    steps = as_int("steps", steps, minimum=1)
+    seed = as_int("seed", seed, minimum=0)
     init_scale, growth_factor, backoff_factor, growth_interval = _checked_scaler_args(
         init_scale, growth_factor, backoff_factor, growth_interval)
-    lr = _as_positive("lr", lr)
+    lr = as_positive("lr", lr)
     settings = {"init_scale": init_scale, "growth_factor": growth_factor, "backoff_factor": backoff_factor,
                 "growth_interval": growth_interval}
 
@@ -366,8 +367,8 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
     """
     if not isinstance(inject_inf, bool):
         raise TypeError(f"inject_inf must be a bool (got {inject_inf!r})")
-    seed = _as_int("seed", seed, minimum=0)
-    lr = _as_positive("lr", lr)
+    seed = as_int("seed", seed, minimum=0)
+    lr = as_positive("lr", lr)
     scale, _, backoff_factor, _ = _checked_scaler_args(scale, 2.0, backoff_factor, 2000)
 
     model, inputs, targets = tiny_model(seed)
@@ -441,17 +442,4 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
                        unscaled_ratio=unscaled_ratio, rows=tuple(rows))
 
 
-def _as_int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int >= {minimum} (got {value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum} (got {value!r})")
-    return int(value)
 
-
-def _as_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number > 0 (got {value!r})")
-    if not 0 < float(value) < math.inf:
-        raise ValueError(f"{name} must be > 0 and finite (got {value!r})")
-    return float(value)

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .validate import as_float, as_int
+
 __all__ = ["ScalerTrace", "overflow_pattern", "simulate_grad_scaler"]
 
 _FLOAT32 = struct.Struct("f")
@@ -207,15 +209,15 @@ def overflow_pattern(
         >>> sum(overflow_pattern(1000, rate=0.1))
         89
     """
-    n_steps = _as_int("n_steps", n_steps, minimum=0)
-    if not 0 <= _as_float("rate", rate) <= 1:
+    n_steps = as_int("n_steps", n_steps, minimum=0)
+    if not 0 <= as_float("rate", rate) <= 1:
         raise ValueError(f"rate must be in [0, 1] (got {rate!r})")
-    burst_len = _as_int("burst_len", burst_len, minimum=1)
-    seed = _as_int("seed", seed, minimum=0)
+    burst_len = as_int("burst_len", burst_len, minimum=1)
+    seed = as_int("seed", seed, minimum=0)
 
     overflows = np.random.default_rng(seed).random(n_steps) < rate
     if burst_every is not None:
-        burst_every = _as_int("burst_every", burst_every, minimum=1)
+        burst_every = as_int("burst_every", burst_every, minimum=1)
         if burst_len > burst_every:
             raise ValueError(
                 f"burst_len must be <= burst_every (got burst_len={burst_len}, burst_every={burst_every})"
@@ -248,31 +250,20 @@ def _as_step_flags(found_inf: ArrayLike) -> list[bool]:
 def _checked_scaler_args(
     init_scale, growth_factor, backoff_factor, growth_interval
 ) -> tuple[float, float, float, int]:
-    init_scale = _as_float("init_scale", init_scale)
+    init_scale = as_float("init_scale", init_scale)
     if not 0 < _round_to_float32(init_scale) < math.inf:
         raise ValueError(
             f"init_scale must be > 0 and finite in float32, i.e. in about [1.4e-45, 3.4e38] "
             f"(got {init_scale!r})"
         )
-    growth_factor = _as_float("growth_factor", growth_factor)
+    growth_factor = as_float("growth_factor", growth_factor)
     if not 1 < growth_factor < math.inf:
         raise ValueError(f"growth_factor must be > 1 and finite (got {growth_factor!r})")
-    backoff_factor = _as_float("backoff_factor", backoff_factor)
+    backoff_factor = as_float("backoff_factor", backoff_factor)
     if not 0 < backoff_factor < 1:
         raise ValueError(f"backoff_factor must be in (0, 1) (got {backoff_factor!r})")
-    growth_interval = _as_int("growth_interval", growth_interval, minimum=1)
+    growth_interval = as_int("growth_interval", growth_interval, minimum=1)
     return init_scale, growth_factor, backoff_factor, growth_interval
 
 
-def _as_float(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number (got {value!r})")
-    return float(value)
 
-
-def _as_int(name: str, value, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int >= {minimum} (got {value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum} (got {value!r})")
-    return int(value)

@@ -79,3 +79,4 @@ def test_describe_this_machine():
     assert hw.device == device.pick_device()
     assert hw.torch_version == torch.__version__
     assert "recommended AMP dtype" in str(hw)
+
