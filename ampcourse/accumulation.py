@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .scaler_run import step_was_skipped
+from .scaler_run import StepCounter, step_was_skipped
 from .tables import Table
 from .validate import as_int, as_positive
 
@@ -145,17 +145,6 @@ def _flat_grads(model: nn.Module) -> torch.Tensor:
 
 def _flat_params(model: nn.Module) -> torch.Tensor:
     return _flat(model.parameters())
-
-
-class _StepCounter:
-    """Counts real ``optimizer.step()`` calls through the public ``register_step_post_hook``."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self.calls = 0
-        self.handle = optimizer.register_step_post_hook(self._hook)
-
-    def _hook(self, optimizer, args, kwargs) -> None:
-        self.calls += 1
 
 
 # ----------------------------------------------------------------------------------------- accumulation
@@ -414,7 +403,7 @@ def _one_amp_step(problem: Problem, scale: float, lr: float, before_step: Callab
     model = problem.new_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu", init_scale=scale)
-    counter = _StepCounter(optimizer)
+    counter = StepCounter(optimizer)
     params = _flat_params(model)
     scaler.scale(_loss(model, *problem.data, True)).backward()
     result = before_step(model, optimizer, scaler)
@@ -532,7 +521,7 @@ def multi_model_step(*, inject_inf: bool = False, scale: float = 2.0**12, lr: fl
     optimizer0 = torch.optim.SGD(model0.parameters(), lr=lr)
     optimizer1 = torch.optim.SGD(model1.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu", init_scale=scale)
-    counters = (_StepCounter(optimizer0), _StepCounter(optimizer1))
+    counters = (StepCounter(optimizer0), StepCounter(optimizer1))
     before = (_flat_params(model0), _flat_params(model1))
     x, y = problem.data
     optimizer0.zero_grad()
@@ -599,7 +588,7 @@ def gradient_penalty_step(*, scale: float = 2.0**12, lr: float = 0.1, seed: int 
         model = problem.new_model()
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         scaler = torch.amp.GradScaler("cpu", init_scale=scale, enabled=amp)
-        counter = _StepCounter(optimizer)
+        counter = StepCounter(optimizer)
         before = _flat_params(model)
         params = list(model.parameters())
         loss = _loss(model, *problem.data, amp)

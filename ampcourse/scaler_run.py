@@ -139,7 +139,7 @@ def _flat_grads(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.detach().reshape(-1) for p in model.parameters()]).clone()
 
 
-class _StepCounter:
+class StepCounter:
     """Counts real ``optimizer.step()`` calls through the public ``register_step_post_hook``."""
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
@@ -260,7 +260,7 @@ def real_scaler_run(
     model, inputs, targets = tiny_model(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu", **settings)
-    counter = _StepCounter(optimizer)
+    counter = StepCounter(optimizer)
     record: dict[str, list] = {name: [] for name in (
         "scales", "scales_after", "found_inf", "losses", "nonfinite_grads", "optimizer_stepped",
         "params_changed")}
@@ -395,7 +395,7 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
 
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu", init_scale=scale, backoff_factor=backoff_factor)
-    counter = _StepCounter(optimizer)
+    counter = StepCounter(optimizer)
     try:
         loss = _fp16_loss(model, x, y)
         scaled_loss = scaler.scale(loss)
