@@ -7,6 +7,7 @@ autocast was on when it ran. Nothing reads the learner's source text.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -17,13 +18,15 @@ from ..scaler_sim import simulate_grad_scaler
 from . import CheckFailed, call, fail, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 
+SCALE = 2.0**10  # the spy scaler's scale: no overflow in these steps, growth only after 1000
 
-def _setup(device, init_scale=2.0**10):
+
+def _setup(device):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
     log: list[str] = []
     optimizer = SpyOptimizer(model.parameters(), log, lr=0.1)
-    scaler = SpyScaler(log, device.type, init_scale=init_scale, growth_interval=1000)
+    scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=1000)
     autocast_seen: list[bool] = []
 
     def loss_fn(logits, target):
@@ -49,7 +52,7 @@ def amp_step(fn) -> None:
     require_callable(task, fn, "amp_step")
     device = pick_device()
     model, optimizer, scaler, loss_fn, x, y, log, autocast_seen = _setup(device)
-    before = [p.detach().clone() for p in model.parameters()]
+    initial = copy.deepcopy(model)  # the FP32 reference starts from the same weights
     try:
         call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
     except CheckFailed:
@@ -82,20 +85,18 @@ def amp_step(fn) -> None:
                          "step records. The order is scale(loss).backward() → step(optimizer) → update().")
     if order.count("update") != 1 or order.count("scaler.step") != 1:
         raise fail(task, f"one step should call scaler.step and scaler.update once each; the calls were {order}.")
-    scale = 2.0**10
-    true = _true_grads(model_copy := _fresh_like(model, before), x, y)
-    del model_copy
+    true = _true_grads(initial, x, y)
     seen = optimizer.grads_at_step[0]
     ratio = max((g.abs().max() / t.abs().max()).item() for g, t in zip(seen, true, strict=True) if t.abs().max() > 0)
-    if ratio > scale / 4:
+    if ratio > SCALE / 4:
         raise fail(task, "the optimizer stepped with gradients still multiplied by the scale. Let "
                          "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
-    if all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True)):
+    if all(torch.equal(a, b.detach()) for a, b in zip(initial.parameters(), model.parameters(), strict=True)):
         raise fail(task, "the parameters did not change: make sure `scaler.step(optimizer)` runs after backward.")
 
     # A second step: the gradients must be fresh (zero_grad), not added to what .grad held before.
     # Left-over gradients are divided by the scale at unscale_, which hides them; a large stale value does not hide.
-    second = _true_grads(_fresh_like(model, [p.detach().clone() for p in model.parameters()]), x, y)
+    second = _true_grads(copy.deepcopy(model), x, y)
     for p in model.parameters():
         p.grad = torch.full_like(p, 100.0 * scaler.get_scale())
     call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
@@ -107,16 +108,6 @@ def amp_step(fn) -> None:
     passed(task, "forward and loss under autocast, scale → backward → scaler.step → update in that order, "
                  "gradients unscaled before the step and fresh on every call.")
 
-
-def _fresh_like(model, params):
-    """A copy of ``model`` with the given parameter values (so the learner's model is left untouched)."""
-    import copy
-
-    clone = copy.deepcopy(model)
-    with torch.no_grad():
-        for p, value in zip(clone.parameters(), params, strict=True):
-            p.copy_(value)
-    return clone
 
 
 # --- Task 2: a dynamic loss scaler ----------------------------------------------------------------------
