@@ -3,6 +3,7 @@
   grade [NOTEBOOK...]   grade your exercises (all of exercises/ by default) and print a table
   build [--check]       regenerate exercises/ and navigation; --check lists stale files, exit 1
   execute NOTEBOOK...   run notebooks and store their outputs (authors: lessons and solutions)
+  gpucheck [--cpu]      run every notebook, the GPU tests and the lesson-06 benchmark; write reports/
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--check", action="store_true", help="only list stale files; exit 1 if any")
     execute = sub.add_parser("execute", help="run notebooks and store their outputs")
     execute.add_argument("notebooks", nargs="+")
+    sub.add_parser("gpucheck", help="the GPU check (see ampcourse/gpucheck.py); --cpu for a dry run",
+                   add_help=False)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "gpucheck":
+        from .gpucheck import main as gpucheck
+
+        return gpucheck(argv[1:])
     args = parser.parse_args(argv)
 
     if args.command == "grade":

@@ -5,6 +5,7 @@ terminal summary at the end of the run, so the numbers a test checked are visibl
 """
 
 import pytest
+import torch
 
 _FIGURES: list[str] = []
 
@@ -20,3 +21,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("figures checked by the tests")
         for line in _FIGURES:
             terminalreporter.write_line(line)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need CUDA: without it they skip (``python -m ampcourse gpucheck`` runs them)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run: python -m ampcourse gpucheck on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

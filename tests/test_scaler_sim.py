@@ -9,7 +9,7 @@ import torch
 from ampcourse.scaler_sim import overflow_pattern, simulate_grad_scaler
 
 
-def run_real_grad_scaler(found_inf, **settings):
+def run_real_grad_scaler(found_inf, device="cpu", **settings):
     """Train a one-parameter model under a real CPU ``GradScaler``; step i overflows iff found_inf[i].
 
     Returns, per step, the scale the loss was multiplied by, whether the parameter was left
@@ -19,9 +19,9 @@ def run_real_grad_scaler(found_inf, **settings):
     float32's normal range on clean steps (below it, unscaling makes the gradient inf or NaN and
     the model then overflows for real, whatever found_inf says).
     """
-    param = torch.zeros(1, requires_grad=True)
+    param = torch.zeros(1, requires_grad=True, device=device)
     optimizer = torch.optim.SGD([param], lr=2.0**-10)
-    scaler = torch.amp.GradScaler("cpu", enabled=True, **settings)
+    scaler = torch.amp.GradScaler(device, enabled=True, **settings)
     scales, skipped, trackers = [], [], []
     for overflow in found_inf:
         optimizer.zero_grad()
@@ -80,11 +80,12 @@ CASES = {
 }
 
 
-def test_simulator_matches_torch_step_for_step(figures):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_simulator_matches_torch_step_for_step(device, figures):
     mismatches = []
     for name, (found_inf, settings) in CASES.items():
         trace = simulate_grad_scaler(found_inf, **settings)
-        scales, skipped, trackers, state = run_real_grad_scaler(found_inf, **settings)
+        scales, skipped, trackers, state = run_real_grad_scaler(found_inf, device, **settings)
         for what, simulated, real in [
             ("scale", trace.scales, scales),
             ("skipped", trace.skipped, skipped),
@@ -99,7 +100,7 @@ def test_simulator_matches_torch_step_for_step(figures):
     n_steps = sum(len(found_inf) for found_inf, _ in CASES.values())
     n_skipped = sum(sum(found_inf) for found_inf, _ in CASES.values())
     figures(
-        f"GradScaler simulator vs torch.amp.GradScaler: {len(CASES)} runs, {n_steps} steps "
+        f"GradScaler simulator vs torch.amp.GradScaler({device!r}): {len(CASES)} runs, {n_steps} steps "
         f"({n_skipped} skipped), scale, skip and growth tracker identical at every step"
     )
 

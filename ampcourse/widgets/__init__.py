@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import lesson00, lesson01, lesson02, lesson04, lesson05
+from . import lesson00, lesson01, lesson02, lesson04, lesson05, lesson06
 
 REGISTRY: dict[str, tuple[Callable, list[dict]]] = {
     "lesson00.cast_survival": (lesson00.cast_survival, lesson00.BENCHMARK_MOVES),
@@ -20,4 +20,5 @@ REGISTRY: dict[str, tuple[Callable, list[dict]]] = {
     "lesson02.loss_scale_histogram": (lesson02.loss_scale_histogram, lesson02.BENCHMARK_MOVES),
     "lesson04.scale_dynamics": (lesson04.scale_dynamics, lesson04.BENCHMARK_MOVES),
     "lesson05.clipping_explorer": (lesson05.clipping_explorer, lesson05.BENCHMARK_MOVES),
+    "lesson06.speed_memory_explorer": (lesson06.speed_memory_explorer, lesson06.BENCHMARK_MOVES),
 }

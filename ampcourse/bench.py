@@ -1,0 +1,934 @@
+"""Honest benchmarks for lesson 06: step time, memory, achieved FLOP/s and the fraction of peak.
+
+Timing (:func:`time_fn`)
+    Warm-up calls are run first and not timed (allocations, cuDNN/cuBLAS heuristics, torch.compile).
+    Each timed call is bracketed by a device synchronisation (CUDA and MPS run asynchronously: without
+    it the clock would stop when the work is *queued*, not done). On CUDA the elapsed time comes from
+    ``torch.cuda.Event(enable_timing=True)`` pairs; elsewhere from ``time.perf_counter``. Many repeats;
+    the median and the inter-quartile range are reported (a mean is dragged by one slow outlier).
+
+Memory
+    :func:`saved_activation_bytes` counts, on any device, the bytes autograd keeps for the backward pass
+    (with ``torch.autograd.graph.saved_tensors_hooks``), each storage once. Storages of the *parameters*
+    themselves (a ``Linear`` saves its weight) are not activations: they are reported apart
+    (``parameter_bytes``) and not counted. Casts of parameters that a region saves (autocast saves the
+    bfloat16/float16 copy of each weight it multiplies with) are real extra memory, but they are per
+    step, not per sample: they are reported apart too (``parameter_copies``). :func:`state_bytes` counts
+    parameters, gradients and optimizer state by dtype; :func:`peak_memory_bytes` reads the CUDA
+    allocator's peak (``None`` where no allocator statistics exist, e.g. on the CPU).
+
+FLOP/s
+    :func:`matmul_flops` (2·m·k·n: one multiply and one add per term), :func:`achieved_flops`,
+    :data:`DATASHEET_PEAKS` (dense figures from NVIDIA's datasheets — *not* the "with sparsity" ones,
+    which are twice as high), :func:`peak_flops` and :func:`fraction_of_peak`.
+
+Steps
+    :func:`benchmark_step` times one training step of an MLP in one of :data:`MODES`;
+    :func:`compare_precisions` runs several modes in the same process and reports speed-ups against
+    FP32 from that same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .tables import Table
+from .validate import as_int, as_positive
+
+__all__ = [
+    "ActivationReport", "BenchmarkError", "Comparison", "DATASHEET_PEAKS", "MODES", "MatmulResult", "MemorySummary",
+    "StepResult", "Timing", "achieved_flops", "available_modes", "benchmark_step", "cast_cost", "compare_precisions",
+    "cpu_features", "format_bytes", "format_flops", "format_time", "fraction_of_peak", "largest_batch_estimate",
+    "make_mlp", "matmul_flops", "matmul_throughput", "measured_peak_flops", "memory_summary",
+    "mode_unavailable_reason", "peak_flops", "peak_memory_bytes", "saved_activation_bytes", "state_bytes",
+    "synchronize", "time_fn",
+]
+
+MODES = ("fp32", "tf32", "fp16", "bf16")
+_AUTOCAST_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPE_MODE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+class BenchmarkError(RuntimeError):
+    """The function being benchmarked raised; the message says which call and what it raised."""
+
+
+# --- formatting (units the notebooks' nbval sanitizers recognise) ----------------------------------------
+
+def format_time(seconds: float) -> str:
+    """``0.0123`` → ``'12.3 ms'`` (µs, ms or s, three significant digits)."""
+    seconds = float(seconds)
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
+
+
+def format_flops(flops_per_second: float) -> str:
+    """``1.5e12`` → ``'1.5 TFLOP/s'``."""
+    value = float(flops_per_second)
+    for unit, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}FLOP/s"
+    return f"{value:.3g} FLOP/s"
+
+
+def format_bytes(n: int | None) -> str:
+    """``1536`` → ``'1.5 KiB'``; ``None`` → ``'—'``."""
+    if n is None:
+        return "—"
+    n = int(n)
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} B"
+
+
+# --- timing ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Timing:
+    """Timed runs in seconds (warm-up runs excluded; ``warmup`` says how many were run first)."""
+
+    times: tuple[float, ...]
+    warmup: int
+
+    def __post_init__(self) -> None:
+        if not self.times:
+            raise ValueError("times must hold at least one timed run")
+
+    def _quartiles(self) -> tuple[float, float]:
+        if len(self.times) == 1:
+            return self.times[0], self.times[0]
+        q1, _, q3 = statistics.quantiles(self.times, n=4, method="inclusive")
+        return q1, q3
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def p25(self) -> float:
+        return self._quartiles()[0]
+
+    @property
+    def p75(self) -> float:
+        return self._quartiles()[1]
+
+    @property
+    def iqr(self) -> float:
+        """Inter-quartile range p75 − p25: the spread of the middle half of the runs."""
+        q1, q3 = self._quartiles()
+        return q3 - q1
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.times)
+
+    @property
+    def runs(self) -> int:
+        return len(self.times)
+
+    def __str__(self) -> str:
+        # every number carries its unit, so the notebooks' timing sanitizer catches each of them
+        return f"{format_time(self.median)} (IQR {format_time(self.p25)} – {format_time(self.p75)}, {self.runs} runs)"
+
+
+def _as_device(device: Any, name: str = "device") -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError as err:
+            raise ValueError(f"{name} must name a torch device such as 'cpu' or 'cuda' (got {device!r})") from err
+    raise TypeError(f"{name} must be a torch.device or a str such as 'cpu' (got {device!r})")
+
+
+def synchronize(device: torch.device | str | None) -> None:
+    """Wait until the device has finished all queued work (CUDA, MPS); nothing to wait for on the CPU."""
+    device = torch.device("cpu") if device is None else _as_device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _run(fn: Callable[[], Any], what: str) -> Any:
+    try:
+        return fn()
+    except Exception as err:
+        raise BenchmarkError(f"the benchmarked function raised {type(err).__name__} during {what}: {err}") from err
+
+
+def time_fn(fn: Callable[[], Any], *, warmup: int = 3, repeats: int = 20, device: torch.device | str | None = None,
+            clock: Callable[[], float] | None = None, sync: Callable[[], None] | None = None) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed calls, each synchronised.
+
+    Args:
+        fn: a function of no arguments (wrap yours: ``lambda: step(model, x)``).
+        warmup: untimed calls first (>= 0).
+        repeats: timed calls (>= 1).
+        device: where ``fn`` runs (default CPU): decides how to synchronise and, on CUDA, the use of
+            CUDA events.
+        clock: a function returning seconds (default ``time.perf_counter``; on CUDA, events are used
+            unless a clock is given). Inject a fake clock to test.
+        sync: waits for the device (default :func:`synchronize` on ``device``). Inject a fake to test.
+
+    Each timed call is ``sync(); start = clock(); fn(); sync(); stop = clock()``.
+
+    Raises:
+        TypeError/ValueError: bad arguments. BenchmarkError: ``fn`` raised (the message says which call).
+
+    >>> ticks = iter(range(100))
+    >>> timing = time_fn(lambda: None, warmup=2, repeats=3, clock=lambda: next(ticks))
+    >>> timing.times, timing.warmup
+    ((1.0, 1.0, 1.0), 2)
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of no arguments (got {type(fn).__name__} {fn!r})")
+    warmup = as_int("warmup", warmup, minimum=0)
+    repeats = as_int("repeats", repeats, minimum=1)
+    device = torch.device("cpu") if device is None else _as_device(device)
+    if clock is not None and not callable(clock):
+        raise TypeError(f"clock must be a function returning seconds (got {clock!r})")
+    if sync is not None and not callable(sync):
+        raise TypeError(f"sync must be a function of no arguments (got {sync!r})")
+    wait = sync if sync is not None else (lambda: synchronize(device))
+    for i in range(warmup):
+        _run(fn, f"warm-up call {i + 1} of {warmup}")
+    use_events = clock is None and device.type == "cuda"
+    times = []
+    if use_events:
+        wait()
+        pairs = []
+        for i in range(repeats):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            wait()
+            start.record()
+            _run(fn, f"timed call {i + 1} of {repeats}")
+            stop.record()
+            pairs.append((start, stop))
+        wait()
+        times = [start.elapsed_time(stop) / 1e3 for start, stop in pairs]  # elapsed_time is in ms
+    else:
+        now = clock if clock is not None else time.perf_counter
+        for i in range(repeats):
+            wait()
+            start = now()
+            _run(fn, f"timed call {i + 1} of {repeats}")
+            wait()
+            times.append(now() - start)
+    return Timing(tuple(float(t) for t in times), warmup)
+
+
+# --- memory ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ActivationReport:
+    """What autograd saved for backward during one call, each storage counted once.
+
+    Attributes:
+        by_dtype: bytes of saved activations by dtype (tensors computed from the data).
+        parameter_bytes: bytes of saved storages that *are* parameters (not counted: they exist anyway).
+        parameter_copies: bytes by dtype of saved casts/views-with-a-copy of parameters (autocast's
+            float16/bfloat16 weights): extra memory, but fixed per step, not per sample.
+        tensors: how many saved tensors were seen (a storage may be saved several times).
+    """
+
+    by_dtype: dict[torch.dtype, int]
+    parameter_bytes: int = 0
+    parameter_copies: dict[torch.dtype, int] = field(default_factory=dict)
+    tensors: int = 0
+
+    @property
+    def total(self) -> int:
+        """Activation bytes (parameters and their copies excluded)."""
+        return sum(self.by_dtype.values())
+
+    @property
+    def copies_total(self) -> int:
+        return sum(self.parameter_copies.values())
+
+    @property
+    def held_for_backward(self) -> int:
+        """Activations plus parameter copies: the memory the graph holds beyond the parameters."""
+        return self.total + self.copies_total
+
+
+_PASS_THROUGH = ("ToCopyBackward", "TBackward", "ViewBackward", "TransposeBackward", "PermuteBackward",
+                 "ExpandBackward", "UnsafeViewBackward", "AliasBackward", "ReshapeAliasBackward")
+
+
+def _derived_from_parameter(tensor: torch.Tensor, parameters: set[int]) -> bool:
+    """True if ``tensor`` is a cast/view chain of one parameter (e.g. autocast's bf16 copy of a weight)."""
+    node = tensor.grad_fn
+    for _ in range(6):
+        if node is None:
+            return False
+        name = type(node).__name__
+        if name == "AccumulateGrad":
+            return id(node.variable) in parameters
+        if not name.startswith(_PASS_THROUGH):
+            return False
+        nexts = [n for n, _ in node.next_functions if n is not None]
+        if len(nexts) != 1:
+            return False
+        node = nexts[0]
+    return False
+
+
+def saved_activation_bytes(fn: Callable[[], Any],
+                           parameters: Iterable[torch.Tensor] | torch.nn.Module = ()) -> ActivationReport:
+    """Bytes autograd saves for backward while ``fn()`` runs (usually a forward pass and a loss).
+
+    Each storage is counted once, with its full size (a saved view keeps its whole storage alive).
+    Storages shared with ``parameters`` (a module or an iterable of tensors) are parameters, not
+    activations; leaf tensors that require grad are treated as parameters too. Saved tensors computed
+    from a parameter by casts and views only (autocast's low-precision weight copies) go to
+    ``parameter_copies``. Works on every device, without running backward.
+
+    >>> lin = torch.nn.Linear(4, 3)
+    >>> x = torch.randn(2, 4)
+    >>> saved_activation_bytes(lambda: torch.relu(lin(x)), lin).by_dtype   # x (2×4) + relu output (2×3)
+    {torch.float32: 56}
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of no arguments (got {type(fn).__name__} {fn!r})")
+    if isinstance(parameters, torch.nn.Module):
+        parameters = list(parameters.parameters())
+    try:
+        params = [p for p in parameters]
+    except TypeError:
+        raise TypeError(f"parameters must be a module or an iterable of tensors (got {parameters!r})") from None
+    if not all(isinstance(p, torch.Tensor) for p in params):
+        raise TypeError("parameters must be a module or an iterable of tensors")
+    param_ids = {id(p) for p in params}
+    param_storages = {(p.device, p.untyped_storage().data_ptr()) for p in params}
+    seen: dict[tuple, torch.UntypedStorage] = {}  # keeps storages alive so their addresses are not reused
+    by_dtype: dict[torch.dtype, int] = {}
+    copies: dict[torch.dtype, int] = {}
+    parameter_bytes = 0
+    count = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal parameter_bytes, count
+        count += 1
+        storage = tensor.untyped_storage()
+        key = (tensor.device, storage.data_ptr())
+        if key in seen:
+            return tensor
+        seen[key] = storage
+        size = storage.nbytes()
+        if key in param_storages or (tensor.is_leaf and tensor.requires_grad):
+            parameter_bytes += size
+        elif _derived_from_parameter(tensor, param_ids):
+            copies[tensor.dtype] = copies.get(tensor.dtype, 0) + size
+        else:
+            by_dtype[tensor.dtype] = by_dtype.get(tensor.dtype, 0) + size
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        _run(fn, "the activation count")
+    seen.clear()
+    return ActivationReport(dict(sorted(by_dtype.items(), key=str)), parameter_bytes,
+                            dict(sorted(copies.items(), key=str)), count)
+
+
+def _add(counts: dict[torch.dtype, int], tensor: torch.Tensor, seen: set) -> None:
+    key = (tensor.device, tensor.untyped_storage().data_ptr())
+    if key in seen:
+        return
+    seen.add(key)
+    counts[tensor.dtype] = counts.get(tensor.dtype, 0) + tensor.untyped_storage().nbytes()
+
+
+def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+                ) -> dict[str, dict[torch.dtype, int]]:
+    """Bytes by dtype of ``"parameters"``, ``"gradients"`` (those that exist now) and ``"optimizer state"``.
+
+    Each storage is counted once. Adam keeps two tensors per parameter (``exp_avg``, ``exp_avg_sq``, in
+    the parameter's dtype) plus a one-element ``step`` tensor.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer or None (got {type(optimizer).__name__})")
+    params: dict[torch.dtype, int] = {}
+    grads: dict[torch.dtype, int] = {}
+    opt: dict[torch.dtype, int] = {}
+    seen: set = set()
+    for p in model.parameters():
+        _add(params, p, seen)
+    for p in model.parameters():
+        if p.grad is not None:
+            _add(grads, p.grad, seen)
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    _add(opt, value, seen)
+    return {"parameters": params, "gradients": grads, "optimizer state": opt}
+
+
+def peak_memory_bytes(fn: Callable[[], Any], device: torch.device | str) -> int | None:
+    """Peak bytes allocated on ``device`` while ``fn()`` runs (CUDA allocator statistics).
+
+    The peak counts everything allocated at that moment (model, optimizer state, activations). Returns
+    ``None`` without running ``fn`` where the allocator keeps no peak statistics (CPU, MPS): use
+    :func:`saved_activation_bytes` and :func:`state_bytes` there.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of no arguments (got {type(fn).__name__} {fn!r})")
+    device = _as_device(device)
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    _run(fn, "the peak-memory run")
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device))
+
+
+def largest_batch_estimate(memory_budget_bytes: int, per_sample_bytes: int, fixed_bytes: int) -> int:
+    """How many samples fit: ``floor((budget − fixed) / per_sample)``, 0 if even the fixed part does not fit.
+
+    ``fixed_bytes``: what does not grow with the batch (parameters, gradients, optimizer state, autocast's
+    weight copies); ``per_sample_bytes``: what does (activations per sample). A first estimate only: the
+    allocator's fragmentation and temporary buffers need headroom.
+
+    >>> largest_batch_estimate(1000, 30, 100)
+    30
+    """
+    budget = as_int("memory_budget_bytes", memory_budget_bytes, minimum=1)
+    per_sample = as_int("per_sample_bytes", per_sample_bytes, minimum=1)
+    fixed = as_int("fixed_bytes", fixed_bytes, minimum=0)
+    return max(0, (budget - fixed) // per_sample)
+
+
+# --- FLOP/s ---------------------------------------------------------------------------------------------
+
+def matmul_flops(m: int, k: int, n: int) -> int:
+    """Floating-point operations of an (m×k) @ (k×n) product: 2·m·k·n (a multiply and an add per term).
+
+    >>> matmul_flops(2, 3, 4)
+    48
+    """
+    return 2 * as_int("m", m, minimum=1) * as_int("k", k, minimum=1) * as_int("n", n, minimum=1)
+
+
+def achieved_flops(flops: float, seconds: float) -> float:
+    """FLOP/s: ``flops / seconds`` (seconds, not milliseconds)."""
+    if isinstance(flops, bool) or not isinstance(flops, (int, float)) or flops < 0 or not math.isfinite(flops):
+        raise ValueError(f"flops must be a finite number >= 0 (got {flops!r})")
+    return float(flops) / as_positive("seconds", seconds)
+
+
+def fraction_of_peak(achieved: float, peak: float) -> float:
+    """``achieved / peak`` (a fraction: 0.42 means 42% of the peak)."""
+    if isinstance(achieved, bool) or not isinstance(achieved, (int, float)) or achieved < 0:
+        raise ValueError(f"achieved must be a number >= 0 (got {achieved!r})")
+    return float(achieved) / as_positive("peak", peak)
+
+
+_T = 1e12
+_SOURCES = {
+    "V100-SXM2": "NVIDIA V100 datasheet (SXM2)",
+    "V100-PCIE": "NVIDIA V100 datasheet (PCIe)",
+    "T4": "NVIDIA T4 datasheet",
+    "A10": "NVIDIA A10 datasheet (dense; the sparse figures are 2×)",
+    "A100": "NVIDIA A100 datasheet (dense; the sparse figures are 2×)",
+    "L4": "NVIDIA L4 datasheet (its tensor figures are sparse: halved here)",
+    "L40S": "NVIDIA L40S datasheet (dense; the sparse figures are 2×)",
+    "RTX 4090": "NVIDIA Ada GPU architecture whitepaper (RTX 4090, FP32 accumulate, dense)",
+    "H100": "NVIDIA H100 datasheet, SXM (its tensor figures are sparse: halved here)",
+    "H100 PCIe": "NVIDIA H100 datasheet, PCIe (its tensor figures are sparse: halved here)",
+    "H200": "NVIDIA H200 datasheet, SXM (its tensor figures are sparse: halved here)",
+}
+
+#: Peak FLOP/s from NVIDIA datasheets (whitepaper for the RTX 4090): **dense**, without 2:4 sparsity.
+#: ``fp32`` is the non-tensor FP32 rate; ``tf32``/``fp16``/``bf16`` are Tensor Core rates with FP32
+#: accumulation. Keys are matched as whole words in ``torch.cuda.get_device_name()`` (longest match
+#: wins: "H100 PCIe" before "H100", which is taken to be the SXM part). A missing dtype: no such
+#: Tensor Core mode on that GPU (V100 and T4 have no TF32/BF16 Tensor Cores).
+DATASHEET_PEAKS: dict[str, dict[str, float]] = {
+    "V100-SXM2": {"fp32": 15.7 * _T, "fp16": 125 * _T},
+    "V100-PCIE": {"fp32": 14 * _T, "fp16": 112 * _T},
+    "T4": {"fp32": 8.1 * _T, "fp16": 65 * _T},
+    "A10": {"fp32": 31.2 * _T, "tf32": 62.5 * _T, "fp16": 125 * _T, "bf16": 125 * _T},
+    "A100": {"fp32": 19.5 * _T, "tf32": 156 * _T, "fp16": 312 * _T, "bf16": 312 * _T},
+    "L4": {"fp32": 30.3 * _T, "tf32": 60 * _T, "fp16": 121 * _T, "bf16": 121 * _T},
+    "L40S": {"fp32": 91.6 * _T, "tf32": 183 * _T, "fp16": 362.05 * _T, "bf16": 362.05 * _T},
+    "RTX 4090": {"fp32": 82.6 * _T, "tf32": 82.6 * _T, "fp16": 165.2 * _T, "bf16": 165.2 * _T},
+    "H100": {"fp32": 67 * _T, "tf32": 494.5 * _T, "fp16": 989.5 * _T, "bf16": 989.5 * _T},
+    "H100 PCIe": {"fp32": 51 * _T, "tf32": 378 * _T, "fp16": 756.5 * _T, "bf16": 756.5 * _T},
+    "H200": {"fp32": 67 * _T, "tf32": 494.5 * _T, "fp16": 989.5 * _T, "bf16": 989.5 * _T},
+}
+
+
+def _mode_name(dtype: Any) -> str:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPE_MODE:
+            raise ValueError(f"dtype must be float32, float16 or bfloat16 (got {dtype})")
+        return _DTYPE_MODE[dtype]
+    if isinstance(dtype, str) and dtype in MODES:
+        return dtype
+    raise ValueError(f"dtype must be one of {MODES} or a torch dtype float32/float16/bfloat16 (got {dtype!r})")
+
+
+def datasheet_entry(gpu_name: str) -> str | None:
+    """The :data:`DATASHEET_PEAKS` key that matches ``gpu_name`` (whole words, longest first), or None.
+
+    >>> datasheet_entry("NVIDIA H100 PCIe"), datasheet_entry("NVIDIA A100-SXM4-80GB"), datasheet_entry("NVIDIA A10G")
+    ('H100 PCIe', 'A100', None)
+    """
+    if not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name must be a str (got {gpu_name!r})")
+    for key in sorted(DATASHEET_PEAKS, key=len, reverse=True):
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", gpu_name, flags=re.IGNORECASE):
+            return key
+    return None
+
+
+def peak_flops(device: torch.device | str, dtype: Any = "fp32", *, gpu_name: str | None = None
+               ) -> tuple[float, str] | None:
+    """The datasheet peak FLOP/s for ``dtype`` (a mode name or a torch dtype) on ``device``, and its source.
+
+    ``None`` where it is not known: CPUs and Apple GPUs (measure one with :func:`measured_peak_flops`),
+    GPUs not in :data:`DATASHEET_PEAKS`, or a mode the GPU has no Tensor Cores for. ``gpu_name`` overrides
+    the name read from the device (for tests, or to look up another GPU).
+    """
+    device = _as_device(device)
+    mode = _mode_name(dtype)
+    if gpu_name is None:
+        if device.type != "cuda":
+            return None
+        gpu_name = torch.cuda.get_device_name(device)
+    key = datasheet_entry(gpu_name)
+    if key is None or mode not in DATASHEET_PEAKS[key]:
+        return None
+    return DATASHEET_PEAKS[key][mode], f"datasheet: {_SOURCES[key]}"
+
+
+@contextlib.contextmanager
+def tf32_enabled(enabled: bool):
+    """Set ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``; restore after."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # newer torch may suggest its fp32_precision settings instead
+        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@dataclass(frozen=True)
+class MatmulResult:
+    """One timed (m×k) @ (k×n) product."""
+
+    m: int
+    k: int
+    n: int
+    mode: str
+    timing: Timing
+
+    @property
+    def flops(self) -> int:
+        return matmul_flops(self.m, self.k, self.n)
+
+    @property
+    def achieved(self) -> float:
+        """FLOP/s at the median time."""
+        return achieved_flops(self.flops, self.timing.median)
+
+
+def matmul_throughput(m: int, k: int, n: int, *, mode: str = "fp32", device: torch.device | str = "cpu",
+                      warmup: int = 2, repeats: int = 5, seed: int = 0) -> MatmulResult:
+    """Time one (m×k) @ (k×n) product in ``mode`` (fp32, tf32 — CUDA only —, fp16 or bf16 inputs)."""
+    m, k, n = (as_int(name, v, minimum=1) for name, v in (("m", m), ("k", k), ("n", n)))
+    device = _as_device(device)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
+    reason = mode_unavailable_reason(mode, device)
+    if reason:
+        raise ValueError(f"mode {mode!r} is not available on {device}: {reason}")
+    dtype = _AUTOCAST_DTYPE.get(mode, torch.float32)
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(k, n, generator=g).to(device=device, dtype=dtype)
+    with tf32_enabled(mode == "tf32") if device.type == "cuda" else contextlib.nullcontext():
+        timing = time_fn(lambda: torch.mm(a, b), warmup=warmup, repeats=repeats, device=device)
+    return MatmulResult(m, k, n, mode, timing)
+
+
+def measured_peak_flops(device: torch.device | str, mode: str = "fp32", *, size: int = 1024,
+                        repeats: int = 5) -> tuple[float, str]:
+    """A measured stand-in for the peak: the FLOP/s of one large square product (``size``³), and a label."""
+    result = matmul_throughput(size, size, size, mode=mode, device=device, repeats=repeats)
+    return result.achieved, f"measured: {size}×{size} @ {size}×{size} {mode} product on this device"
+
+
+# --- hardware -------------------------------------------------------------------------------------------
+
+_CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
+
+
+def cpu_features(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The CPU's model and the flags that decide low-precision matmul speed (from ``/proc/cpuinfo``).
+
+    Returns ``{"model": str, "flags": {flag: bool}, "torch_capability": str}``; ``flags`` is empty where
+    ``/proc/cpuinfo`` does not exist (macOS, Windows). ``avx512_bf16``/``amx_bf16`` give fast bf16
+    matrix products on the CPU; without them torch falls back to slower paths. ``cpuinfo`` overrides
+    the file's text (tests).
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as handle:
+                cpuinfo = handle.read()
+        except OSError:
+            cpuinfo = ""
+    if not isinstance(cpuinfo, str):
+        raise TypeError(f"cpuinfo must be a str or None (got {cpuinfo!r})")
+    model, flags = "unknown", set()
+    for line in cpuinfo.splitlines():
+        label, _, value = line.partition(":")
+        if label.strip() == "model name" and model == "unknown":
+            model = value.strip()
+        elif label.strip() in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    found = {flag: flag in flags for flag in _CPU_FLAGS} if flags else {}
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        capability = "unknown"
+    return {"model": model, "flags": found, "torch_capability": capability}
+
+
+def mode_unavailable_reason(mode: str, device: torch.device | str) -> str | None:
+    """Why ``mode`` cannot run on ``device`` (a short sentence), or None if it can."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
+    device = _as_device(device)
+    if mode == "fp32":
+        return None
+    if mode == "tf32":
+        if device.type != "cuda":
+            return "TF32 is a CUDA Tensor Core mode (compute capability >= 8.0)"
+        if torch.cuda.get_device_capability(device) < (8, 0):
+            return "TF32 needs compute capability >= 8.0 (Ampere or newer)"
+        return None
+    if mode == "bf16":
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+            return "this GPU has no native bfloat16"
+        if device.type == "mps" and not torch.backends.mps.is_macos_or_newer(14, 0):
+            return "MPS bfloat16 needs macOS 14"
+    return None
+
+
+def available_modes(device: torch.device | str) -> list[str]:
+    """The :data:`MODES` this device runs: fp32 always; tf32 on CUDA with capability >= 8.0; fp16 (on the
+    CPU it is slow: keep it tiny); bf16 where supported."""
+    device = _as_device(device)
+    return [mode for mode in MODES if mode_unavailable_reason(mode, device) is None]
+
+
+# --- one training step ----------------------------------------------------------------------------------
+
+def make_mlp(width: int, depth: int, *, seed: int = 0) -> torch.nn.Sequential:
+    """``depth`` × (Linear(width, width) + ReLU), seeded."""
+    width = as_int("width", width, minimum=1)
+    depth = as_int("depth", depth, minimum=1)
+    torch.manual_seed(seed)
+    layers: list[torch.nn.Module] = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One mode's measurement. ``error`` is set (and the measurements are None) when the row could not run."""
+
+    mode: str
+    compiled: bool
+    width: int
+    depth: int
+    batch: int
+    device: str
+    timing: Timing | None = None
+    activations: ActivationReport | None = None
+    peak_bytes: int | None = None
+    state: dict[str, dict[torch.dtype, int]] | None = None
+    first_call_seconds: float | None = None
+    error: str | None = None
+
+    @property
+    def step_flops(self) -> int:
+        """Matmul FLOPs of one step: forward (1×) plus backward (2×: input and weight gradients)."""
+        return 3 * self.depth * matmul_flops(self.batch, self.width, self.width)
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}{' + compile' if self.compiled else ''}"
+
+
+def _step_fn(model, optimizer, scaler, x, target, mode, device_type):
+    dtype = _AUTOCAST_DTYPE.get(mode)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device_type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = F.mse_loss(model(x), target)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+    return step
+
+
+def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: torch.device | str,
+                   compile: bool = False, warmup: int = 3, repeats: int = 10, seed: int = 0) -> StepResult:
+    """Time one training step (forward, MSE loss, backward, Adam step) of :func:`make_mlp` in ``mode``.
+
+    fp32: TF32 off. tf32: ``allow_tf32`` on for matmuls and cuDNN (both flags restored afterwards).
+    fp16: float16 autocast and a ``torch.amp.GradScaler``. bf16: bfloat16 autocast, no scaler.
+    ``compile=True`` wraps the model in ``torch.compile``; the first call (which compiles) is timed
+    apart (``first_call_seconds``); a compile failure gives a row whose ``error`` says why.
+
+    Also measured: the activations saved for backward (eager model; ``None`` for compiled rows, whose
+    graph decides what to save or recompute), the CUDA peak of one more step (None elsewhere), and the
+    state bytes after the steps.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
+    width = as_int("width", width, minimum=1)
+    depth = as_int("depth", depth, minimum=1)
+    batch = as_int("batch", batch, minimum=1)
+    device = _as_device(device)
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be a bool (got {compile!r})")
+    warmup = as_int("warmup", warmup, minimum=0)
+    repeats = as_int("repeats", repeats, minimum=1)
+    base = dict(mode=mode, compiled=compile, width=width, depth=depth, batch=batch, device=str(device))
+    reason = mode_unavailable_reason(mode, device)
+    if reason:
+        return StepResult(**base, error=f"not run: {reason}")
+    model = make_mlp(width, depth, seed=seed).to(device)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch, width, generator=g).to(device)
+    target = torch.randn(batch, width, generator=g).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler(device.type) if mode == "fp16" else None
+    flags = tf32_enabled(mode == "tf32") if device.type == "cuda" else contextlib.nullcontext()
+    with flags:
+        activations = None
+        if not compile:
+            dtype = _AUTOCAST_DTYPE.get(mode)
+
+            def forward():
+                with torch.autocast(device_type=device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                    return F.mse_loss(model(x), target)
+            activations = saved_activation_bytes(forward, model)
+        runner = model
+        first = None
+        if compile:
+            try:
+                runner = torch.compile(model)
+                step = _step_fn(runner, optimizer, scaler, x, target, mode, device.type)
+                synchronize(device)
+                start = time.perf_counter()
+                step()
+                synchronize(device)
+                first = time.perf_counter() - start
+            except Exception as err:  # noqa: BLE001 - any compile failure becomes a row that says why
+                message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                return StepResult(**base, error=f"torch.compile failed: {type(err).__name__}: {message[:160]}")
+        step = _step_fn(runner, optimizer, scaler, x, target, mode, device.type)
+        timing = time_fn(step, warmup=warmup, repeats=repeats, device=device)
+        peak = peak_memory_bytes(step, device)
+    return StepResult(**base, timing=timing, activations=activations, peak_bytes=peak,
+                      state=state_bytes(model, optimizer), first_call_seconds=first)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Rows from :func:`compare_precisions`; ``baseline`` is the eager fp32 row of the same run."""
+
+    rows: tuple[StepResult, ...]
+
+    @property
+    def baseline(self) -> StepResult | None:
+        for row in self.rows:
+            if row.mode == "fp32" and not row.compiled and row.timing is not None:
+                return row
+        return None
+
+    def row(self, mode: str, compiled: bool = False) -> StepResult:
+        for row in self.rows:
+            if row.mode == mode and row.compiled == compiled:
+                return row
+        raise KeyError(f"no row for mode {mode!r} (compiled={compiled})")
+
+    def speedup(self, row: StepResult) -> float | None:
+        """fp32 median time / this row's median time (same run)."""
+        base = self.baseline
+        if base is None or row.timing is None:
+            return None
+        return base.timing.median / row.timing.median
+
+    def activation_ratio(self, row: StepResult) -> float | None:
+        base = self.baseline
+        if base is None or row.activations is None or base.activations is None or not base.activations.total:
+            return None
+        return row.activations.total / base.activations.total
+
+    def lines(self) -> list[str]:
+        """One line per row, without column padding (so only the measured numbers vary between runs)."""
+        out = []
+        for r in self.rows:
+            if r.timing is None:
+                out.append(f"{r.label}: {r.error}")
+                continue
+            speedup, ratio = self.speedup(r), self.activation_ratio(r)
+            parts = [f"{r.label}: step {r.timing}", f"speed-up vs fp32 {speedup:.2f}×"]
+            if r.activations is not None:
+                parts.append(f"activations {format_bytes(r.activations.total)}"
+                             + (f" ({ratio:.2f} of fp32)" if ratio is not None else ""))
+            if r.peak_bytes is not None:
+                parts.append(f"peak {format_bytes(r.peak_bytes)}")
+            if r.first_call_seconds is not None:
+                parts.append(f"first call (compiles) {format_time(r.first_call_seconds)}")
+            out.append(", ".join(parts))
+        return out
+
+    def __repr__(self) -> str:
+        return "\n".join([self.table().title, *self.lines()])
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def table(self) -> Table:
+        """Step time (median and IQR), speed-up vs fp32, activation bytes and ratio, peak memory, notes."""
+        rows = []
+        for r in self.rows:
+            speedup, ratio = self.speedup(r), self.activation_ratio(r)
+            notes = r.error or ""
+            if r.first_call_seconds is not None:
+                notes = f"first call (compiles) {format_time(r.first_call_seconds)}"
+            rows.append({
+                "mode": r.label,
+                "step time (median)": format_time(r.timing.median) if r.timing else "—",
+                "IQR": f"{format_time(r.timing.p25)} – {format_time(r.timing.p75)}" if r.timing else "—",
+                "speed-up vs fp32": f"{speedup:.2f}×" if speedup is not None else "—",
+                "activations": format_bytes(r.activations.total) if r.activations else "—",
+                "vs fp32": f"{ratio:.2f}" if ratio is not None else "—",
+                "peak memory": format_bytes(r.peak_bytes),
+                "notes": notes,
+            })
+        first = self.rows[0] if self.rows else None
+        title = (f"one training step: {first.depth} × Linear({first.width}, {first.width}) + ReLU, batch "
+                 f"{first.batch}, Adam, on {first.device}" if first else "")
+        return Table(rows, title=title)
+
+
+def compare_precisions(*, width: int, depth: int, batch: int, device: torch.device | str,
+                       modes: Sequence[str] | None = None, compile: Sequence[bool] = (False,),
+                       compile_modes: Sequence[str] | None = None, warmup: int = 3, repeats: int = 10,
+                       seed: int = 0) -> Comparison:
+    """Run :func:`benchmark_step` for each mode (and each ``compile`` setting) in this one process.
+
+    ``modes`` defaults to all :data:`MODES`: a mode the device lacks gives a row that says why.
+    ``compile_modes`` limits the compiled runs to these modes (compiling costs seconds to minutes
+    per mode on a CPU). The fp32 eager row is always run first: it is the baseline of the speed-ups.
+    """
+    modes = list(MODES) if modes is None else list(modes)
+    bad = [m for m in modes if m not in MODES]
+    if not modes or bad:
+        raise ValueError(f"modes must be a non-empty list drawn from {MODES} (got {modes!r})")
+    if isinstance(compile, bool) or not all(isinstance(c, bool) for c in compile) or not compile:
+        raise TypeError(f"compile must be a non-empty tuple of bools, e.g. (False,) or (False, True) (got {compile!r})")
+    compile_modes = modes if compile_modes is None else list(compile_modes)
+    if any(m not in MODES for m in compile_modes):
+        raise ValueError(f"compile_modes must be drawn from {MODES} (got {compile_modes!r})")
+    order = (["fp32"] if "fp32" not in modes else []) + modes
+    runs = [(m, False) for m in order if False in compile or m == "fp32"]
+    runs += [(m, True) for m in order if True in compile and m in compile_modes and m in modes]
+    rows = [benchmark_step(m, width=width, depth=depth, batch=batch, device=device, compile=c, warmup=warmup,
+                           repeats=repeats, seed=seed) for m, c in runs]
+    return Comparison(tuple(rows))
+
+
+# --- memory budget and casts ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemorySummary:
+    """Where one training step's memory goes (bytes), from a :class:`StepResult` measured without compile."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    weight_copies: int
+    batch: int
+
+    @property
+    def fixed(self) -> int:
+        """What does not grow with the batch: parameters, gradients, optimizer state, weight copies."""
+        return self.parameters + self.gradients + self.optimizer_state + self.weight_copies
+
+    @property
+    def per_sample(self) -> int:
+        """Activation bytes per sample (the MLP's saved tensors all grow linearly with the batch)."""
+        return math.ceil(self.activations / self.batch)
+
+    @property
+    def total(self) -> int:
+        return self.fixed + self.activations
+
+    def total_at(self, batch: int) -> int:
+        """Total bytes at another batch size: the fixed part plus activations scaled linearly (exact for an MLP)."""
+        batch = as_int("batch", batch, minimum=1)
+        return self.fixed + self.activations * batch // self.batch
+
+
+def memory_summary(result: StepResult) -> MemorySummary:
+    """Sum :attr:`StepResult.state` and :attr:`StepResult.activations` into a :class:`MemorySummary`."""
+    if not isinstance(result, StepResult):
+        raise TypeError(f"result must be a StepResult (got {type(result).__name__})")
+    if result.state is None or result.activations is None:
+        raise ValueError(f"the {result.label} row has no memory measurement ({result.error or 'compiled row'})")
+    state = {name: sum(by_dtype.values()) for name, by_dtype in result.state.items()}
+    return MemorySummary(state["parameters"], state["gradients"], state["optimizer state"],
+                         result.activations.total, result.activations.copies_total, result.batch)
+
+
+def cast_cost(model: torch.nn.Module, dtype: torch.dtype, *, device: torch.device | str, warmup: int = 2,
+              repeats: int = 10) -> Timing:
+    """Time casting every weight matrix of ``model`` to ``dtype`` — the ``_to_copy`` autocast does each step."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float16 or torch.bfloat16 (got {dtype!r})")
+    weights = [p.detach() for p in model.parameters() if p.dim() >= 2]
+    if not weights:
+        raise ValueError("model has no weight matrices to cast")
+    return time_fn(lambda: [w.to(dtype) for w in weights], warmup=warmup, repeats=repeats, device=device)

@@ -1,0 +1,695 @@
+"""Lesson 09 (capstone): a real model on real, bundled data, trained with the whole AMP recipe.
+
+The data is the UCI *Optical Recognition of Handwritten Digits* test set as scikit-learn ships it
+(1797 images of 8×8 pixels with values 0..16, ten classes; see ``ampcourse/data/README.md``). It is
+bundled with the package and read with ``gzip`` + ``numpy`` through :mod:`importlib.resources`: no
+download, no pandas, no scikit-learn.
+
+The recipe, in :func:`train` (one optimizer step per window of ``accum_steps`` micro-batches, the
+window's step in :func:`train_window`):
+
+* autocast in the device's recommended dtype (:func:`ampcourse.device.recommend`: bfloat16 on the CPU
+  and on Ampere or newer, float16 + ``GradScaler`` on older GPUs and MPS), or plain FP32;
+* gradient accumulation: each micro-batch loss divided by the window's length;
+* ``scaler.unscale_`` → ``clip_grad_norm_`` → ``scaler.step`` → ``scaler.update``;
+* a warm-up + cosine learning-rate schedule that is stepped only when the optimizer really stepped (a
+  skipped step is seen from the outside: the scale went down, :func:`ampcourse.scaler_run.step_was_skipped`);
+* evaluation under ``torch.inference_mode()`` and the same autocast;
+* checkpoint and resume of everything that decides the next step (model, optimizer, scaler, scheduler,
+  step counter, the shuffling generator and the global RNG used by dropout), so that a resumed run
+  equals the uninterrupted one bit for bit;
+* progress lines every ``log_every`` steps and a summary.
+
+:func:`compare` runs FP32 and AMP from the same seeds and reports accuracy (mean ± std over seeds, and
+the paired difference), the median step time and the activation bytes saved for backward.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import importlib.resources
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .device import recommend
+from .scaler_run import step_was_skipped
+from .tables import Table
+from .validate import as_int, as_positive
+
+__all__ = [
+    "SIZES", "Comparison", "Digits", "TrainConfig", "TrainResult", "compare", "cosine_schedule", "curves_png",
+    "digits_png", "evaluate", "load_checkpoint", "load_digits", "make_model", "recommended_dtype", "save_checkpoint",
+    "split", "train", "train_window",
+]
+
+N_PIXELS, N_CLASSES = 64, 10
+DATA_FILE = "digits.csv.gz"
+
+#: Model and run sizes: ``small`` fits the 2-core CPU budget; ``large`` is for GPUs, where wide matrix
+#: products show what reduced precision buys.
+SIZES: dict[str, dict[str, Any]] = {
+    "small": {"hidden": (256, 256), "micro_batch": 64, "epochs": 6, "lr": 1e-2},
+    "large": {"hidden": (4096, 4096, 4096), "micro_batch": 256, "epochs": 30, "lr": 1e-3},
+}
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+# -------------------------------------------------------------------------------------------------- data
+@dataclass(frozen=True)
+class Digits:
+    """The bundled digits: ``images`` (N, 8, 8) uint8 with values 0..16, ``labels`` (N,) int64 in 0..9."""
+
+    images: np.ndarray = field(repr=False)
+    labels: np.ndarray = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def tensors(self, index: np.ndarray | None = None,
+                device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs as float32 (N, 64) scaled to [0, 1] and int64 labels, optionally a subset, on ``device``."""
+        images, labels = (self.images, self.labels) if index is None else (self.images[index], self.labels[index])
+        x = torch.from_numpy(images.reshape(len(labels), N_PIXELS).astype(np.float32) / 16.0)
+        return x.to(device), torch.from_numpy(labels.astype(np.int64)).to(device)
+
+
+def load_digits() -> Digits:
+    """Read the bundled ``ampcourse/data/digits.csv.gz`` (1797 rows: 64 pixel values, then the label).
+
+    Example:
+        >>> digits = load_digits()
+        >>> len(digits), digits.images.shape[1:], int(digits.images.max()), sorted(set(digits.labels.tolist()))[:3]
+        (1797, (8, 8), 16, [0, 1, 2])
+    """
+    resource = importlib.resources.files("ampcourse").joinpath("data").joinpath(DATA_FILE)
+    with resource.open("rb") as raw, gzip.open(raw, "rt", encoding="ascii") as text:
+        table = np.loadtxt(text, delimiter=",", dtype=np.int64)
+    if table.ndim != 2 or table.shape[1] != N_PIXELS + 1:
+        raise ValueError(f"{DATA_FILE}: expected rows of {N_PIXELS + 1} values, got shape {table.shape}")
+    images = table[:, :N_PIXELS].reshape(-1, 8, 8).astype(np.uint8)
+    return Digits(images=images, labels=table[:, N_PIXELS].copy())
+
+
+def split(n: int, val_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A deterministic shuffled split of ``range(n)``: ``(train_index, val_index)``, each sorted.
+
+    The same ``seed`` gives the same split on every machine (NumPy's PCG64 generator).
+
+    Example:
+        >>> train_index, val_index = split(10, 0.2)
+        >>> len(train_index), len(val_index), sorted([*train_index, *val_index]) == list(range(10))
+        (8, 2, True)
+    """
+    n = as_int("n", n, minimum=2)
+    val_fraction = as_positive("val_fraction", val_fraction)
+    if not val_fraction < 1:
+        raise ValueError(f"val_fraction must be between 0 and 1, exclusive (got {val_fraction!r})")
+    seed = as_int("seed", seed, minimum=0)
+    n_val = min(n - 1, max(1, round(n * val_fraction)))
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+# ------------------------------------------------------------------------------------------------- model
+def _check_size(size: Any) -> str:
+    if not isinstance(size, str):
+        raise TypeError(f"size must be a str, one of {tuple(SIZES)} (got {size!r})")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {tuple(SIZES)} (got {size!r})")
+    return size
+
+
+def make_model(size: str = "small", seed: int = 0, dropout: float = 0.1) -> nn.Sequential:
+    """An MLP for the 8×8 digits: 64 → hidden layers (GELU, dropout) → 10 logits. Same seed, same weights.
+
+    ``small`` has two hidden layers of 256 (85,002 parameters); ``large`` three of 4096 (about 34
+    million), for GPUs. The global RNG is left as it was.
+
+    Example:
+        >>> sum(p.numel() for p in make_model("small").parameters())
+        85002
+    """
+    size = _check_size(size)
+    seed = as_int("seed", seed, minimum=0)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be a number in [0, 1) (got {dropout!r})")
+    layers: list[nn.Module] = []
+    width = N_PIXELS
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for hidden in SIZES[size]["hidden"]:
+            layers += [nn.Linear(width, hidden), nn.GELU(), nn.Dropout(dropout)]
+            width = hidden
+        layers.append(nn.Linear(width, N_CLASSES))
+        return nn.Sequential(*layers)
+
+
+def recommended_dtype(device: torch.device | str) -> torch.dtype:
+    """The AMP dtype :func:`ampcourse.device.recommend` gives for ``device`` (CUDA: its compute capability)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return recommend("cuda", torch.cuda.get_device_capability(device)).dtype
+    return recommend(device.type).dtype
+
+
+# ------------------------------------------------------------------------------------------------ config
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that decides a run. ``dtype=torch.float32`` is plain FP32; bfloat16/float16 mean autocast.
+
+    A ``GradScaler`` is used (enabled) exactly when ``dtype`` is float16. ``epochs``, ``micro_batch`` and
+    ``lr`` (AdamW's peak learning rate) default to the size's values (:data:`SIZES`). One optimizer step per
+    window of ``accum_steps`` micro-batches; each epoch drops the last incomplete micro-batch, so a short
+    last *window* can occur.
+    """
+
+    size: str = "small"
+    dtype: torch.dtype = torch.float32
+    epochs: int | None = None
+    micro_batch: int | None = None
+    accum_steps: int = 2
+    lr: float | None = None
+    weight_decay: float = 0.01
+    warmup_steps: int = 10
+    max_norm: float = 1.0
+    seed: int = 0
+    dropout: float = 0.1
+    eval_every: int = 5
+    log_every: int = 20
+    init_scale: float = 2.0**16
+    val_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        _check_size(self.size)
+        if not isinstance(self.dtype, torch.dtype) or self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of torch.float32, torch.bfloat16, torch.float16 "
+                             f"(got {self.dtype!r})")
+        for name in ("epochs", "micro_batch"):
+            if getattr(self, name) is not None:
+                as_int(name, getattr(self, name), minimum=1)
+        for name in ("accum_steps", "eval_every", "log_every"):
+            as_int(name, getattr(self, name), minimum=1)
+        as_int("warmup_steps", self.warmup_steps, minimum=0)
+        as_int("seed", self.seed, minimum=0)
+        if self.lr is not None:
+            as_positive("lr", self.lr)
+        for name in ("max_norm", "init_scale"):
+            as_positive(name, getattr(self, name))
+        if isinstance(self.weight_decay, bool) or not isinstance(self.weight_decay, (int, float)) \
+                or not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"weight_decay must be a finite number >= 0 (got {self.weight_decay!r})")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be a number in [0, 1) (got {self.dropout!r})")
+        if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) \
+                or not 0 < self.val_fraction < 1:
+            raise ValueError(f"val_fraction must be between 0 and 1, exclusive (got {self.val_fraction!r})")
+
+    @property
+    def n_epochs(self) -> int:
+        return self.epochs if self.epochs is not None else SIZES[self.size]["epochs"]
+
+    @property
+    def batch(self) -> int:
+        return self.micro_batch if self.micro_batch is not None else SIZES[self.size]["micro_batch"]
+
+    @property
+    def peak_lr(self) -> float:
+        return self.lr if self.lr is not None else SIZES[self.size]["lr"]
+
+    @property
+    def amp(self) -> bool:
+        return self.dtype != torch.float32
+
+    @property
+    def label(self) -> str:
+        """``FP32``, ``AMP bfloat16`` or ``AMP float16 + GradScaler``."""
+        if not self.amp:
+            return "FP32"
+        return f"AMP {_dtype_name(self.dtype)}" + (" + GradScaler" if self.dtype == torch.float16 else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (the dtype as its name): what a checkpoint stores to refuse a mismatched resume."""
+        return {**asdict(self), "dtype": _dtype_name(self.dtype)}
+
+
+def _as_config(config: Any) -> TrainConfig:
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig (got {type(config).__name__})")
+    return config
+
+
+def _as_device(device: Any) -> torch.device:
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
+    return torch.device(device)
+
+
+def cosine_schedule(warmup: int, total: int) -> Callable[[int], float]:
+    """Linear warm-up over ``warmup`` steps, then cosine from 1 to 0.05 at ``total`` (held there after)."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress))
+    return factor
+
+
+# ------------------------------------------------------------------------------------------------ a step
+def train_window(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                 scheduler: torch.optim.lr_scheduler.LRScheduler, micro_batches: Sequence[tuple[torch.Tensor,
+                                                                                               torch.Tensor]],
+                 max_norm: float, dtype: torch.dtype) -> None:
+    """One optimizer step from a window of micro-batches: the whole AMP recipe (exercise 09's answer).
+
+    ``zero_grad`` → per micro-batch: forward under autocast (``dtype``; float32 turns autocast off),
+    cross-entropy ÷ ``len(micro_batches)``, ``scaler.scale(loss).backward()`` → ``scaler.unscale_`` →
+    ``clip_grad_norm_`` (the true gradients) → ``scaler.step`` → ``scaler.update`` → ``scheduler.step()``
+    only if the step was not skipped (the scale did not go down).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    device_type = micro_batches[0][0].device.type
+    for x, y in micro_batches:
+        with torch.autocast(device_type=device_type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = nn.functional.cross_entropy(model(x), y) / len(micro_batches)
+        scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scale_before = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    if not step_was_skipped(scale_before, scaler.get_scale()):
+        scheduler.step()
+
+
+@torch.inference_mode()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype = torch.float32,
+             batch: int = 1024) -> tuple[float, float]:
+    """``(accuracy, mean cross-entropy)`` of ``model`` on ``(x, y)``, under inference mode and autocast.
+
+    The model is put in eval mode (dropout off) and back in the mode it was in.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or len(x) != len(y) or len(x) == 0:
+        raise ValueError("x and y must be tensors with the same, non-zero number of rows")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of torch.float32, torch.bfloat16, torch.float16 (got {dtype!r})")
+    batch = as_int("batch", batch, minimum=1)
+    was_training = model.training
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    try:
+        for start in range(0, len(x), batch):
+            xb, yb = x[start:start + batch], y[start:start + batch]
+            with torch.autocast(device_type=x.device.type, dtype=dtype, enabled=dtype != torch.float32):
+                logits = model(xb)
+            correct += int((logits.argmax(dim=1) == yb).sum())
+            loss_sum += float(nn.functional.cross_entropy(logits.float(), yb, reduction="sum"))
+    finally:
+        model.train(was_training)
+    return correct / len(x), loss_sum / len(x)
+
+
+# ---------------------------------------------------------------------------------------------- memory
+def _saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype) -> int:
+    """Bytes autograd keeps for backward in one forward pass of a micro-batch (each storage once).
+
+    Counted with ``torch.autograd.graph.saved_tensors_hooks``: every tensor saved for backward is seen,
+    and its storage counted once (several views of one storage are one allocation). The parameters'
+    own storages are left out: FP32 layers save the weight itself, which costs no extra memory, while
+    autocast saves its low-precision *copies* of the weights, which do. Run on a copy of the model and
+    with the RNG forked, so training is not disturbed. (A local helper: the lead may unify it with a
+    shared benchmark module.)
+    """
+    model = copy.deepcopy(model)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    devices = [x.device] if x.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast(device_type=x.device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = nn.functional.cross_entropy(model(x), y)
+        total = sum(seen.values())
+        del loss
+    return total
+
+
+# ----------------------------------------------------------------------------------------------- train
+@dataclass(frozen=True)
+class TrainResult:
+    """What :func:`train` measured.
+
+    Attributes:
+        history: ``(optimizer step, validation accuracy)`` at step 0, every ``eval_every`` steps and at the end.
+        val_losses: the validation loss at the same points.
+        final_accuracy: the last validation accuracy.
+        steps: windows trained in total (applied + skipped).
+        total_steps: the windows of the whole run (``steps < total_steps``: stopped early by ``stop_after``).
+        skipped_steps: the windows whose optimizer step was skipped (the scale went down).
+        final_scale: the scaler's scale at the end (1.0 when no scaler is used).
+        final_lr: the learning rate at the end.
+        step_times: seconds per window, as measured in this call (a resumed run: only its own windows).
+        activation_bytes: bytes saved for backward by one micro-batch's forward (see :func:`_saved_bytes`).
+        model: the trained model.
+    """
+
+    config: TrainConfig
+    history: tuple[tuple[int, float], ...]
+    val_losses: tuple[float, ...]
+    final_accuracy: float
+    steps: int
+    total_steps: int
+    skipped_steps: tuple[int, ...]
+    final_scale: float
+    final_lr: float
+    step_times: tuple[float, ...] = field(repr=False)
+    activation_bytes: int
+    model: nn.Module = field(repr=False)
+
+    @property
+    def median_step_time(self) -> float:
+        """Median seconds per optimizer step, leaving out the first (warm-up) steps when there are enough."""
+        times = self.step_times[5:] if len(self.step_times) > 10 else self.step_times
+        return statistics.median(times) if times else math.nan
+
+
+def _windows_per_epoch(n_train: int, config: TrainConfig) -> int:
+    micro = n_train // config.batch
+    if micro == 0:
+        raise ValueError(f"micro_batch {config.batch} is larger than the training set ({n_train} rows)")
+    return math.ceil(micro / config.accum_steps)
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """``torch.save`` a checkpoint dict (written to a temporary file first, then renamed: never half-written)."""
+    path = Path(path)
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict (got {type(state).__name__})")
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint written by :func:`save_checkpoint` (``weights_only=True``: plain data only)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def train(config: TrainConfig, *, device: torch.device | str = "cpu", checkpoint_path: str | Path | None = None,
+          resume: bool = False, stop_after: int | None = None, progress: Callable[[str], Any] | None = print,
+          window_fn: Callable[..., Any] | None = None) -> TrainResult:
+    """Train :func:`make_model` on the digits with the full recipe; see the module docstring.
+
+    Args:
+        config: the run (:class:`TrainConfig`).
+        device: where to train.
+        checkpoint_path: where to save a checkpoint when the run stops (``stop_after``) or ends.
+        resume: continue from ``checkpoint_path`` (it must have been written with the same config).
+        stop_after: stop after this many optimizer windows in total (counting those before a resume),
+            save the checkpoint and return; ``None`` runs to the end.
+        progress: called with a text line every ``log_every`` steps and once at the end (``None``: silent).
+        window_fn: the function that makes one step from a window, with :func:`train_window`'s signature
+            (the default); exercise 09 plugs the learner's in here.
+
+    Resuming restores model, optimizer, scaler, scheduler, the step counter, the epoch's shuffled order,
+    the shuffling generator and the global RNG (dropout), so ``stop_after=k`` + ``resume=True`` gives the
+    same model, bit for bit, as one uninterrupted run.
+    """
+    config = _as_config(config)
+    device = _as_device(device)
+    if not isinstance(resume, bool):
+        raise TypeError(f"resume must be a bool (got {resume!r})")
+    if resume and checkpoint_path is None:
+        raise ValueError("resume=True needs checkpoint_path, the file to resume from")
+    if stop_after is not None:
+        stop_after = as_int("stop_after", stop_after, minimum=1)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function such as print, or None (got {progress!r})")
+    step_fn = train_window if window_fn is None else window_fn
+    if not callable(step_fn):
+        raise TypeError(f"window_fn must be a function, or None (got {window_fn!r})")
+    say = progress if progress is not None else (lambda line: None)
+
+    digits = load_digits()
+    train_index, val_index = split(len(digits), config.val_fraction, seed=0)  # the split never changes
+    x_train, y_train = digits.tensors(train_index, device)
+    x_val, y_val = digits.tensors(val_index, device)
+    per_epoch = _windows_per_epoch(len(train_index), config)
+    total = per_epoch * config.n_epochs
+    n_micro = len(train_index) // config.batch
+
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(config.seed)
+        model = make_model(config.size, config.seed, config.dropout).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.peak_lr, weight_decay=config.weight_decay)
+        scaler = torch.amp.GradScaler(device.type, init_scale=config.init_scale,
+                                      enabled=config.dtype == torch.float16)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(config.warmup_steps, total))
+        shuffle = torch.Generator().manual_seed(config.seed)
+        activation_bytes = _saved_bytes(model, x_train[:config.batch], y_train[:config.batch], config.dtype)
+
+        step, history, val_losses, skipped, order = 0, [], [], [], None
+        if resume:
+            state = load_checkpoint(checkpoint_path)
+            if state["config"] != config.as_dict():
+                raise ValueError(f"the checkpoint at {checkpoint_path} was written by another config: "
+                                 f"{state['config']} (this one: {config.as_dict()})")
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scaler.load_state_dict(state["scaler"])
+            scheduler.load_state_dict(state["scheduler"])
+            shuffle.set_state(state["shuffle_rng"])
+            torch.set_rng_state(state["torch_rng"])
+            if device.type == "cuda" and state.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(state["cuda_rng"], device)
+            step, order = state["step"], state["order"]
+            history, val_losses, skipped = list(map(tuple, state["history"])), state["val_losses"], state["skipped"]
+        else:
+            accuracy, loss = evaluate(model, x_val, y_val, config.dtype)
+            history.append((0, accuracy))
+            val_losses.append(loss)
+
+        def checkpoint() -> None:
+            if checkpoint_path is not None:
+                save_checkpoint(checkpoint_path, {
+                    "config": config.as_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scaler": scaler.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
+                    "order": order, "shuffle_rng": shuffle.get_state(), "torch_rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                    "history": history, "val_losses": val_losses, "skipped": skipped})
+
+        step_times: list[float] = []
+        model.train()
+        end = total if stop_after is None else min(total, stop_after)
+        while step < end:
+            position = step % per_epoch
+            if position == 0:
+                order = torch.randperm(len(train_index), generator=shuffle)
+            first = position * config.accum_steps
+            window = []
+            for micro in range(first, min(first + config.accum_steps, n_micro)):
+                rows = order[micro * config.batch:(micro + 1) * config.batch].to(device)
+                window.append((x_train[rows], y_train[rows]))
+            scale_before = scaler.get_scale()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            step_fn(model, optimizer, scaler, scheduler, window, config.max_norm, config.dtype)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            step_times.append(time.perf_counter() - started)
+            if scaler.is_enabled() and step_was_skipped(scale_before, scaler.get_scale()):
+                skipped.append(step)
+            step += 1
+            if step % config.eval_every == 0 or step == total:
+                accuracy, loss = evaluate(model, x_val, y_val, config.dtype)
+                history.append((step, accuracy))
+                val_losses.append(loss)
+            if step % config.log_every == 0 or step == end:
+                say(f"{config.label}: step {step:>4}/{total}  epoch {1 + (step - 1) // per_epoch}/{config.n_epochs}  "
+                    f"lr {optimizer.param_groups[0]['lr']:.2e}  val accuracy {history[-1][1]:.1%} "
+                    f"(at step {history[-1][0]})" + (f"  skipped {len(skipped)}" if scaler.is_enabled() else ""))
+        checkpoint()
+        if step == total:
+            say(f"{config.label}: done — {total} steps, final validation accuracy {history[-1][1]:.1%}")
+        else:
+            say(f"{config.label}: stopped after step {step} of {total}"
+                + (", checkpoint saved" if checkpoint_path is not None else ""))
+    return TrainResult(config=config, history=tuple(history), val_losses=tuple(val_losses),
+                       final_accuracy=history[-1][1], steps=step, total_steps=total, skipped_steps=tuple(skipped),
+                       final_scale=scaler.get_scale(), final_lr=optimizer.param_groups[0]["lr"],
+                       step_times=tuple(step_times), activation_bytes=activation_bytes, model=model)
+
+
+# --------------------------------------------------------------------------------------------- compare
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """FP32 and AMP runs from the same seeds (see :func:`compare`)."""
+
+    seeds: tuple[int, ...]
+    fp32: tuple[TrainResult, ...] = field(repr=False)
+    amp: tuple[TrainResult, ...] = field(repr=False)
+    device: str
+
+    def accuracies(self, which: str) -> list[float]:
+        runs = {"fp32": self.fp32, "amp": self.amp}[which]
+        return [r.final_accuracy for r in runs]
+
+    @property
+    def differences(self) -> list[float]:
+        """AMP − FP32 final accuracy, seed by seed (a paired comparison: same init, same data order)."""
+        return [a - b for a, b in zip(self.accuracies("amp"), self.accuracies("fp32"), strict=True)]
+
+    def step_time(self, which: str) -> float:
+        """Median seconds per optimizer step over all the runs of one kind."""
+        runs = {"fp32": self.fp32, "amp": self.amp}[which]
+        return statistics.median(t for r in runs for t in (r.step_times[5:] if len(r.step_times) > 10
+                                                           else r.step_times))
+
+    def table(self) -> Table:
+        """Accuracy mean ± std over seeds, and activation bytes (deterministic; step times are separate)."""
+        rows = []
+        for which, runs in (("fp32", self.fp32), ("amp", self.amp)):
+            mean, std = _mean_std(self.accuracies(which))
+            rows.append({"run": runs[0].config.label, "seeds": len(runs),
+                         "val accuracy (mean ± std)": f"{mean:.2%} ± {std:.2%}",
+                         "min – max": f"{min(self.accuracies(which)):.2%} – {max(self.accuracies(which)):.2%}",
+                         "skipped steps": sum(len(r.skipped_steps) for r in runs),
+                         "activation bytes / micro-batch": f"{runs[0].activation_bytes:,}"})
+        return Table(rows, title=f"{self.fp32[0].config.size} model on {self.device}, seeds {list(self.seeds)}")
+
+    def verdict(self) -> str:
+        """Is the AMP − FP32 accuracy difference within seed-to-seed noise? Text computed from the numbers.
+
+        The rule: the mean paired difference is compared with twice its standard error
+        (std of the paired differences / √seeds), and with the seed-to-seed spread of FP32 alone.
+        """
+        diffs = self.differences
+        mean, std = _mean_std(diffs)
+        spread = _mean_std(self.accuracies("fp32"))[1]
+        n = len(diffs)
+        if n < 2:
+            return f"AMP − FP32: {mean:+.2%} with one seed — run more seeds to tell a difference from noise."
+        if all(d == 0 for d in diffs):
+            return (f"AMP − FP32, paired by seed: identical final accuracy on all {n} seeds (difference 0), while "
+                    f"FP32's own seed-to-seed spread is {spread:.2%}: the difference is within noise.")
+        error = std / math.sqrt(n)
+        within = abs(mean) <= 2 * error
+        return (f"AMP − FP32, paired by seed: {mean:+.2%} ± {std:.2%} (mean ± std over {n} seeds; standard error "
+                f"{error:.2%}); FP32's own seed-to-seed spread: {spread:.2%}. "
+                + ("The difference is within noise (|mean| ≤ 2 standard errors)." if within else
+                   "The difference is larger than 2 standard errors: not explained by seed noise alone."))
+
+
+def compare(config: TrainConfig, seeds: Sequence[int] = (0, 1, 2, 3, 4), *, device: torch.device | str = "cpu",
+            amp_dtype: torch.dtype | None = None, progress: Callable[[str], Any] | None = None,
+            reuse: Sequence[TrainResult] = ()) -> Comparison:
+    """Train FP32 and AMP (``amp_dtype``, default :func:`recommended_dtype`) from each seed; same everything else.
+
+    ``config.dtype`` is ignored (each run sets its own); ``progress`` gets one line per run. ``reuse``: results
+    of finished, uninterrupted runs on this device; one whose config is exactly the one a seed needs is used
+    instead of training it again (the runs are deterministic, so the result would be the same).
+    """
+    config = _as_config(config)
+    device = _as_device(device)
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+        raise TypeError(f"seeds must be a non-empty list of ints (got {seeds!r})")
+    seeds = tuple(as_int("seed", s, minimum=0) for s in seeds)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct (got {list(seeds)})")
+    amp_dtype = recommended_dtype(device) if amp_dtype is None else amp_dtype
+    if amp_dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"amp_dtype must be torch.bfloat16 or torch.float16 (got {amp_dtype!r})")
+    if isinstance(reuse, (str, bytes)) or not isinstance(reuse, Sequence) \
+            or not all(isinstance(r, TrainResult) for r in reuse):
+        raise TypeError("reuse must be a list of TrainResult from train()")
+    done = {r.config: r for r in reuse if r.steps == r.total_steps}
+    say = progress if progress is not None else (lambda line: None)
+    fp32, amp = [], []
+    for seed in seeds:
+        for runs, dtype in ((fp32, torch.float32), (amp, amp_dtype)):
+            wanted = replace(config, dtype=dtype, seed=seed)
+            result = done.get(wanted) or train(wanted, device=device, progress=None)
+            runs.append(result)
+            say(f"seed {seed}: {result.config.label:<28} final validation accuracy {result.final_accuracy:.2%}"
+                + (" (the run above)" if wanted in done else ""))
+    return Comparison(seeds=seeds, fp32=tuple(fp32), amp=tuple(amp), device=str(device))
+
+
+# --------------------------------------------------------------------------------------------- figures
+def digits_png(digits: Digits, n: int = 20) -> bytes:
+    """The first ``n`` images with their labels, as a PNG (grey levels 0..16)."""
+    from matplotlib.figure import Figure
+
+    from .widgets.base import figure_png
+
+    if not isinstance(digits, Digits):
+        raise TypeError(f"digits must be the Digits from load_digits() (got {type(digits).__name__})")
+    n = as_int("n", n, minimum=1)
+    n = min(n, len(digits))
+    cols = min(n, 10)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(0.8 * cols, 0.95 * rows))
+    for i in range(n):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        ax.imshow(digits.images[i], cmap="gray_r", vmin=0, vmax=16)
+        ax.set_title(str(int(digits.labels[i])), fontsize=9)
+        ax.set_axis_off()
+    fig.suptitle("8×8 digits (pixel values 0..16) and their labels", fontsize=10)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def curves_png(comparison: Comparison) -> bytes:
+    """Validation accuracy per optimizer step: every seed thin, the mean over seeds thick; FP32 vs AMP."""
+    from matplotlib.figure import Figure
+
+    from .widgets.base import COLORS, figure_png
+
+    if not isinstance(comparison, Comparison):
+        raise TypeError(f"comparison must be a Comparison from compare() (got {type(comparison).__name__})")
+    fig = Figure(figsize=(7.5, 3.4))
+    ax = fig.add_subplot()
+    for runs, color, style in ((comparison.fp32, COLORS["blue"], "-"), (comparison.amp, COLORS["vermillion"], "--")):
+        steps = [s for s, _ in runs[0].history]
+        for run in runs:
+            ax.plot(steps, [100 * a for _, a in run.history], color=color, alpha=0.25, linewidth=1, linestyle=style)
+        mean = [100 * statistics.fmean(run.history[i][1] for run in runs) for i in range(len(steps))]
+        ax.plot(steps, mean, color=color, linewidth=2.2, linestyle=style,
+                label=f"{runs[0].config.label} (mean of {len(runs)} seeds)")
+    ax.set_ylim(50, 100)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_title(f"FP32 vs AMP from the same seeds ({comparison.fp32[0].config.size} model, {comparison.device})")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig)

@@ -1,0 +1,196 @@
+"""Checks for exercise 06 (speed and memory): an honest benchmark, achieved TFLOP/s and the fraction of peak.
+
+Task 1 runs the learner's ``benchmark(fn, warmup, repeats, sync, clock)`` against a *fake* device: no
+timing luck. The fake ``fn`` only queues its work (as a CUDA kernel launch does) and advances the fake
+clock by a microsecond; ``sync`` waits until the queued work is done; ``clock`` returns the fake time and
+writes down whether work was still queued when it was read. The first calls are slow (compilation,
+warm-up) and one timed call is an outlier, so each mistake leaves its own trace: a wrong count of calls,
+a clock read while work was queued (before a start or a stop), too few clock reads (the whole loop timed
+once), or a result that equals the mean, the median including the warm-up, or milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import statistics
+
+from . import call, fail, passed, require_callable
+
+_LAUNCH = 1e-6  # what queueing one call costs on the fake clock
+
+
+class FakeDevice:
+    """A fake asynchronous device with a fake clock (see the module docstring)."""
+
+    def __init__(self, works: list[float]) -> None:
+        self.works = list(works)
+        self.now = 0.0
+        self.busy_until = 0.0
+        self.calls = 0
+        self.log: list[tuple[str, bool]] = []  # ("fn", False), ("sync", False), ("clock", work_was_queued)
+
+    def fn(self) -> None:
+        work = self.works[min(self.calls, len(self.works) - 1)]
+        self.calls += 1
+        self.busy_until = max(self.busy_until, self.now) + work
+        self.now += _LAUNCH
+        self.log.append(("fn", False))
+
+    def sync(self) -> None:
+        self.now = max(self.now, self.busy_until)
+        self.log.append(("sync", False))
+
+    def clock(self) -> float:
+        self.log.append(("clock", self.busy_until > self.now + 1e-12))
+        return self.now
+
+    def reads(self) -> list[tuple[bool, bool, bool]]:
+        """For each clock read: (is a start, is a stop, work was queued)."""
+        out = []
+        events = self.log
+        seen_read = False
+        fn_since_read = False
+        for i, (kind, queued) in enumerate(events):
+            if kind == "fn":
+                fn_since_read = True
+            elif kind == "clock":
+                following = next((k for k, _ in events[i + 1:] if k != "sync"), None)
+                out.append((following == "fn", seen_read and fn_since_read, queued))
+                seen_read, fn_since_read = True, False
+        return out
+
+
+# (warm-up works, timed works): slow first calls, one outlier; odd repeats so the median is one run
+SCENARIOS = (
+    ([0.5, 0.5, 0.5], [0.012, 0.010, 0.011, 0.200, 0.013, 0.009, 0.014]),
+    ([0.8, 0.6], [0.0031, 0.0029, 0.0900, 0.0030, 0.0032]),
+)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms"
+
+
+def benchmark(fn) -> None:
+    """Task 1: ``benchmark(fn, warmup, repeats, sync, clock)`` returns the median of synchronised timed runs."""
+    task = "Task 1 (benchmark)"
+    require_callable(task, fn, "benchmark")
+    for warm, timed in SCENARIOS:
+        warmup, repeats = len(warm), len(timed)
+        device = FakeDevice(warm + timed)
+        result = call(task, fn, "benchmark", device.fn, warmup=warmup, repeats=repeats, sync=device.sync,
+                      clock=device.clock)
+        if isinstance(result, bool) or not isinstance(result, numbers.Real):
+            raise fail(task, f"`benchmark` returned {type(result).__name__} {result!r}: return one number, the "
+                             "median time of the timed calls in seconds.")
+        result = float(result)
+        expected = statistics.median(timed)
+        reads = device.reads()
+        if device.calls == repeats and warmup:
+            raise fail(task, f"you forgot the warm-up: `fn` was called {device.calls} times, all timed, so the slow "
+                             f"first calls (compilation, allocation: {_fmt(warm[0])} here) were measured. Call "
+                             f"`fn()` {warmup} times (warmup) before timing anything.")
+        if device.calls != warmup + repeats:
+            raise fail(task, f"wrong number of calls: with warmup={warmup} and repeats={repeats}, `fn` must run "
+                             f"warmup + repeats = {warmup + repeats} times; it ran {device.calls} times.")
+        if len(reads) <= 2:
+            raise fail(task, f"you timed the whole loop once and divided by {repeats}: that is the mean, and one "
+                             f"slow run (an outlier: {_fmt(max(timed))} here) drags it. Time each call on its own "
+                             "and return the median.")
+        if len(reads) < repeats + 1:
+            raise fail(task, f"the clock was read {len(reads)} times for {repeats} timed calls: each timed call "
+                             "needs a start and a stop reading.")
+        if any(stop and queued for _, stop, queued in reads):
+            raise fail(task, "you read the clock to stop it while the call's work was still queued: on a GPU "
+                             "`fn()` returns as soon as its kernels are launched. Call `sync()` before *every* "
+                             "clock reading that stops a measurement.")
+        if any(start and not stop and queued for start, stop, queued in reads):
+            raise fail(task, "you started the clock while earlier work (the warm-up) was still queued, so it was "
+                             "billed to the first timed call. Call `sync()` before reading the clock to start, "
+                             "too.")
+        if _close(result, expected):
+            continue
+        if _close(result, expected * 1e3):
+            raise fail(task, f"you returned {result:.4g}: that is milliseconds. Return seconds ({expected:.4g}).")
+        if _close(result, statistics.fmean(timed)):
+            raise fail(task, f"you returned the mean ({_fmt(result)}), which the outlier ({_fmt(max(timed))}) "
+                             f"drags up; return the median ({_fmt(expected)}): `statistics.median(times)`.")
+        if _close(result, statistics.median(warm + timed)) or len(reads) >= 2 * (warmup + repeats):
+            raise fail(task, "the warm-up calls were timed too (their times went into the result): time only the "
+                             "`repeats` calls that follow the warm-up.")
+        raise fail(task, f"you returned {_fmt(result)}; the median of the timed calls is {_fmt(expected)}. Time each "
+                         "call as sync → start = clock() → fn() → sync → stop = clock(), and return the median "
+                         "of the differences.")
+    passed(task, "warm-up excluded, every start and stop reading synchronised, one measurement per call, the "
+                 "median returned (the outlier ignored) — in two runs on a fake device.")
+
+
+# --- Task 2: achieved TFLOP/s and fraction of peak --------------------------------------------------------
+
+_CASES = ((4096, 4096, 4096, 1.5), (8192, 1024, 3072, 0.75))
+
+
+def _number(task: str, name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise fail(task, f"`{name}` returned {type(value).__name__} {value!r}: return one finite number.")
+    return float(value)
+
+
+def achieved_tflops(fn) -> None:
+    """Task 2a: ``achieved_tflops(m, k, n, milliseconds)`` = 2·m·k·n / seconds / 1e12."""
+    task = "Task 2a (achieved_tflops)"
+    require_callable(task, fn, "achieved_tflops")
+    for m, k, n, ms in _CASES:
+        expected = 2 * m * k * n / (ms / 1e3) / 1e12
+        got = _number(task, "achieved_tflops", call(task, fn, "achieved_tflops", m, k, n, ms))
+        ratio = got / expected
+        shown = f"achieved_tflops({m}, {k}, {n}, {ms}) returned {got:.4g}, expected {expected:.4g}"
+        if math.isclose(ratio, 1, rel_tol=1e-6):
+            continue
+        if math.isclose(ratio, 0.5, rel_tol=1e-6):
+            raise fail(task, f"{shown}: you forgot the factor 2 — each of the m·k·n terms is a multiply *and* an "
+                             "add, 2 FLOPs.")
+        if math.isclose(ratio, 1e-3, rel_tol=1e-6) or math.isclose(ratio, 0.5e-3, rel_tol=1e-6):
+            raise fail(task, f"{shown}: you used milliseconds as seconds (1000× too small). Divide by "
+                             f"`milliseconds / 1000`.{' You also forgot the factor 2.' if ratio < 0.9e-3 else ''}")
+        if math.isclose(ratio, 1e3, rel_tol=1e-6) or math.isclose(ratio, 0.5e3, rel_tol=1e-6):
+            raise fail(task, f"{shown}: that is GFLOP/s, 1000× too many: one TFLOP/s is 1e12 FLOP/s, so divide by "
+                             f"1e12.{' You also forgot the factor 2.' if ratio < 900 else ''}")
+        if math.isclose(ratio, 1e6, rel_tol=1e-6):
+            raise fail(task, f"{shown}: you divided by 1e6 (MFLOP/s?) or forgot to convert: one TFLOP/s is 1e12 FLOP/s "
+                             "and the time is in milliseconds.")
+        raise fail(task, f"{shown}. The FLOPs of an (m×k) @ (k×n) product are 2·m·k·n; divide by the time in "
+                         "seconds, then by 1e12.")
+    passed(task, "2·m·k·n FLOPs, milliseconds converted to seconds, FLOP/s → TFLOP/s — on square and non-square "
+                 "products.")
+
+
+def fraction_of_peak(fn) -> None:
+    """Task 2b: ``fraction_of_peak(achieved_tflops, datasheet_tflops, sparse)`` — a fraction of the dense peak."""
+    task = "Task 2b (fraction_of_peak)"
+    require_callable(task, fn, "fraction_of_peak")
+    for achieved, datasheet, sparse in ((400.0, 1979.0, True), (120.0, 312.0, False), (50.0, 125.0, True)):
+        peak = datasheet / 2 if sparse else datasheet
+        expected = achieved / peak
+        got = _number(task, "fraction_of_peak", call(task, fn, "fraction_of_peak", achieved, datasheet, sparse))
+        shown = (f"fraction_of_peak({achieved}, {datasheet}, sparse={sparse}) returned {got:.4g}, "
+                 f"expected {expected:.4g}")
+        if math.isclose(got, expected, rel_tol=1e-6):
+            continue
+        if math.isclose(got, 100 * expected, rel_tol=1e-6):
+            raise fail(task, f"{shown}: that is a percentage; return a fraction (0.42, not 42).")
+        if sparse and math.isclose(got, achieved / datasheet, rel_tol=1e-6):
+            raise fail(task, f"{shown}: you used the sparse figure as the peak. A datasheet number marked 'with "
+                             "sparsity' assumes 2:4 structured-sparse weights and is twice the dense peak a normal "
+                             "matmul can reach: halve it.")
+        if not sparse and math.isclose(got, 2 * expected, rel_tol=1e-6):
+            raise fail(task, f"{shown}: this datasheet figure is already dense; halve only the sparse ones.")
+        if math.isclose(got, 1 / expected, rel_tol=1e-6):
+            raise fail(task, f"{shown}: the fraction is upside down; it is achieved / peak (at most 1).")
+        raise fail(task, f"{shown}. The fraction is achieved / dense peak, and the dense peak is half a sparse figure.")
+    passed(task, "achieved / dense peak, with sparse datasheet figures halved, as a fraction.")

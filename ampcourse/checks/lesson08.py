@@ -1,0 +1,255 @@
+"""Checks for exercise 08 (distributed): the learner's DDP + AMP training function, run for real under torchrun.
+
+``check.ddp_train(train)`` ships the learner's function to two fresh processes: its source
+(``inspect.getsource``) is written to ``user_fn.py`` in a temporary run directory, and
+:mod:`ampcourse.ddp_train` (mode ``"user"``) executes it in a namespace holding ``torch``, ``nn``, ``F``, ``math``
+and ``contextlib`` — so the function must be self-contained — and calls it on a DDP-wrapped model. The ranks
+record, at every real ``optimizer.step()``, the parameters and the gradients it steps with, and a DDP
+communication hook counts the gradient all-reduces.
+
+Before launching, the function runs once in this process on a stand-in for DDP (:class:`LocalDDP`: a wrapper
+with ``no_sync()`` that counts the backward passes that would all-reduce). That turns an untouched stub into
+*not started* at once and reports errors without paying for a launch; :func:`simulate` returns the same records
+as a rank, which the unit tests use to exercise the analysis (:func:`analyse`) cheaply.
+
+The analysis compares each step with the right one *at the learner's own parameters*: the FP32 gradient of the
+window's mean loss over the global batch, clipped to ``max_norm``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import math
+import tempfile
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..distributed import (
+    LaunchFailed,
+    LaunchTimeout,
+    RunConfig,
+    compare_params,
+    flat_params,
+    launch,
+    make_model,
+    make_scaler,
+    micro_batch,
+    param_hash,
+    param_tolerance,
+    train_single_process,
+    window_batches,
+)
+from . import CheckFailed, call, fail, passed, require_callable
+
+TASK = "Task 1 (train)"
+TIMEOUT = 180.0  # seconds for one launch (two processes importing torch take several seconds on a small CPU)
+PROVIDED = ("torch", "nn", "F", "math", "contextlib")
+# 3 windows of 3 micro-batches; max_norm between the windows' gradient norms so that some steps clip and some not.
+CONFIG = RunConfig(windows=3, accum_steps=3, micro_batch_size=4, lr=0.2, max_norm=1.5, init_scale=2.0**12,
+                   growth_interval=1000, dtype="float16", mode="user")
+
+
+# ------------------------------------------------------------------------------------------ in-process stand-in
+class LocalDDP(nn.Module):
+    """A one-process stand-in for ``DistributedDataParallel``: ``module``, ``no_sync()``, and a count of the
+    backward passes run outside ``no_sync`` (each would all-reduce under real DDP)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        self.allreduces = 0
+        self._sync = True
+        for p in module.parameters():
+            p.register_post_accumulate_grad_hook(self._grad_ready)
+        self._first = next(iter(module.parameters()))
+
+    def _grad_ready(self, param) -> None:
+        if param is self._first and self._sync:
+            self.allreduces += 1
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        old, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = old
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+def _step_spy(optimizer, model, counter: Callable[[], int]) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+
+    def pre(opt, args, kwargs):
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+        records.append({"params": flat_params(model).tolist(),
+                        "grads": torch.cat([g.detach().reshape(-1).double() for g in grads]).tolist(),
+                        "allreduces": counter()})
+
+    optimizer.register_step_pre_hook(pre)
+    return records
+
+
+def simulate(fn: Callable, config: RunConfig = CONFIG) -> dict[str, Any]:
+    """Run ``fn`` in this process on :class:`LocalDDP` with the *global* micro-batches; the same record a rank logs."""
+    model = make_model(config)
+    wrapped = LocalDDP(model)
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=config.lr)
+    steps = _step_spy(optimizer, model, lambda: wrapped.allreduces)
+    scaler = make_scaler(config)
+    fn(wrapped, F.mse_loss, optimizer, scaler, window_batches(config, None), config.accum_steps, config.max_norm)
+    return {"steps": steps, "params": flat_params(model).tolist(), "hash": param_hash(model),
+            "allreduces": wrapped.allreduces, "scale": scaler.get_scale()}
+
+
+# ---------------------------------------------------------------------------------------------------- analysis
+def _reference_step(config: RunConfig, params: list[float], window: int) -> tuple[torch.Tensor, float]:
+    """The clipped FP32 gradient of window ``window``'s mean loss over the global batch, at ``params``."""
+    model = make_model(config)
+    torch.nn.utils.vector_to_parameters(torch.tensor(params, dtype=torch.float32), model.parameters())
+    batches = [micro_batch(config, window * config.accum_steps + i) for i in range(config.accum_steps)]
+    loss = sum(F.mse_loss(model(x), y) for x, y in batches) / len(batches)
+    loss.backward()
+    grad = torch.cat([p.grad.reshape(-1).double() for p in model.parameters()])
+    norm = float(grad.norm())
+    return grad * min(1.0, config.max_norm / (norm + 1e-6)), norm
+
+
+def analyse(task: str, config: RunConfig, done: dict[int, dict[str, Any]], reference: torch.Tensor | None = None,
+            tolerance: float | None = None) -> str:
+    """Judge the ranks' ``user_done`` records; raise :class:`CheckFailed` naming the mistake, else a summary."""
+    records = done[min(done)]
+    steps, windows, n_micro = records["steps"], config.windows, config.n_micro
+    s = config.accum_steps
+    if not steps:
+        raise fail(task, "the optimizer never stepped (or every step was skipped): call `scaler.step(optimizer)` "
+                         "once per window, after unscale_ and clipping.")
+    if len(steps) == n_micro:
+        raise fail(task, f"the optimizer stepped after every micro-batch ({n_micro} steps): step once per window of "
+                         f"{s} micro-batches, after accumulating their gradients.")
+    if len(steps) != windows:
+        raise fail(task, f"expected {windows} optimizer steps ({n_micro} micro-batches in windows of {s}), saw "
+                         f"{len(steps)}.")
+    if records["allreduces"] > windows:
+        raise fail(task, f"DDP all-reduced the gradients {records['allreduces']} times for {windows} windows: you "
+                         f"forgot `no_sync()`. Run forward and backward of all but the last micro-batch of a window "
+                         "inside `with model.no_sync():`, so the gradients are all-reduced once per window.")
+    if records["allreduces"] < windows or len({r["hash"] for r in done.values()}) > 1:
+        raise fail(task, f"only {records['allreduces']} gradient all-reduces for {windows} windows, and the ranks "
+                         "ended with different parameters: the last micro-batch of each window must run outside "
+                         "`no_sync()`, so its backward all-reduces the accumulated gradients.")
+    for k, step in enumerate(steps):
+        expected, true_norm = _reference_step(config, step["params"], k)
+        seen = torch.tensor(step["grads"], dtype=torch.float64)
+        seen_norm, expected_norm = float(seen.norm()), float(expected.norm())
+        if not math.isfinite(seen_norm):
+            raise fail(task, f"window {k + 1}: the optimizer stepped with inf/NaN gradients: step through "
+                             "`scaler.step(optimizer)`, which skips such steps.")
+        ratio = seen_norm / expected_norm
+        scaled = config.init_scale
+        if ratio < 0.01 and abs(seen_norm - config.max_norm / scaled) < 0.05 * config.max_norm / scaled:
+            raise fail(task, f"you clipped before `unscale_`: the threshold {config.max_norm:g} was compared with "
+                             f"gradients ×{scaled:g}, so the optimizer got gradients of norm {seen_norm:.3g}. Call "
+                             "`scaler.unscale_(optimizer)` first, then `clip_grad_norm_`.")
+        if abs(ratio - scaled) < 0.05 * scaled or abs(ratio - scaled * s) < 0.05 * scaled * s:
+            raise fail(task, f"window {k + 1}: the optimizer stepped with gradients still multiplied by the scale "
+                             f"({scaled:g}): call `scaler.unscale_(optimizer)` before clipping and step with "
+                             "`scaler.step(optimizer)`.")
+        if seen_norm > config.max_norm * 1.05:
+            raise fail(task, f"window {k + 1}: the optimizer stepped with gradients of norm {seen_norm:.3g}, above "
+                             f"max_norm = {config.max_norm:g}: clip with `torch.nn.utils.clip_grad_norm_("
+                             "model.parameters(), max_norm)` after `scaler.unscale_(optimizer)`.")
+        if abs(ratio - 1) < 0.05 and float(seen @ expected) / (seen_norm * expected_norm) > 0.99:
+            continue
+        if ratio > 1.05 and true_norm < config.max_norm and abs(ratio - min(s, config.max_norm / true_norm)) < 0.1:
+            raise fail(task, f"window {k + 1}: the step gradient is {ratio:.2f}× the window's mean gradient: you did "
+                             f"not divide each micro-batch loss by the window's length ({s}).")
+        raise fail(task, f"window {k + 1}: the step gradient is {ratio:.3g}× the right one (the mean gradient of the "
+                         f"window's {s} micro-batches, clipped to max_norm).")
+    summary = (f"{n_micro} micro-batches per rank → {windows} steps, {records['allreduces']} gradient all-reduces "
+               f"(one per window), unscaled gradients clipped to max_norm, ranks bit-identical")
+    if reference is not None:
+        comparison = compare_params(torch.tensor(records["params"], dtype=torch.float64), reference,
+                                    tolerance if tolerance is not None else 1e-3)
+        if not comparison.ok:
+            raise fail(task, f"the final parameters differ from the single-process reference ({comparison}), "
+                             "although every step looked right: run the recipe exactly (autocast float16, "
+                             "scale → backward, unscale_, clip, step, update).")
+        summary += f"; vs the single-process run: {comparison}"
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------------ the check
+def _source(task: str, fn: Callable) -> str:
+    if not inspect.isfunction(fn) or fn.__name__ == "<lambda>":
+        raise fail(task, "`train` must be a function defined with `def train(...):` in a notebook cell.")
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise fail(task, "the check could not read the source of your function (it ships the source to the new "
+                         "processes). Define it with `def` in a notebook cell and run that cell again.") from None
+    outside = sorted(name for name in inspect.getclosurevars(fn).globals if name not in PROVIDED)
+    if outside or fn.__closure__:
+        names = ", ".join(f"`{n}`" for n in outside) or "variables of an enclosing function"
+        raise fail(task, f"your function uses {names}, defined outside it. It runs in fresh processes that only "
+                         f"provide {', '.join(PROVIDED)}: import or define what it needs inside the function.")
+    return source
+
+
+def _error_message(error: LaunchFailed) -> str:
+    result = error.result
+    errors = result.errors() if result is not None else {}
+    if error.rank is not None and error.rank in errors:
+        record = errors[error.rank]
+        hint = ""
+        if record.get("type") == "NameError":
+            hint = (f" The function runs in fresh processes with only {', '.join(PROVIDED)} defined: import or "
+                    "define what it needs inside it.")
+        return (f"your function raised {record.get('type')} on rank {error.rank}: {record.get('message')}.{hint} "
+                "(It ran in this process without error, so look for code that depends on the rank or on "
+                "torch.distributed.)")
+    return f"the launch failed: {error}"
+
+
+def ddp_train(fn) -> None:
+    """Task 1: ``train(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm)`` on a DDP model."""
+    task = TASK
+    require_callable(task, fn, "train")
+    call(task, simulate, "train", fn)  # quick, in this process: a stub is "not started", errors show at once
+    source = _source(task, fn)
+    config = dataclasses.replace(CONFIG, user_fn=fn.__name__)
+    with tempfile.TemporaryDirectory(prefix="ampcourse-08-") as folder:
+        run_dir = Path(folder)
+        (run_dir / "user_fn.py").write_text(source, encoding="utf-8")
+        config.write(run_dir)
+        try:
+            result = launch("ampcourse.ddp_train", nproc=config.world_size, args=[str(run_dir)], run_dir=run_dir,
+                            timeout=TIMEOUT)
+        except LaunchTimeout:
+            raise fail(task, f"the two processes did not finish within {TIMEOUT:g} s and were killed: a rank is "
+                             "stuck — an endless loop, or one rank waiting in an all-reduce the other never starts "
+                             "(e.g. `no_sync()` used differently on the two ranks).") from None
+        except LaunchFailed as error:
+            raise fail(task, _error_message(error)) from None
+        try:
+            done = {rank: result.one(rank, "user_done") for rank in range(config.world_size)}
+        except KeyError as error:
+            raise fail(task, f"a rank finished without its record ({error}); the launch log is incomplete.") from None
+    reference = train_single_process(dataclasses.replace(config, mode="ddp"))
+    try:
+        summary = analyse(task, config, done, reference.params, param_tolerance(config))
+    except CheckFailed:
+        raise
+    except Exception as error:  # noqa: BLE001 - never an internal traceback
+        raise fail(task, f"the ranks' logs could not be read ({type(error).__name__}: {error}).") from None
+    passed(task, f"2 processes under torchrun: {summary}.")

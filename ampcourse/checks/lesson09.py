@@ -1,0 +1,251 @@
+"""Checks for exercise 09 (capstone): the whole AMP training step, assembled from the earlier lessons.
+
+``train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)`` is run on a tiny
+model with spies (:mod:`ampcourse.checks.spies`, plus a spy scheduler here) that record the order of the
+calls and the gradients the optimizer really steps with; then with a loss scale so large that float16
+overflows (the step must be skipped, and the scheduler must not advance); then it trains the digits
+model of lesson 09 for a short run.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from ..device import pick_device
+from . import CheckFailed, call, fail, passed, require_callable
+from .spies import SpyOptimizer, SpyScaler
+
+TASK = "Task 1 (train_window)"
+SCALE = 2.0**10
+ACCURACY = 0.9
+
+
+class SpyScheduler(torch.optim.lr_scheduler.LambdaLR):
+    """A real ``LambdaLR`` (lr × 1 / (1 + steps)) that writes ``scheduler.step`` in the log when stepped."""
+
+    def __init__(self, optimizer, log):
+        self.log = None  # LambdaLR steps once while it is built: that one is not the learner's
+        super().__init__(optimizer, lambda step: 1.0 / (1 + step))
+        self.log = log
+
+    def step(self, *args, **kwargs):
+        if self.log is not None:
+            self.log.append("scheduler.step")
+        return super().step(*args, **kwargs)
+
+
+class _Optimizer(SpyOptimizer):
+    """:class:`SpyOptimizer` that also copes with a gradient set to ``None`` (it records zeros for it)."""
+
+    def step(self, closure=None):
+        self.log.append("optimizer.step" if self.inside_scaler else "optimizer.step (direct)")
+        params = self.param_groups[0]["params"]
+        self.grads_at_step.append([torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
+                                   for p in params])
+        result = torch.optim.SGD.step(self, closure)
+        if self.stale_grad is not None:
+            for p in params:
+                p.grad = torch.full_like(p, self.stale_grad)
+        return result
+
+
+def _model(device, seed=0):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
+
+
+def _window(device, n, size=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(size, 6, generator=g).to(device), torch.randint(0, 3, (size,), generator=g).to(device))
+            for _ in range(n)]
+
+
+def _reference_grads(model, window):
+    """FP32: the gradient of the mean of the window's micro-batch losses."""
+    reference = copy.deepcopy(model)
+    loss = sum(F.cross_entropy(reference(x), y) for x, y in window) / len(window)
+    loss.backward()
+    return [p.grad.detach().clone() for p in reference.parameters()]
+
+
+def _norm(grads) -> float:
+    return torch.sqrt(sum((g.float() ** 2).sum() for g in grads)).item()
+
+
+def _objects(device, log, init_scale=SCALE):
+    model = _model(device)
+    optimizer = _Optimizer(model.parameters(), log, lr=0.05)
+    scaler = SpyScaler(log, device.type, init_scale=init_scale, growth_interval=10_000)
+    scheduler = SpyScheduler(optimizer, log)
+    return model, optimizer, scaler, scheduler
+
+
+def _run(fn, device, log, objects, window, max_norm):
+    """Call the learner's function on one window; name what the log shows if it raised."""
+    start = len(log)
+    model, optimizer, scaler, scheduler = objects
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # e.g. torch's "lr_scheduler.step() before optimizer.step()"
+            call(TASK, fn, "train_window", model, optimizer, scaler, scheduler, window, max_norm, torch.float16)
+    except CheckFailed:
+        _zero_grad_mistakes(log[start:])
+        calls = log[start:]
+        if calls.count("unscale_") >= 2:
+            raise fail(TASK, "you called `scaler.unscale_(optimizer)` more than once in one step (torch refuses): "
+                             "unscale once per window, after the last backward, just before clipping.") from None
+        raise
+    return log[start:]
+
+
+def _zero_grad_mistakes(calls) -> None:
+    """zero_grad between the backward passes of one window, or between the last backward and the step."""
+    scales = [i for i, c in enumerate(calls) if c == "scale"]
+    zeros = [i for i, c in enumerate(calls) if c == "zero_grad"]
+    steps = [i for i, c in enumerate(calls) if c == "scaler.step"]
+    if not scales:
+        return
+    if any(scales[0] < z < scales[-1] for z in zeros):
+        raise fail(TASK, "`optimizer.zero_grad()` ran between the micro-batches of one window: it wipes the "
+                         "gradients accumulated so far, so the step sees only the last micro-batch. Zero the "
+                         "gradients once per window, before the first backward (or after the step).")
+    end = steps[0] if steps else len(calls)
+    if any(scales[-1] < z < end for z in zeros):
+        raise fail(TASK, "`optimizer.zero_grad()` ran after the backward passes and before `scaler.step`: the "
+                         "step got no gradients. Zero the gradients at the start of the window (or after the "
+                         "step), never between backward and step.")
+
+
+def _accumulation(fn, device) -> None:
+    """Two windows of 3 micro-batches, no clipping (max_norm huge): order, mean gradient, zero_grad, scheduler."""
+    log: list[str] = []
+    objects = _objects(device, log)
+    model, optimizer, _, _ = objects
+    optimizer.stale_grad = 100.0 * SCALE  # a large stale gradient: visible unless zero_grad runs per window
+    windows = [_window(device, 3, seed=1), _window(device, 3, seed=2)]
+    references, per_window = [], []
+    for window in windows:
+        references.append(_reference_grads(model, window))
+        per_window.append(_run(fn, device, log, objects, window, 1e9))
+    for calls in per_window:
+        _zero_grad_mistakes(calls)
+    if "optimizer.step (direct)" in log:
+        raise fail(TASK, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`, which "
+                         "skips the step when the gradients hold inf/NaN (and unscales them if you did not).")
+    n_steps = log.count("scaler.step")
+    if n_steps == 0:
+        raise fail(TASK, "the optimizer never stepped: call `scaler.step(optimizer)` once, after clipping.")
+    if n_steps == 6:
+        raise fail(TASK, "you stepped after every micro-batch (3 steps per window): accumulate the window's "
+                         "gradients and call `scaler.step(optimizer)` once, after the last backward.")
+    if n_steps != 2:
+        raise fail(TASK, f"expected one `scaler.step(optimizer)` per window (2 for 2 windows), saw {n_steps}.")
+    if log.count("scale") != 6:
+        raise fail(TASK, f"expected one `scaler.scale(loss).backward()` per micro-batch (6 for 2 windows of 3), "
+                         f"saw {log.count('scale')} calls to `scaler.scale`.")
+    if any("unscale_" not in calls[:calls.index("scaler.step")] for calls in per_window):
+        raise fail(TASK, "you never called `scaler.unscale_(optimizer)`: clip_grad_norm_ then compares max_norm "
+                         "with gradients × the scale. Unscale after the last backward, then clip.")
+    for number, (seen, true) in enumerate(zip(optimizer.grads_at_step, references, strict=True), start=1):
+        ratio = _norm(seen) / _norm(true)
+        if ratio > 50:
+            raise fail(TASK, "the step held gradients from before this window: call `optimizer.zero_grad()` once "
+                             "per window (at its start, or after the step).")
+        if ratio < 0.01:
+            raise fail(TASK, "the optimizer stepped with zero gradients: `zero_grad` ran between the backward "
+                             "passes and the step. Zero them at the start of the window instead.")
+        if abs(ratio - 3) < 0.15:
+            raise fail(TASK, f"the step gradient is {ratio:.2f}× too large: you forgot to divide each micro-batch "
+                             "loss by the window's length (`loss / len(micro_batches)`), so the gradients of the "
+                             "3 micro-batches were summed, not averaged.")
+        if abs(ratio - 1) > 0.05:
+            raise fail(TASK, f"window {number}: the step gradient is {ratio:.3g}× the mean gradient of the window; "
+                             "divide each micro-batch loss by `len(micro_batches)`, once.")
+    for calls in per_window:
+        if calls.count("update") != 1:
+            raise fail(TASK, f"`scaler.update()` should run once per window, after `scaler.step`; it ran "
+                             f"{calls.count('update')} times in one window.")
+        if calls.index("update") < calls.index("scaler.step"):
+            raise fail(TASK, "`scaler.update()` ran before `scaler.step(optimizer)`: step first, then update.")
+        if calls.count("scheduler.step") == 0:
+            raise fail(TASK, "the learning-rate scheduler was not stepped after a clean (not skipped) step: call "
+                             "`scheduler.step()` after `scaler.update()` when the step was applied.")
+        if calls.count("scheduler.step") > 1:
+            raise fail(TASK, "`scheduler.step()` ran more than once in one window: once per optimizer step.")
+        if calls.index("scheduler.step") < calls.index("scaler.step"):
+            raise fail(TASK, "you stepped the scheduler before the optimizer: call `scheduler.step()` after "
+                             "`scaler.step(optimizer)` and `scaler.update()` (torch warns about this order, and "
+                             "you cannot yet know whether the step will be skipped).")
+
+
+def _clipping(fn, device) -> None:
+    log: list[str] = []
+    objects = _objects(device, log)
+    model, optimizer, _, _ = objects
+    window = _window(device, 2, seed=3)
+    max_norm = _norm(_reference_grads(model, window)) / 4  # clipping must fire
+    _run(fn, device, log, objects, window, max_norm)
+    seen = _norm(optimizer.grads_at_step[0])
+    if seen < max_norm / 100:
+        raise fail(TASK, f"you clipped before `unscale_`: the threshold {max_norm:.3g} was compared with gradients "
+                         f"×{SCALE:g}, so the optimizer got gradients of norm {seen:.3g}, far below it. Call "
+                         "`scaler.unscale_(optimizer)` first, then `clip_grad_norm_`.")
+    if seen > max_norm * 1.05:
+        raise fail(TASK, f"the optimizer stepped with gradients of norm {seen:.3g}, above max_norm = {max_norm:.3g}: "
+                         "clip with `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` after "
+                         "`unscale_`, before `scaler.step`.")
+
+
+def _skip(fn, device) -> None:
+    """A loss scale of 2**40 overflows float16 in the backward pass: the step is skipped, the schedule waits."""
+    log: list[str] = []
+    objects = _objects(device, log, init_scale=2.0**40)
+    model, optimizer, scaler, scheduler = objects
+    before = [p.detach().clone() for p in model.parameters()]
+    lr = optimizer.param_groups[0]["lr"]
+    calls = _run(fn, device, log, objects, _window(device, 2, seed=4), 1.0)
+    if scaler.get_scale() >= 2.0**40:
+        raise fail(TASK, "after a float16 overflow the scale did not back off: call `scaler.update()` after "
+                         "`scaler.step(optimizer)` in every window, skipped or not.")
+    if not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)):
+        raise fail(TASK, "the gradients overflowed (inf) but the parameters changed: let `scaler.step(optimizer)` "
+                         "decide — it skips the step when it finds inf/NaN.")
+    if "scheduler.step" in calls or scheduler.last_epoch != 0 or optimizer.param_groups[0]["lr"] != lr:
+        raise fail(TASK, "you stepped the scheduler on a skipped step: the float16 gradients overflowed, "
+                         "`scaler.step` skipped the optimizer step, yet the learning-rate schedule moved on. Read "
+                         "`scaler.get_scale()` before and after `scaler.update()`; step the scheduler only if the "
+                         "scale did not go down.")
+
+
+def _accuracy(fn, device) -> float:
+    from ..capstone import TrainConfig, recommended_dtype, train
+
+    # 90 steps of 2 micro-batches of 16 in the device's AMP dtype; evaluated at the start and the end only.
+    config = TrainConfig(epochs=2, micro_batch=16, warmup_steps=3, eval_every=1000, dtype=recommended_dtype(device))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = call(TASK, train, "train_window", config, device=device, progress=None, window_fn=fn)
+    accuracy = result.final_accuracy
+    if not accuracy >= ACCURACY:
+        raise fail(TASK, f"trained with your train_window for {result.steps} steps, the digits model reached only "
+                         f"{accuracy:.1%} validation accuracy (the recipe reaches more than {ACCURACY:.0%}). Check "
+                         "each part of the step against lessons 03–05.")
+    return accuracy
+
+
+def train_window(fn) -> None:
+    """Task 1: ``train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)``."""
+    require_callable(TASK, fn, "train_window")
+    device = pick_device()
+    _accumulation(fn, device)
+    _clipping(fn, device)
+    _skip(fn, device)
+    accuracy = _accuracy(fn, device)
+    passed(TASK, "zero_grad → scaled backward of loss / window length per micro-batch → unscale_ → clip → "
+                 "scaler.step → update → scheduler.step only when the step was applied (a float16 overflow was "
+                 f"skipped and the schedule waited); your step trained the digits model to {accuracy:.1%}.")

@@ -1,0 +1,329 @@
+"""The GPU check: one command that runs the whole course on a CUDA machine and writes a report.
+
+    python -m ampcourse gpucheck            # on a CUDA machine (about 5 minutes on an H200)
+    python -m ampcourse gpucheck --cpu      # dry run of the same steps on the CPU
+
+It runs, in order:
+
+1. every lesson and every solution notebook under ``pytest --nbval`` (strict): a cell that raises
+   fails the check; a cell whose output differs from the stored (CPU-made) output is listed, not
+   failed, because many outputs honestly depend on the device (its name, its dtype, its timings);
+2. the package tests marked ``gpu`` (``pytest -m gpu tests``), which skip without CUDA;
+3. the lesson-06 benchmark (:func:`ampcourse.bench.compare_precisions`) at sizes that fill a GPU,
+   plus matrix-product throughput per dtype against the datasheet peak;
+
+and writes ``reports/gpu-check-<device>.md`` (and ``.json``): device, versions, pass/fail per
+notebook, the speed-up and memory table. The exit code is 0 when no cell raised, the GPU tests
+passed and the benchmark ran.
+
+It needs only torch, numpy, matplotlib, pytest and the notebook packages (nbval, nbclient,
+nbformat, ipykernel, ipywidgets), so it also runs where the course is not pip-installed: with the
+repository root on ``PYTHONPATH`` (CONTRIBUTING.md says how to carry the wheels to a lent GPU
+machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .course import ROOT
+
+#: Benchmark sizes: (width, depth, batch) of the lesson-06 MLP, and the square matmul size.
+SIZES = {
+    "cuda": {"width": 8192, "depth": 8, "batch": 8192, "matmul": 8192},
+    "cpu": {"width": 256, "depth": 2, "batch": 128, "matmul": 512},
+}
+
+
+@dataclass
+class NotebookResult:
+    """One notebook under nbval: its cells, the ones that raised and the ones whose output differs."""
+
+    path: str
+    cells: int = 0
+    errors: list[str] = field(default_factory=list)
+    differs: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        if self.errors:
+            return "FAILED"
+        return "passed (outputs differ)" if self.differs else "passed"
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _junit_cases(path: Path) -> list[ET.Element]:
+    if not path.exists():
+        return []
+    return list(ET.parse(path).getroot().iter("testcase"))
+
+
+def _is_execution_error(case: ET.Element) -> bool:
+    """nbval marks a cell that raised differently from one whose output merely differs."""
+    for failure in list(case.iter("failure")) + list(case.iter("error")):
+        text = (failure.get("message") or "") + (failure.text or "")
+        if "outputs differ" in text.lower() or "mismatch" in text.lower():
+            return False
+        return True
+    return False
+
+
+def parse_nbval_junit(path: Path) -> list[NotebookResult]:
+    """Group nbval's per-cell JUnit cases by notebook (``classname`` is ``folder.name.ipynb``)."""
+    results: dict[str, NotebookResult] = {}
+    for case in _junit_cases(path):
+        classname = case.get("classname", "").removesuffix(".ipynb")
+        key = classname.replace(".", "/") + ".ipynb"  # the course's notebook names hold no dots
+        result = results.setdefault(key, NotebookResult(key))
+        result.cells += 1
+        result.seconds += float(case.get("time", 0.0))
+        failed = list(case.iter("failure")) + list(case.iter("error"))
+        if failed:
+            (result.errors if _is_execution_error(case) else result.differs).append(case.get("name", "?"))
+    return sorted(results.values(), key=lambda r: r.path)
+
+
+def _xdist_args(cpu: bool) -> list[str]:
+    """Run notebooks four at a time on a GPU machine when pytest-xdist is there (one kernel per file)."""
+    if cpu:
+        return []
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        return []
+    return ["-n", "4", "--dist", "loadfile"]
+
+
+def run_notebooks(env: dict[str, str], cpu: bool, timeout: float) -> tuple[list[NotebookResult], str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "nbval.xml"
+        cmd = [sys.executable, "-m", "pytest", "--nbval", "notebooks", "solutions", "-q", "-p", "no:cacheprovider",
+               "--nbval-cell-timeout=600", f"--junitxml={junit}", *_xdist_args(cpu)]
+        proc = _run(cmd, env, timeout)
+        return parse_nbval_junit(junit), proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def run_gpu_tests(env: dict[str, str], timeout: float) -> tuple[dict[str, int], str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "gpu.xml"
+        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests", "-q", "-p", "no:cacheprovider",
+               f"--junitxml={junit}"]
+        proc = _run(cmd, env, timeout)
+        counts = {"passed": 0, "failed": 0, "skipped": 0}
+        failed_names = []
+        for case in _junit_cases(junit):
+            if list(case.iter("failure")) or list(case.iter("error")):
+                counts["failed"] += 1
+                failed_names.append(case.get("name", "?"))
+            elif list(case.iter("skipped")):
+                counts["skipped"] += 1
+            else:
+                counts["passed"] += 1
+        tail = proc.stdout[-3000:]
+        if proc.returncode not in (0, 5) and not counts["failed"]:
+            counts["failed"] = 1  # pytest itself broke (collection error): show its output
+        return counts, tail
+
+
+def run_benchmark(device_type: str) -> dict:
+    """The lesson-06 comparison at GPU-filling sizes (small ones on the CPU) and matmul throughput."""
+    import torch
+
+    from . import bench
+
+    device = torch.device(device_type)
+    sizes = SIZES["cuda" if device_type == "cuda" else "cpu"]
+    compile_options = (False, True) if device_type == "cuda" else (False,)
+    comparison = bench.compare_precisions(width=sizes["width"], depth=sizes["depth"], batch=sizes["batch"],
+                                          device=device, compile=compile_options, warmup=3, repeats=10)
+    matmuls = []
+    n = sizes["matmul"]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        if device_type == "cpu" and dtype == torch.float16:
+            n_used = 128  # CPU float16 matrix products take a slow path: keep it tiny
+        else:
+            n_used = n
+        a = torch.randn(n_used, n_used, device=device, dtype=dtype)
+        b = torch.randn(n_used, n_used, device=device, dtype=dtype)
+        timing = bench.time_fn(lambda a=a, b=b: a @ b, warmup=3, repeats=10, device=device)
+        achieved = bench.achieved_flops(bench.matmul_flops(n_used, n_used, n_used), timing.median)
+        peak = bench.peak_flops(device, dtype)
+        row = {"dtype": str(dtype).removeprefix("torch."), "n": n_used, "time": str(timing),
+               "TFLOP/s": achieved / 1e12}
+        if peak is not None:
+            row["fraction of peak"] = bench.fraction_of_peak(achieved, peak[0])
+            row["peak source"] = peak[1]
+        matmuls.append(row)
+        del a, b
+    return {"sizes": sizes, "table": str(comparison.table()), "matmuls": matmuls}
+
+
+def environment(device_type: str) -> dict[str, str]:
+    import torch
+
+    info = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "device": device_type,
+    }
+    if device_type == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update({
+            "gpu": props.name,
+            "gpu memory": f"{props.total_memory / 2**30:.1f} GiB",
+            "compute capability": f"{props.major}.{props.minor}",
+            "cuda": str(torch.version.cuda),
+            "cudnn": str(torch.backends.cudnn.version()),
+        })
+    else:
+        from .device import describe
+
+        info["cpu"] = describe(torch.device("cpu")).name
+    return info
+
+
+def render(report: dict) -> str:
+    lines = ["# GPU check" + (" (CPU dry run)" if report["cpu_dry_run"] else ""), ""]
+    lines += [f"- **{k}**: {v}" for k, v in report["environment"].items()]
+    lines += ["", f"**Result: {'PASS' if report['ok'] else 'FAIL'}** in {report['seconds']:.0f} s", "",
+              "## Notebooks under `pytest --nbval`", "",
+              "Outputs were stored on a CPU; a cell whose output differs here is listed, not failed.", "",
+              "| notebook | cells | status | cells that raised | cells whose output differs |",
+              "|---|---|---|---|---|"]
+    for nb in report["notebooks"]:
+        lines.append(f"| {nb['path']} | {nb['cells']} | {nb['status']} | {', '.join(nb['errors']) or '–'} "
+                     f"| {', '.join(nb['differs']) or '–'} |")
+    gpu = report["gpu_tests"]
+    lines += ["", "## Package tests marked `gpu`", "",
+              f"{gpu['passed']} passed, {gpu['failed']} failed, {gpu['skipped']} skipped", ""]
+    bench = report.get("benchmark")
+    if bench:
+        lines += ["## Lesson-06 benchmark", "", f"MLP sizes: {bench['sizes']}", "", "```", bench["table"], "```", "",
+                  "| matmul dtype | n | time | TFLOP/s | fraction of datasheet peak |", "|---|---|---|---|---|"]
+        for row in bench["matmuls"]:
+            frac = f"{row['fraction of peak']:.0%} ({row['peak source']})" if "fraction of peak" in row else "–"
+            lines.append(f"| {row['dtype']} | {row['n']} | {row['time']} | {row['TFLOP/s']:.2f} | {frac} |")
+    if report.get("benchmark_error"):
+        lines += ["", f"Benchmark failed: `{report['benchmark_error']}`"]
+    if report.get("logs"):
+        lines += ["", "## Log tails", ""]
+        for name, text in report["logs"].items():
+            lines += [f"### {name}", "", "```", text.strip()[-2500:], "```", ""]
+    return "\n".join(lines) + "\n"
+
+
+#: What the check needs beyond torch, numpy, matplotlib and pytest.
+NOTEBOOK_PACKAGES = ("nbval", "nbclient", "nbformat", "ipykernel", "ipywidgets")
+#: Already on the lent H200 machine (see the device tool's KINDS.md): not carried, so as not to shadow them.
+ON_LENT_MACHINE = {"attrs", "coverage", "iniconfig", "packaging", "pluggy", "psutil", "pygments", "pytest",
+                   "python_dateutil", "typing_extensions", "tzdata", "six", "pyyaml"}
+
+
+def download_wheels(dest: Path, python_version: str = "3.12") -> list[Path]:
+    """Fetch the notebook packages as manylinux wheels for ``python_version`` into ``dest``, for a GPU
+    machine that has torch but no network (CONTRIBUTING.md: "The GPU check")."""
+    dest.mkdir(parents=True, exist_ok=True)
+    platforms = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                 "manylinux2014_x86_64", "manylinux1_x86_64"]
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version",
+           python_version, "--implementation", "cp", "-d", str(dest), *NOTEBOOK_PACKAGES]
+    for plat in platforms:
+        cmd += ["--platform", plat]
+    subprocess.run(cmd, check=True)
+    kept = []
+    for wheel in sorted(dest.glob("*.whl")):
+        if wheel.name.split("-")[0].lower() in ON_LENT_MACHINE:
+            wheel.unlink()
+        else:
+            kept.append(wheel)
+    return kept
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ampcourse gpucheck", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu", action="store_true", help="dry run on the CPU (small sizes)")
+    parser.add_argument("--report-dir", default=str(ROOT / "reports"), help="where the report goes")
+    parser.add_argument("--skip-notebooks", action="store_true", help="only the GPU tests and the benchmark")
+    parser.add_argument("--download-wheels", metavar="DIR",
+                        help="only download the notebook packages as wheels into DIR (for a GPU machine offline)")
+    args = parser.parse_args(argv)
+    if args.download_wheels:
+        wheels = download_wheels(Path(args.download_wheels))
+        size = sum(w.stat().st_size for w in wheels) / 2**20
+        print(f"{len(wheels)} wheels, {size:.1f} MiB in {args.download_wheels}")
+        return 0
+
+    import torch
+
+    if not args.cpu and not torch.cuda.is_available():
+        print("no CUDA GPU is visible to torch: run `python -m ampcourse gpucheck --cpu` for a dry run on the CPU",
+              file=sys.stderr)
+        return 2
+    device_type = "cpu" if args.cpu else "cuda"
+    env = dict(os.environ, AMPCOURSE_DEVICE=device_type, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    start = time.perf_counter()
+    report: dict = {"cpu_dry_run": args.cpu, "environment": environment(device_type), "logs": {}}
+
+    notebooks: list[NotebookResult] = []
+    if not args.skip_notebooks:
+        print("[gpucheck] notebooks under nbval ...", flush=True)
+        notebooks, tail = run_notebooks(env, args.cpu, timeout=1800)
+        if not notebooks or any(nb.errors for nb in notebooks):
+            report["logs"]["nbval"] = tail
+    report["notebooks"] = [dict(asdict(nb), status=nb.status) for nb in notebooks]
+
+    print("[gpucheck] tests marked gpu ...", flush=True)
+    report["gpu_tests"], tail = run_gpu_tests(env, timeout=900)
+    if report["gpu_tests"]["failed"]:
+        report["logs"]["gpu tests"] = tail
+
+    print("[gpucheck] lesson-06 benchmark ...", flush=True)
+    try:
+        os.environ["AMPCOURSE_DEVICE"] = device_type
+        report["benchmark"] = run_benchmark(device_type)
+    except Exception as err:  # noqa: BLE001 - reported, and the check fails
+        report["benchmark_error"] = f"{type(err).__name__}: {err}"
+
+    report["seconds"] = time.perf_counter() - start
+    report["ok"] = (
+        (args.skip_notebooks or (bool(notebooks) and not any(nb.errors for nb in notebooks)))
+        and report["gpu_tests"]["failed"] == 0
+        and "benchmark" in report
+    )
+    out_dir = Path(args.report_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = "cpu-dry-run" if args.cpu else _slug(report["environment"].get("gpu", "cuda"))
+    md = out_dir / f"gpu-check-{name}.md"
+    md.write_text(render(report), encoding="utf-8")
+    (out_dir / f"gpu-check-{name}.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    print(render(report))
+    print(f"[gpucheck] report: {md}", flush=True)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Lesson 06 widget: pick a layer width and a batch size, measure FP32 against the AMP dtype right now.
+
+:func:`speed_memory_explorer` times one ``(batch × width) @ (width × width)`` matrix product (the
+forward matmul of a ``Linear(width, width)``) in FP32 and in the device's AMP dtype (bfloat16 where
+supported, else float16), and counts what a two-layer ``Linear + ReLU`` stack saves for backward in
+each (with :func:`ampcourse.bench.saved_activation_bytes`). The timing is short — a few calls, so it is
+noisy — and is re-measured on every move; the byte counts are exact and cached.
+
+On a CPU the widths stop at 256: without AVX512-BF16/AMX a bfloat16 product runs on a slow path (tens
+of times slower than FP32 on the course's test machine), and a move must stay under 100 ms.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from ..bench import ActivationReport, format_bytes, format_flops, matmul_flops, saved_activation_bytes, time_fn
+from ..device import pick_device
+from .base import COLORS, LivePlot, figure_png
+
+__all__ = ["BATCHES", "BENCHMARK_MOVES", "SpeedMemoryData", "amp_dtype", "draw_speed_memory", "measure",
+           "readout", "speed_memory_explorer", "throughput_png", "widths_for"]
+
+CPU_WIDTHS = (32, 64, 128, 256)
+CUDA_WIDTHS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+BATCHES = (8, 16, 32, 64)
+DEPTH = 2  # layers in the stack whose saved activations are counted
+SEED = 0
+BUDGET_S = 0.01  # seconds of timed calls per mode and move
+
+
+def widths_for(device: torch.device) -> tuple[int, ...]:
+    """The widths the slider offers on this device (the CPU's stop where bf16 gets too slow for a move)."""
+    return CUDA_WIDTHS if device.type == "cuda" else CPU_WIDTHS
+
+
+def amp_dtype(device: torch.device) -> torch.dtype:
+    """bfloat16 where the device supports it, else float16."""
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        return torch.float16
+    return torch.bfloat16
+
+
+@dataclass(frozen=True)
+class SpeedMemoryData:
+    """One widget position: per mode (``"fp32"`` and the AMP dtype's name) a median time and saved bytes."""
+
+    width: int
+    batch: int
+    device: str
+    amp: str
+    seconds: dict[str, float]
+    saved: dict[str, ActivationReport]
+
+    @property
+    def flops(self) -> int:
+        return matmul_flops(self.batch, self.width, self.width)
+
+    def achieved(self, mode: str) -> float:
+        return self.flops / self.seconds[mode]
+
+    @property
+    def speedup(self) -> float:
+        """FP32 time / AMP time (> 1: AMP is faster here)."""
+        return self.seconds["fp32"] / self.seconds[self.amp]
+
+    @property
+    def activation_ratio(self) -> float:
+        return self.saved[self.amp].total / self.saved["fp32"].total
+
+
+@functools.lru_cache(maxsize=16)
+def _stack(width: int, device_type: str) -> torch.nn.Sequential:
+    torch.manual_seed(SEED)
+    layers: list[torch.nn.Module] = []
+    for _ in range(DEPTH):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers).to(device_type)
+
+
+@functools.lru_cache(maxsize=64)
+def _saved(width: int, batch: int, device_type: str, dtype: torch.dtype | None) -> ActivationReport:
+    model = _stack(width, device_type)
+    x = torch.randn(batch, width, generator=torch.Generator().manual_seed(SEED)).to(device_type)
+
+    def forward():
+        with torch.autocast(device_type=device_type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            return model(x)
+    return saved_activation_bytes(forward, model)
+
+
+def measure(width: int, batch: int, device: torch.device | None = None, repeats: int = 5) -> SpeedMemoryData:
+    """Time the product in FP32 and the AMP dtype and count the saved bytes.
+
+    Per mode: one untimed warm-up call, then the median of up to ``repeats`` timed calls — fewer when one
+    call is slow, so that a move stays fast (:data:`BUDGET_S` of timed calls per mode).
+    """
+    device = pick_device() if device is None else torch.device(device)
+    allowed = widths_for(device)
+    if isinstance(width, bool) or not isinstance(width, int) or width not in allowed:
+        raise ValueError(f"width must be one of {list(allowed)} on {device.type} (got {width!r})")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch not in BATCHES:
+        raise ValueError(f"batch must be one of {list(BATCHES)} (got {batch!r})")
+    low = amp_dtype(device)
+    amp = {torch.bfloat16: "bf16", torch.float16: "fp16"}[low]
+    g = torch.Generator().manual_seed(SEED)
+    x = torch.randn(batch, width, generator=g).to(device)
+    weight = _stack(width, device.type)[0].weight.detach()
+    seconds, saved = {}, {}
+    for mode, dtype in (("fp32", None), (amp, low)):
+        a, w = (x, weight) if dtype is None else (x.to(dtype), weight.to(dtype))
+        def product(a=a, w=w):
+            return torch.nn.functional.linear(a, w)
+        first = time_fn(product, warmup=0, repeats=1, device=device).median  # doubles as the warm-up call
+        runs = max(1, min(repeats, int(BUDGET_S / max(first, 1e-9))))  # slow products: fewer runs
+        seconds[mode] = time_fn(product, warmup=0, repeats=runs, device=device).median
+        saved[mode] = _saved(width, batch, device.type, dtype)
+    return SpeedMemoryData(width, batch, str(device), amp, seconds, saved)
+
+
+def readout(data: SpeedMemoryData) -> str:
+    """One line on speed (measured now) and one on memory (exact)."""
+    amp = data.amp
+    faster = "faster" if data.speedup > 1 else "slower"
+    return (f"<b>{data.batch} × {data.width} @ {data.width} × {data.width} on {data.device}</b>: fp32 "
+            f"{format_flops(data.achieved('fp32'))}, {amp} {format_flops(data.achieved(amp))} — {amp} is "
+            f"{data.speedup:.2f}× the fp32 speed ({faster}, measured just now: a few runs, noisy).<br>"
+            f"Saved for backward by {DEPTH} × (Linear + ReLU): fp32 {format_bytes(data.saved['fp32'].total)}, "
+            f"{amp} {format_bytes(data.saved[amp].total)} of activations (× {data.activation_ratio:.2f}) + "
+            f"{format_bytes(data.saved[amp].copies_total)} of {amp} weight copies.")
+
+
+def draw_speed_memory(fig: Figure, data: SpeedMemoryData) -> str:
+    """Left: achieved GFLOP/s per mode. Right: KiB saved for backward (activations; weight copies on top, light)."""
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.12, top=0.9, wspace=0.35)
+    left, right = fig.subplots(1, 2)
+    x = np.arange(2)
+    modes = ["fp32", data.amp]
+    colors = [COLORS["blue"], COLORS["orange"]]
+    gflops = np.array([data.achieved(m) / 1e9 for m in modes])
+    left.bar(x, gflops, color=colors)
+    left.set_ylim(0, gflops.max() * 1.15)
+    left.set_ylabel("achieved GFLOP/s")
+    kib = np.array([data.saved[m].total for m in modes]) / 1024
+    copies = np.array([data.saved[m].copies_total for m in modes]) / 1024
+    right.bar(x, kib, color=colors)
+    right.bar(x, copies, bottom=kib, color=COLORS["sky"])
+    right.set_ylim(0, (kib + copies).max() * 1.15)
+    right.set_ylabel("KiB saved for backward")
+    for ax, title in ((left, f"one matmul {data.batch}×{data.width} @ {data.width}×{data.width}"),
+                      (right, f"{DEPTH} × (Linear + ReLU); light: weight copies")):
+        ax.set_xticks(x, modes)
+        ax.yaxis.set_major_locator(MaxNLocator(4))
+        ax.set_title(title, fontsize=9)
+    return readout(data)
+
+
+def speed_memory_explorer(width: int = 128, batch: int = 32) -> LivePlot:
+    """The lesson-06 widget: width and batch sliders → FP32 vs AMP speed (measured) and saved bytes (exact).
+
+    Example:
+        >>> w = speed_memory_explorer()
+        >>> w.data.saved["fp32"].total == 3 * 32 * 128 * 4   # input + two ReLU outputs, 4 bytes each
+        True
+    """
+    device = pick_device()
+    measure(width, batch, device, repeats=1)  # validates the arguments
+    style = {"description_width": "initial"}
+    layout = widgets.Layout(width="300px")
+    controls = {
+        "width": widgets.SelectionSlider(options=list(widths_for(device)), value=width, description="width",
+                                         continuous_update=False, style=style, layout=layout),
+        "batch": widgets.SelectionSlider(options=list(BATCHES), value=batch, description="batch",
+                                         continuous_update=False, style=style, layout=layout),
+    }
+    return LivePlot(lambda width, batch: measure(width, batch, device), draw_speed_memory, controls,
+                    figsize=(7.5, 3.0), title="FP32 vs AMP: speed (measured now) and saved bytes")
+
+
+BENCHMARK_MOVES = [
+    {"width": 256},
+    {"batch": 64},
+    {"width": 32},
+    {"batch": 8},
+    {"width": 64, "batch": 16},
+    {"width": 128, "batch": 32},  # back to the defaults
+]
+
+
+def throughput_png(sweep: dict, device_type: str) -> bytes:
+    """PNG of achieved GFLOP/s against matrix size, one line per mode (``{mode: [MatmulResult, ...]}``)."""
+    if not isinstance(sweep, dict) or not sweep:
+        raise TypeError("sweep must be a non-empty dict of mode -> list of MatmulResult")
+    fig = Figure(figsize=(6.5, 3.2))
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.17, top=0.88)
+    ax = fig.subplots()
+    palette = (COLORS["blue"], COLORS["orange"], COLORS["green"], COLORS["vermillion"])
+    for (mode, results), color in zip(sweep.items(), palette, strict=False):
+        ax.plot([r.n for r in results], [r.achieved / 1e9 for r in results], marker="o", color=color, label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("matrix size n (n × n @ n × n)")
+    ax.set_ylabel("achieved GFLOP/s")
+    ax.set_title(f"achieved throughput on {device_type} (measured)", fontsize=10)
+    ax.legend(frameon=False)
+    return figure_png(fig, dpi=90)

@@ -1,0 +1,306 @@
+"""ampcourse.bench: honest timing (fake clocks), saved-activation bytes counted by hand, state bytes, FLOP/s."""
+
+import doctest
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ampcourse import bench
+from ampcourse.bench import (
+    DATASHEET_PEAKS,
+    MODES,
+    BenchmarkError,
+    Timing,
+    achieved_flops,
+    available_modes,
+    benchmark_step,
+    compare_precisions,
+    cpu_features,
+    datasheet_entry,
+    fraction_of_peak,
+    largest_batch_estimate,
+    matmul_flops,
+    peak_flops,
+    peak_memory_bytes,
+    saved_activation_bytes,
+    state_bytes,
+    time_fn,
+)
+
+
+class FakeDevice:
+    """A fake clock and an asynchronous 'device': fn() queues work; sync() waits for it."""
+
+    def __init__(self, works):
+        self.now, self.busy_until, self.works, self.calls = 0.0, 0.0, list(works), 0
+
+    def clock(self):
+        return self.now
+
+    def fn(self):
+        work = self.works[self.calls]
+        self.calls += 1
+        self.busy_until = max(self.busy_until, self.now) + work
+        self.now += 1e-6  # launching is cheap
+
+    def sync(self):
+        self.now = max(self.now, self.busy_until)
+
+
+def test_warmup_excluded_and_each_run_synchronised():
+    works = [5.0, 5.0, 0.010, 0.030, 0.020, 0.500, 0.040]  # two slow warm-ups, one outlier
+    dev = FakeDevice(works)
+    timing = time_fn(dev.fn, warmup=2, repeats=5, clock=dev.clock, sync=dev.sync)
+    assert dev.calls == 7 and timing.warmup == 2
+    assert timing.times == pytest.approx((0.010, 0.030, 0.020, 0.500, 0.040))
+    assert timing.median == pytest.approx(0.030)
+    assert timing.p25 == pytest.approx(0.020) and timing.p75 == pytest.approx(0.040)
+    assert timing.iqr == pytest.approx(0.020)
+    assert timing.mean == pytest.approx(0.12)  # the outlier drags the mean, not the median
+
+
+def test_without_sync_the_clock_would_see_only_the_launch():
+    dev = FakeDevice([0.0, 0.25, 0.25])
+    timing = time_fn(dev.fn, warmup=1, repeats=2, clock=dev.clock, sync=lambda: None)
+    assert max(timing.times) < 1e-3  # what an unsynchronised benchmark measures: the launch
+    dev = FakeDevice([0.0, 0.25, 0.25])
+    assert time_fn(dev.fn, warmup=1, repeats=2, clock=dev.clock, sync=dev.sync).median == pytest.approx(0.25)
+
+
+def test_timing_str_puts_a_unit_on_every_number():
+    timing = Timing((0.0119, 0.0123, 0.0128), warmup=3)
+    assert str(timing) == "12.3 ms (IQR 12.1 ms – 12.6 ms, 3 runs)"
+    assert str(Timing((2e-5,), 0)) == "20 µs (IQR 20 µs – 20 µs, 1 runs)"
+    with pytest.raises(ValueError):
+        Timing((), 0)
+
+
+def test_real_clock_on_cpu():
+    timing = time_fn(lambda: torch.ones(10).sum(), warmup=1, repeats=3)
+    assert len(timing.times) == 3 and all(t >= 0 for t in timing.times)
+
+
+def test_bad_arguments_and_raising_function():
+    with pytest.raises(TypeError, match="fn must be a function"):
+        time_fn(42)
+    with pytest.raises(ValueError, match="repeats"):
+        time_fn(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="warmup"):
+        time_fn(lambda: None, warmup=-1)
+    with pytest.raises(TypeError, match="repeats"):
+        time_fn(lambda: None, repeats=2.5)
+    with pytest.raises(TypeError, match="clock"):
+        time_fn(lambda: None, clock=3)
+    with pytest.raises(TypeError, match="device"):
+        time_fn(lambda: None, device=3)
+
+    def broken():
+        raise ZeroDivisionError("boom")
+    with pytest.raises(BenchmarkError, match=r"raised ZeroDivisionError during warm-up call 1 of 3: boom"):
+        time_fn(broken)
+    with pytest.raises(BenchmarkError, match="timed call 1 of 20"):
+        time_fn(broken, warmup=0)
+    with pytest.raises(BenchmarkError, match="activation count"):
+        saved_activation_bytes(broken)
+
+
+def test_activation_bytes_of_linear_relu_by_hand():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    # addmm saves the input x (2×4 fp32 = 32 B) for the weight gradient; relu saves its output (2×3 = 24 B).
+    # x needs no gradient, so the weight is not saved here.
+    report = saved_activation_bytes(lambda: torch.relu(lin(x)), lin)
+    assert report.by_dtype == {torch.float32: 32 + 24} and report.total == 56
+    assert report.parameter_bytes == 0 and report.copies_total == 0
+
+    # an input that needs a gradient: addmm also saves the weight (a parameter: not an activation)
+    h = torch.randn(2, 4, requires_grad=True)
+    report = saved_activation_bytes(lambda: torch.relu(lin(h)), lin)
+    assert report.by_dtype == {torch.float32: 24}  # h itself is a leaf that requires grad: not counted
+    assert report.parameter_bytes == 32 + 48  # h's storage (leaf) and the weight's 3×4 fp32
+
+
+def test_bf16_autocast_halves_matmul_saved_activations():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(4, 8)
+
+    def forward(enabled):
+        def run():
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=enabled):
+                return model(x)
+        return run
+
+    fp32 = saved_activation_bytes(forward(False), model)
+    bf16 = saved_activation_bytes(forward(True), model)
+    # fp32: x, relu1 output (= input of layer 2), relu2 output: 3 × 4×8×4 B; the second weight is a parameter
+    assert fp32.by_dtype == {torch.float32: 3 * 128} and fp32.parameter_bytes == 8 * 8 * 4
+    # bf16: the same three tensors at 2 bytes, plus autocast's bf16 copy of the second weight (8×8×2)
+    assert bf16.by_dtype == {torch.bfloat16: 3 * 64} and bf16.parameter_copies == {torch.bfloat16: 128}
+    assert bf16.total * 2 == fp32.total
+    assert bf16.held_for_backward == 3 * 64 + 128
+
+
+def test_mse_loss_under_autocast_keeps_an_fp32_copy():
+    model = bench.make_mlp(16, 2)
+    x, target = torch.randn(4, 16), torch.randn(4, 16)
+
+    def run():
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            return F.mse_loss(model(x), target)
+    report = saved_activation_bytes(run, model)
+    # mse_loss runs in fp32 under autocast: it saves an fp32 copy of the output, and the fp32 target
+    assert report.by_dtype[torch.float32] == 2 * 4 * 16 * 4
+    assert report.by_dtype[torch.bfloat16] == 3 * 4 * 16 * 2
+
+
+def test_state_bytes_for_adam():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)  # 15 parameters = 60 B
+    optimizer = torch.optim.Adam(model.parameters())
+    before = state_bytes(model, optimizer)
+    assert before == {"parameters": {torch.float32: 60}, "gradients": {}, "optimizer state": {}}
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    after = state_bytes(model, optimizer)
+    assert after["gradients"] == {torch.float32: 60}
+    # exp_avg + exp_avg_sq (2 × 60 B) + one float32 step counter per parameter tensor (2 × 4 B)
+    assert after["optimizer state"] == {torch.float32: 128}
+    with pytest.raises(TypeError, match="model"):
+        state_bytes("model")
+    with pytest.raises(TypeError, match="optimizer"):
+        state_bytes(model, "adam")
+
+
+def test_peak_memory_is_none_without_allocator_stats():
+    assert peak_memory_bytes(lambda: None, "cpu") is None
+    with pytest.raises(TypeError, match="fn"):
+        peak_memory_bytes(None, "cpu")
+
+
+def test_flops_and_fraction_of_peak():
+    assert matmul_flops(2, 3, 4) == 48
+    assert achieved_flops(48, 0.5) == 96.0
+    assert fraction_of_peak(50.0, 200.0) == 0.25
+    with pytest.raises(ValueError, match="seconds"):
+        achieved_flops(10, 0)
+    with pytest.raises(ValueError, match="peak"):
+        fraction_of_peak(1.0, -1)
+    with pytest.raises(TypeError, match="m must be an int"):
+        matmul_flops(1.5, 2, 3)
+
+
+def test_datasheet_table_is_dense_and_matches_names():
+    # dense figures: the A100's BF16 is 312 TFLOP/s (624 with sparsity); H100 SXM 989.5 (1979 sparse)
+    assert DATASHEET_PEAKS["A100"]["bf16"] == 312e12 and DATASHEET_PEAKS["H100"]["bf16"] == 989.5e12
+    for name, peaks in DATASHEET_PEAKS.items():
+        assert peaks["fp32"] > 0
+        for mode in ("tf32", "fp16", "bf16"):
+            if mode in peaks:
+                assert peaks[mode] >= peaks["fp32"], name
+    assert "bf16" not in DATASHEET_PEAKS["V100-SXM2"] and "tf32" not in DATASHEET_PEAKS["T4"]
+    assert datasheet_entry("Tesla V100-SXM2-16GB") == "V100-SXM2"
+    assert datasheet_entry("NVIDIA H100 80GB HBM3") == "H100"
+    assert datasheet_entry("NVIDIA L40S") == "L40S" and datasheet_entry("NVIDIA L40") is None
+    assert datasheet_entry("NVIDIA GeForce RTX 4090") == "RTX 4090"
+    assert datasheet_entry("NVIDIA H200") == "H200" and datasheet_entry("Tesla T4") == "T4"
+    value, source = peak_flops("cuda", torch.bfloat16, gpu_name="NVIDIA A100-SXM4-40GB")
+    assert value == 312e12 and source.startswith("datasheet:") and "dense" in source
+    assert peak_flops("cuda", "bf16", gpu_name="Tesla T4") is None
+    assert peak_flops("cpu", "fp32") is None
+    with pytest.raises(ValueError, match="dtype"):
+        peak_flops("cpu", "fp8")
+
+
+def test_available_modes_and_reasons_on_cpu():
+    assert available_modes("cpu") == ["fp32", "fp16", "bf16"]
+    assert "CUDA" in bench.mode_unavailable_reason("tf32", "cpu")
+    with pytest.raises(ValueError, match="mode"):
+        bench.mode_unavailable_reason("int8", "cpu")
+
+
+def test_cpu_features_parses_flags():
+    info = "model name\t: Some CPU\nflags\t\t: fpu avx2 fma avx512f avx512_bf16\n"
+    found = cpu_features(info)
+    assert found["model"] == "Some CPU"
+    assert found["flags"]["avx512_bf16"] and found["flags"]["avx2"] and not found["flags"]["amx_bf16"]
+    assert cpu_features("")["flags"] == {}
+
+
+def test_largest_batch_estimate():
+    assert largest_batch_estimate(1000, 30, 100) == 30
+    assert largest_batch_estimate(50, 30, 100) == 0
+    with pytest.raises(ValueError, match="per_sample_bytes"):
+        largest_batch_estimate(1000, 0, 100)
+    with pytest.raises(TypeError, match="memory_budget_bytes"):
+        largest_batch_estimate(1e9, 10, 0)
+
+
+def test_benchmark_step_fp16_uses_a_scaler_and_restores_nothing_on_cpu():
+    result = benchmark_step("fp16", width=8, depth=2, batch=4, device="cpu", warmup=1, repeats=2)
+    assert result.error is None and result.timing.runs == 2 and result.peak_bytes is None
+    assert result.state["optimizer state"][torch.float32] > 0
+    assert result.activations.by_dtype[torch.float16] == 3 * 4 * 8 * 2
+    skipped = benchmark_step("tf32", width=8, depth=1, batch=2, device="cpu")
+    assert skipped.timing is None and "CUDA" in skipped.error
+    with pytest.raises(ValueError, match="mode"):
+        benchmark_step("fp64", width=8, depth=1, batch=2, device="cpu")
+    with pytest.raises(ValueError, match="width"):
+        benchmark_step("fp32", width=0, depth=1, batch=2, device="cpu")
+
+
+def test_compile_failure_becomes_a_row(monkeypatch):
+    def broken_compile(model):
+        raise RuntimeError("no C++ compiler found\nmore detail")
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    comparison = compare_precisions(width=8, depth=1, batch=2, device="cpu", modes=["fp32"], compile=(False, True),
+                                    warmup=0, repeats=1)
+    compiled = comparison.row("fp32", compiled=True)
+    assert compiled.timing is None and compiled.error == "torch.compile failed: RuntimeError: no C++ compiler found"
+    assert "no C++ compiler found" in comparison.table().text()
+
+
+def test_compare_precisions_table_and_ratios():
+    comparison = compare_precisions(width=8, depth=2, batch=4, device="cpu", warmup=0, repeats=2)
+    assert [r.mode for r in comparison.rows] == list(MODES)
+    assert comparison.speedup(comparison.baseline) == 1.0
+    bf16 = comparison.row("bf16")
+    expected = bf16.activations.total / comparison.baseline.activations.total
+    assert comparison.activation_ratio(bf16) == pytest.approx(expected)
+    text = comparison.table().text()
+    assert "1.00×" in text and "not run: TF32" in text
+    with pytest.raises(ValueError, match="modes"):
+        compare_precisions(width=8, depth=1, batch=2, device="cpu", modes=["fp8"])
+    with pytest.raises(TypeError, match="compile"):
+        compare_precisions(width=8, depth=1, batch=2, device="cpu", compile=True)
+
+
+def test_tf32_flags_are_restored():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with bench.tf32_enabled(not before[0]):
+        assert torch.backends.cuda.matmul.allow_tf32 is (not before[0])
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+def test_docstring_examples():
+    assert doctest.testmod(bench).failed == 0
+
+
+def test_memory_summary_and_cast_cost():
+    result = benchmark_step("bf16", width=8, depth=2, batch=4, device="cpu", warmup=0, repeats=1)
+    summary = bench.memory_summary(result)
+    params = 2 * (8 * 8 + 8) * 4
+    assert summary.parameters == params and summary.gradients == params
+    assert summary.optimizer_state == 2 * params + 4 * 4  # exp_avg, exp_avg_sq, 4 step counters
+    assert summary.weight_copies == 8 * 8 * 2  # the second layer's bf16 weight
+    assert summary.activations == result.activations.total and summary.per_sample * 4 == summary.activations
+    assert summary.fixed == 4 * params + 16 + 128 and summary.total == summary.fixed + summary.activations
+    assert summary.total_at(4) == summary.total and summary.total_at(40) == summary.fixed + 10 * summary.activations
+    with pytest.raises(TypeError, match="result"):
+        bench.memory_summary("row")
+    timing = bench.cast_cost(bench.make_mlp(8, 2), torch.bfloat16, device="cpu", warmup=0, repeats=2)
+    assert timing.runs == 2
+    with pytest.raises(ValueError, match="dtype"):
+        bench.cast_cost(bench.make_mlp(8, 1), torch.float32, device="cpu")

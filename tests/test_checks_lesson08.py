@@ -1,0 +1,174 @@
+"""Exercise 08: the check passes the right answer and names each typical wrong one.
+
+A check call launches two processes under torchrun (several seconds each on a small CPU), so only the most
+important cases are launched: the right answer, a forgotten ``no_sync`` (counted by the DDP comm hook), a rank
+that raises, and a rank that hangs. The other mistakes are judged by the same analysis (:func:`lesson08.analyse`)
+on the records of an in-process run (:func:`lesson08.simulate`, DDP replaced by a stand-in that counts the
+backward passes outside ``no_sync``).
+"""
+
+import contextlib
+
+import pytest
+import torch
+
+from ampcourse.checks import CheckFailed, NotStarted, lesson08
+
+
+def make_train(no_sync="right", order="right", divide=True, step_each=False, clip=True):
+    """A training function with one mistake (a closure: judged in-process, see the analysis tests)."""
+
+    def train(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+        for start in range(0, len(batches), accum_steps):
+            window = batches[start:start + accum_steps]
+            optimizer.zero_grad(set_to_none=True)
+            for i, (x, y) in enumerate(window):
+                last = i == len(window) - 1
+                skip_sync = no_sync == "always" or (no_sync == "right" and not last)
+                with model.no_sync() if skip_sync else contextlib.nullcontext():
+                    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                        loss = loss_fn(model(x), y)
+                    if divide:
+                        loss = loss / len(window)
+                    scaler.scale(loss).backward()
+                if step_each:
+                    scaler.step(optimizer)
+                    scaler.update()
+            if step_each:
+                continue
+            if order == "right":
+                scaler.unscale_(optimizer)
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+    return train
+
+
+def train(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    """The right answer, self-contained (the check ships its source to the ranks)."""
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for i, (x, y) in enumerate(window):
+            with contextlib.nullcontext() if i == len(window) - 1 else model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_without_no_sync(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for x, y in window:
+            with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                loss = loss_fn(model(x), y) / len(window)
+            scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_raising_on_rank_1(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    import os
+
+    if os.environ.get("RANK") == "1":
+        raise ValueError("batch sizes differ on this rank")
+
+
+def train_hanging_on_rank_1(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    import os
+    import time
+
+    while os.environ.get("RANK") == "1":
+        time.sleep(0.05)
+
+
+def stub(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    raise NotImplementedError("use model.no_sync() for all but the last micro-batch of a window")
+
+
+# --- launched (the real check) ---------------------------------------------------------------------------------
+def test_right_answer_passes_under_torchrun(capsys, figures):
+    lesson08.ddp_train(train)
+    out = capsys.readouterr().out
+    assert out.startswith("✓ Task 1") and "3 gradient all-reduces" in out and "max |diff|" in out
+    figures("lesson 08 check: " + out.strip().split(": ", 1)[1])
+
+
+LAUNCHED = {
+    "forgets no_sync": (train_without_no_sync, r"9 times for 3 windows: you forgot `no_sync\(\)`"),
+    "raises on rank 1": (train_raising_on_rank_1, r"raised ValueError on rank 1: batch sizes differ"),
+}
+
+
+@pytest.mark.parametrize(("fn", "words"), LAUNCHED.values(), ids=LAUNCHED)
+def test_launched_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson08.ddp_train(fn)
+
+
+def test_a_hanging_rank_is_killed_and_named(monkeypatch):
+    monkeypatch.setattr(lesson08, "TIMEOUT", 4.0)
+    with pytest.raises(CheckFailed, match=r"did not finish within 4 s and were killed: a rank is stuck"):
+        lesson08.ddp_train(train_hanging_on_rank_1)
+
+
+# --- no launch needed ---------------------------------------------------------------------------------------------
+def test_untouched_stub_is_not_started():
+    with pytest.raises(NotStarted, match="not started"):
+        lesson08.ddp_train(stub)
+
+
+def test_source_not_available_is_named():
+    namespace = {}
+    exec(lesson08_source := "def train(*args):\n    return None\n", namespace)  # noqa: S102
+    assert lesson08_source
+    with pytest.raises(CheckFailed, match="could not read the source"):
+        lesson08.ddp_train(namespace["train"])
+
+
+def test_a_function_using_outside_names_is_refused():
+    helper = make_train()
+
+    def train(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+        return helper(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm)
+
+    with pytest.raises(CheckFailed, match="uses .*defined outside it"):
+        lesson08.ddp_train(train)
+
+
+def test_not_a_function_is_refused():
+    with pytest.raises(CheckFailed, match="should be a function"):
+        lesson08.ddp_train(42)
+
+
+ANALYSED = {
+    "forgets no_sync": (make_train(no_sync="never"), r"you forgot `no_sync\(\)`"),
+    "no_sync on every micro-batch": (make_train(no_sync="always"), r"only 0 gradient all-reduces"),
+    "clips before unscale_": (make_train(order="clip first"), r"you clipped before `unscale_`"),
+    "forgets to divide by the window length": (make_train(divide=False), r"did not divide each micro-batch loss"),
+    "steps every micro-batch": (make_train(step_each=True), r"stepped after every micro-batch"),
+    "no clipping": (make_train(clip=False), r"above max_norm"),
+}
+
+
+@pytest.mark.parametrize(("fn", "words"), ANALYSED.values(), ids=ANALYSED)
+def test_analysis_names_each_mistake(fn, words):
+    records = lesson08.simulate(fn)
+    with pytest.raises(CheckFailed, match=words):
+        lesson08.analyse(lesson08.TASK, lesson08.CONFIG, {0: records, 1: records})
+
+
+def test_analysis_passes_the_right_answer_and_catches_diverged_ranks():
+    records = lesson08.simulate(make_train())
+    assert "3 gradient all-reduces" in lesson08.analyse(lesson08.TASK, lesson08.CONFIG, {0: records, 1: records})
+    other = {**records, "hash": "different"}
+    with pytest.raises(CheckFailed, match="different parameters"):
+        lesson08.analyse(lesson08.TASK, lesson08.CONFIG, {0: records, 1: other})

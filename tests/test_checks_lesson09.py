@@ -1,0 +1,99 @@
+"""Exercise 09: the check passes the right step and names each typical wrong one (the fixtures)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ampcourse.checks import CheckFailed, NotStarted, lesson09
+
+
+def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler", scheduler_on="applied",
+         unscale=True):
+    """A train_window with one mistake switched on (the defaults are the right answer)."""
+    def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
+        if zero_grad == "start":
+            optimizer.zero_grad(set_to_none=True)
+        for x, y in micro_batches:
+            if zero_grad == "every micro-batch":
+                optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device_type=x.device.type, dtype=dtype, enabled=dtype != torch.float32):
+                loss = F.cross_entropy(model(x), y)
+            if divide:
+                loss = loss / len(micro_batches)
+            scaler.scale(loss).backward()
+        if zero_grad == "before step":
+            optimizer.zero_grad(set_to_none=True)
+        if clip == "before unscale_":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        if unscale:
+            scaler.unscale_(optimizer)
+        if clip == "after unscale_":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        before = scaler.get_scale()
+        if scheduler_on == "before step":
+            scheduler.step()
+        if stepper == "scaler":
+            scaler.step(optimizer)
+        else:
+            optimizer.step()
+        scaler.update()
+        if scheduler_on == "always" or (scheduler_on == "applied" and scaler.get_scale() >= before):
+            scheduler.step()
+    return train_window
+
+
+def test_right_answer_passes(capsys):
+    lesson09.train_window(step())
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("✓ Task 1 (train_window)")
+
+
+def test_zero_grad_after_the_step_is_also_right(capsys):
+    def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
+        step(zero_grad="never")(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)
+        optimizer.zero_grad(set_to_none=True)
+    optimizer_first = torch.optim.SGD  # noqa: F841 - the first window starts with no gradients anyway
+    lesson09.train_window(train_window)
+    assert capsys.readouterr().out.startswith("✓ Task 1")
+
+
+MISTAKES = {
+    "scheduler stepped on a skipped step": (step(scheduler_on="always"),
+                                            "you stepped the scheduler on a skipped step"),
+    "clipping before unscale_": (step(clip="before unscale_"), "you clipped before `unscale_`"),
+    "forgot loss / window length": (step(divide=False), "forgot to divide each micro-batch\\s+loss by the window"),
+    "zero_grad inside the loop": (step(zero_grad="every micro-batch"), "ran between the micro-batches of one window"),
+    "zero_grad between backward and step": (step(zero_grad="before step"), "after the backward passes and before"),
+    "no zero_grad": (step(zero_grad="never"), "gradients from before this window"),
+    "optimizer.step instead of scaler.step": (step(stepper="optimizer"), "you called `optimizer.step\\(\\)` yourself"),
+    "scheduler before the optimizer": (step(scheduler_on="before step"), "scheduler before the optimizer"),
+    "scheduler never stepped": (step(scheduler_on="never"), "scheduler was not stepped"),
+    "no unscale_": (step(unscale=False), "never called `scaler.unscale_"),
+    "no clipping": (step(clip="never"), "above max_norm"),
+}
+
+
+@pytest.mark.parametrize(("fn", "words"), MISTAKES.values(), ids=MISTAKES)
+def test_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words) as info:
+        lesson09.train_window(fn)
+    assert not isinstance(info.value, NotStarted)
+
+
+def test_stub_is_not_started():
+    def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
+        raise NotImplementedError("autocast, loss / len, scaled backward, unscale_, clip, step, update, scheduler")
+    with pytest.raises(NotStarted, match="not started"):
+        lesson09.train_window(train_window)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda *args: None,  # does nothing
+    lambda *args: 1 / 0,  # raises
+    lambda model, optimizer, *rest: optimizer.step(),  # steps without gradients
+])
+def test_odd_answers_fail_readably(bad):
+    with pytest.raises(CheckFailed, match="Task 1"):
+        lesson09.train_window(bad)
+    with pytest.raises(CheckFailed, match="should be a function"):
+        lesson09.train_window("train_window")

@@ -1,0 +1,68 @@
+"""The GPU check's machinery, on the CPU: nbval results parsed right, the dry run ends to end."""
+
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+import torch
+
+from ampcourse import gpucheck
+
+
+def _notebook(path, cells):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for n, (source, stored) in enumerate(cells, 1):
+        cell = nbformat.v4.new_code_cell(source, execution_count=n)
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)] if stored else []
+        nb.cells.append(cell)
+    nbformat.write(nb, path)
+
+
+def test_nbval_results_tell_a_raising_cell_from_a_differing_one(tmp_path):
+    _notebook(tmp_path / "demo.ipynb", [
+        ("print('same')", "same\n"),
+        ("print('here')", "stored elsewhere\n"),
+        ("raise ValueError('boom')", None),
+    ])
+    junit = tmp_path / "out.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "--nbval", "demo.ipynb", "-p", "no:cacheprovider",
+                    "--nbval-current-env", f"--junitxml={junit}", "-q"],
+                   cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    [result] = gpucheck.parse_nbval_junit(junit)
+    assert result.path == "demo.ipynb"
+    assert result.cells == 3
+    assert result.errors == ["Cell 2"]
+    assert result.differs == ["Cell 1"]
+    assert result.status == "FAILED"
+
+
+def test_without_cuda_the_check_says_how_to_dry_run(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert gpucheck.main([]) == 2
+    assert "--cpu" in capsys.readouterr().err
+
+
+def test_dry_run_of_the_tests_and_the_benchmark_writes_a_report(tmp_path, figures):
+    code = gpucheck.main(["--cpu", "--skip-notebooks", "--report-dir", str(tmp_path)])
+    report = json.loads((tmp_path / "gpu-check-cpu-dry-run.json").read_text())
+    markdown = (tmp_path / "gpu-check-cpu-dry-run.md").read_text()
+    assert code == 0, markdown
+    assert report["ok"] and report["cpu_dry_run"]
+    assert report["gpu_tests"]["failed"] == 0 and report["gpu_tests"]["skipped"] > 0  # no CUDA here
+    assert "fp32" in report["benchmark"]["table"] and "bf16" in report["benchmark"]["table"]
+    assert "## Lesson-06 benchmark" in markdown
+    figures(f"gpucheck --cpu --skip-notebooks: {report['gpu_tests']['skipped']} GPU tests skipped, "
+            f"benchmark table of {report['benchmark']['table'].count(chr(10)) + 1} lines")
+
+
+def test_render_lists_every_notebook_and_the_verdict():
+    report = {"cpu_dry_run": False, "environment": {"gpu": "X"}, "ok": False, "seconds": 1.0,
+              "notebooks": [{"path": "notebooks/a.ipynb", "cells": 3, "status": "FAILED",
+                             "errors": ["Cell 2"], "differs": []}],
+              "gpu_tests": {"passed": 1, "failed": 0, "skipped": 0}, "logs": {}}
+    text = gpucheck.render(report)
+    assert "**Result: FAIL**" in text and "| notebooks/a.ipynb | 3 | FAILED | Cell 2 | – |" in text
