@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
@@ -159,7 +160,8 @@ def run_fsdp(config: RunConfig, rank: int, device: torch.device, log: RankLog) -
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
-    batches = window_batches(config, rank, device)
+    # Clean data: this part has no GradScaler (bf16), so an injected inf would reach the weights.
+    batches = window_batches(dataclasses.replace(config, inf_window=None), rank, device)
     weight = model[0].weight
     for k, start in enumerate(range(0, len(batches), config.accum_steps)):
         window = batches[start:start + config.accum_steps]

@@ -30,19 +30,23 @@ def test_every_check_cell_of_an_untouched_exercise_fails(path, figures):
     figures(f"{path.name}: all {len(checks)} check cells fail untouched (NotStarted, no traceback)")
 
 
-def test_pytest_nbval_fails_on_untouched_exercises_and_passes_on_solutions():
+def test_pytest_nbval_fails_on_untouched_exercises_and_passes_on_a_solution():
     run = [sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:randomly"]
     exercises = subprocess.run([*run, "exercises/"], cwd=ROOT, capture_output=True, text=True)
     assert exercises.returncode == 1, exercises.stdout[-2000:]
     assert "NotStarted: ✗ Task 1" in exercises.stdout
-    solutions = subprocess.run([*run, "solutions/"], cwd=ROOT, capture_output=True, text=True)
+    # One answered notebook shows the same command passing; every solution already runs under nbval in this
+    # suite (testpaths), so running them all again here would only double the time.
+    solutions = subprocess.run([*run, "solutions/00_start_here.ipynb"], cwd=ROOT, capture_output=True, text=True)
     assert solutions.returncode == 0, solutions.stdout[-2000:]
 
 
 def test_grade_table_for_untouched_and_answered(tmp_path, figures):
-    table, code = grade()
+    # Two untouched exercises (every one of them is run untouched by the tests above; this is about the table).
+    untouched = [EXERCISES[0], EXERCISES[-1]]
+    table, code = grade([str(p) for p in untouched])
     assert code == 1
-    for path in EXERCISES:
+    for path in untouched:
         assert any(line.startswith(path.stem) and line.endswith("not started") for line in table.splitlines())
     # An answered copy graded the same way passes.
     answered = ROOT / "exercises" / "zz_answered_copy.ipynb"
