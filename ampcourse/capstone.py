@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .bench import saved_activation_bytes
 from .device import recommend
 from .scaler_run import step_was_skipped
 from .tables import Table
@@ -326,32 +327,18 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dt
 
 # ---------------------------------------------------------------------------------------------- memory
 def _saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype) -> int:
-    """Bytes autograd keeps for backward in one forward pass of a micro-batch (each storage once).
-
-    Counted with ``torch.autograd.graph.saved_tensors_hooks``: every tensor saved for backward is seen,
-    and its storage counted once (several views of one storage are one allocation). The parameters'
-    own storages are left out: FP32 layers save the weight itself, which costs no extra memory, while
-    autocast saves its low-precision *copies* of the weights, which do. Run on a copy of the model and
-    with the RNG forked, so training is not disturbed. (A local helper: the lead may unify it with a
-    shared benchmark module.)
-    """
+    """Bytes autograd keeps for backward in one forward pass of a micro-batch: activations plus autocast's
+    low-precision weight copies (:attr:`ampcourse.bench.ActivationReport.held_for_backward`; each storage once,
+    the parameters themselves left out). Run on a copy of the model with the RNG forked, so training is not
+    disturbed."""
     model = copy.deepcopy(model)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    devices = [x.device] if x.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    def forward() -> torch.Tensor:
         with torch.autocast(device_type=x.device.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss = nn.functional.cross_entropy(model(x), y)
-        total = sum(seen.values())
-        del loss
-    return total
+            return nn.functional.cross_entropy(model(x), y)
+
+    with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+        return saved_activation_bytes(forward, model).held_for_backward
 
 
 # ----------------------------------------------------------------------------------------------- train

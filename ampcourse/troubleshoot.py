@@ -18,8 +18,10 @@ The tools, each usable on any model:
 * :func:`scaled_training_run` trains a model under float16 autocast with a real ``torch.amp.GradScaler``
   and records ``get_scale()`` each step; :func:`diagnose_scale` reads such a history (healthy, unstable or
   collapsing) using only the scale, as :func:`ampcourse.scaler_run.step_was_skipped` does.
-* :func:`overflow_model` (a model whose activations pass 65504: fine in bf16, inf in fp16) and
-  :class:`WhereSqrt` (finite forward, NaN backward) are the lesson's demo models.
+* :func:`train_in_bf16` trains a small regression model under bf16 autocast on unnormalised targets (rents
+  in cents): its outputs pass 65504, fine in bf16, inf in fp16. :func:`overflow_model` (a classifier whose
+  weights are scaled by hand so that its activations pass 65504) stands in for such a model in the other
+  demos, and :class:`WhereSqrt` (finite forward, NaN backward) is the backward-pass demo.
 * :data:`SYMPTOMS` is the lesson's symptom → cause → fix table, as data (:func:`symptom_table`).
 
 Everything is seeded and tiny: float16 matrix products are very slow on CPUs, so the demos stay small.
@@ -45,10 +47,10 @@ from .tables import Table
 from .validate import as_float, as_int, as_positive
 
 __all__ = [
-    "SYMPTOMS", "AnomalyReport", "FP32Island", "GradStats", "ModuleRecord", "NonFiniteReport", "ScaleDiagnosis",
-    "ScaleRun", "SeedFP32Loss", "WhereSqrt", "anomaly_message", "anomaly_overhead", "diagnose_scale",
-    "find_nonfinite", "fp32_loss", "grad_stats", "overflow_model", "scale_history_png", "scaled_training_run",
-    "symptom_table",
+    "RENT_FEATURES", "SYMPTOMS", "AnomalyReport", "BF16Training", "FP32Island", "GradStats", "ModuleRecord",
+    "NonFiniteReport", "ScaleDiagnosis", "ScaleRun", "SeedFP32Loss", "WhereSqrt", "anomaly_message",
+    "anomaly_overhead", "diagnose_scale", "find_nonfinite", "fp32_loss", "grad_stats", "overflow_model",
+    "scale_history_png", "scaled_training_run", "symptom_table", "train_in_bf16",
 ]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
@@ -569,14 +571,15 @@ N_IN, N_HIDDEN, N_CLASSES = 8, 16, 4
 
 
 def overflow_model(gain: float = 1e5, seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """A small classifier whose activations exceed float16's 65504 — as a model trained in bf16 can.
+    """A small classifier whose activations exceed float16's 65504, by hand: a stand-in for a bf16-trained model.
 
     ``embed`` (Linear 8→16) → ``block`` (``up``: Linear 16→16 with weights × ``gain``, ``act``: ReLU)
     → ``norm`` (LayerNorm) → ``head`` (Linear 16→4). With the default ``gain`` the largest activation out
     of ``block.up`` is a few hundred thousand: fine in float32 and bfloat16 (range 3.4e38), inf in
     float16, and then ``norm`` turns the infs into NaNs (inf − inf). Nothing in bf16 training stops
     activations growing like this; running such a model under float16 autocast is a classic way to meet
-    NaNs. (The weights are scaled by hand here, so that the demo is small and deterministic.)
+    NaNs. The weights are scaled by hand here, so that the demo is a classifier (as the GradScaler runs
+    of the lesson need) and small; :func:`train_in_bf16` trains a real model that overflows the same way.
 
     Returns ``(model, inputs, targets)``: 32 inputs and class-index targets (int64), seeded by ``seed``.
     """
@@ -618,6 +621,126 @@ def activation_peaks(model: nn.Module, inputs: torch.Tensor, device_type: str = 
             row[name] = f"{r.max_abs:.4g} ({_dtype_name(r.output_dtype)})" if r.n_nan == 0 else "NaN"
         rows.append(row)
     return rows
+
+
+# --- A model trained in bf16 -------------------------------------------------------------------------------
+
+RENT_FEATURES = ("area (m²)", "rooms", "distance to centre (km)", "age (years)")
+
+
+@dataclass(frozen=True)
+class BF16Training:
+    """A regression model trained under bf16 autocast on unnormalised targets (see :func:`train_in_bf16`).
+
+    Attributes:
+        model: the trained ``hidden`` (Linear 4→``hidden``) → ``act`` (ReLU) → ``out`` (Linear →1), float32
+            weights as autocast keeps them.
+        inputs: the standardised features (n×4, float32), in the order of :data:`RENT_FEATURES`.
+        targets: the monthly rents **in cents** (n×1, float32): about 4·10⁴ to 2.3·10⁵, not normalised.
+        losses: the training loss (MSE, in cents²) of each step, computed before that step's update.
+        peaks: after training, the largest |output| of each module under bf16 autocast (module name →
+            value, ``"(model)"`` for the whole model), in execution order.
+    """
+
+    model: nn.Module
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    losses: tuple[float, ...]
+    peaks: dict[str, float]
+
+    def predict(self, dtype: torch.dtype | None = None, model: nn.Module | None = None) -> torch.Tensor:
+        """Predictions (float32, n×1, no grad) of ``model`` (default: the trained one) on :attr:`inputs`.
+
+        ``dtype`` is the autocast dtype (``torch.bfloat16`` or ``torch.float16``); None runs plain FP32.
+        """
+        if dtype not in (None, torch.bfloat16, torch.float16):
+            raise ValueError(f"dtype must be None, torch.bfloat16 or torch.float16 (got {dtype!r})")
+        if model is not None and not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module or None (got {type(model).__name__})")
+        model = self.model if model is None else model
+        with torch.no_grad(), torch.autocast(device_type="cpu", dtype=dtype or torch.bfloat16,
+                                             enabled=dtype is not None):
+            return model(self.inputs).float()
+
+    def rmse(self, predictions: torch.Tensor) -> float:
+        """Root-mean-square error of ``predictions`` against :attr:`targets`, in cents (inf or NaN if they are)."""
+        if not isinstance(predictions, torch.Tensor) or predictions.shape != self.targets.shape:
+            raise TypeError(f"predictions must be a tensor of shape {tuple(self.targets.shape)}")
+        return float((predictions.float() - self.targets).pow(2).mean().sqrt())
+
+
+def _rent_data(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Standardised features (n×4) and monthly rents in cents (n×1) of made-up flats."""
+    area = torch.empty(n).uniform_(30, 120, generator=generator)
+    rooms = torch.randint(1, 6, (n,), generator=generator).float()
+    distance = torch.empty(n).uniform_(0, 15, generator=generator)
+    age = torch.empty(n).uniform_(0, 60, generator=generator)
+    euros = 500 + 12 * area + 50 * rooms - 30 * distance - 3 * age + 10 * torch.relu(area - 90)
+    raw = torch.stack([area, rooms, distance, age], dim=1)
+    return (raw - raw.mean(0)) / raw.std(0), (euros * 100).unsqueeze(1)
+
+
+def train_in_bf16(steps: int = 300, seed: int = 0, *, lr: float = 30.0, n: int = 256,
+                  hidden: int = 32) -> BF16Training:
+    """Train a small MLP under ``torch.autocast(device_type="cpu", dtype=torch.bfloat16)`` to predict rents in cents.
+
+    The task is an ordinary regression with **unnormalised targets**, as prices, counts and sensor
+    readings often are: ``n`` made-up flats, four standardised features (:data:`RENT_FEATURES`), and the
+    monthly rent in cents (about 4·10⁴ to 2.3·10⁵) as the target. The model is ``hidden`` (Linear) →
+    ``act`` (ReLU) → ``out`` (Linear), trained full-batch with MSE and Adam (``lr`` with a cosine decay
+    to 0 over ``steps`` steps). Adam moves each weight by about ``lr`` per step whatever the gradient's
+    size, so targets of 10⁵ need a large ``lr``. Nothing in bf16 training limits activations (bf16 has
+    float32's range), so the trained model's output layer legitimately produces values past float16's
+    65504: fine in bf16 and FP32, inf under float16 autocast.
+
+    Deterministic: the data come from a local generator and the weights are initialised under
+    ``torch.random.fork_rng`` with ``seed``, so the global RNG is left as it was. The loop runs on one
+    CPU thread (the thread count is restored afterwards): its ops are tiny, and synchronising threads
+    would cost more than it saves on a busy machine.
+
+    Args:
+        steps: optimizer steps (int >= 1).
+        seed: seed of the data and the initial weights (int >= 0).
+        lr: Adam's peak learning rate (> 0).
+        n: number of training examples (int >= 2).
+        hidden: width of the hidden layer (int >= 1).
+
+    Returns:
+        a :class:`BF16Training`: the model, inputs, targets, loss per step and max |output| per module.
+    """
+    steps = as_int("steps", steps, minimum=1)
+    seed = as_int("seed", seed, minimum=0)
+    lr = as_positive("lr", lr)
+    n = as_int("n", n, minimum=2)
+    hidden = as_int("hidden", hidden, minimum=1)
+    inputs, targets = _rent_data(n, torch.Generator().manual_seed(seed))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = nn.Sequential(OrderedDict([
+            ("hidden", nn.Linear(len(RENT_FEATURES), hidden)),
+            ("act", nn.ReLU()),
+            ("out", nn.Linear(hidden, 1)),
+        ]))
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    losses = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = nn.functional.mse_loss(model(inputs), targets)  # mse_loss runs in float32 under autocast
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+        with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            report = find_nonfinite(model, inputs)
+    finally:
+        torch.set_num_threads(threads)
+    return BF16Training(model=model, inputs=inputs, targets=targets, losses=tuple(losses),
+                        peaks={r.label: r.max_abs for r in report.records})
 
 
 @dataclass(frozen=True)
@@ -827,8 +950,9 @@ def diagnose_scale(scales: Sequence[float], *, window: int = 8, max_skip_fractio
 
 SYMPTOMS: tuple[dict[str, str], ...] = (
     {"symptom": "loss is NaN from the first step; only under fp16, fine in bf16/fp32",
-     "cause": "an activation passes 65504 (fp16's max) → inf, then NaN after a norm (inf − inf)",
-     "fix": "find_nonfinite names the module; FP32Island around it, or train in bf16",
+     "cause": "an activation passes 65504 (fp16's max) → inf, then NaN after a norm (inf − inf); e.g. a model "
+              "trained in bf16 on unnormalised targets (rents in cents)",
+     "fix": "find_nonfinite names the module; FP32Island around it, or stay in bf16; normalise large targets",
      "shown in": "§1 find the first inf · §4 bf16-trained model in fp16"},
     {"symptom": "forward finite, gradients NaN",
      "cause": "a backward op returns NaN (sqrt of a masked negative behind torch.where: 0 × NaN = NaN)",

@@ -26,6 +26,7 @@ from ampcourse.troubleshoot import (
     overflow_model,
     scaled_training_run,
     symptom_table,
+    train_in_bf16,
     underflow_comparison,
 )
 
@@ -262,6 +263,85 @@ def test_real_fp16_run_collapses_and_the_fp32_island_or_bf16_fixes_it():
         scaled_training_run(model, x, y, dtype=torch.float32)
     with pytest.raises(TypeError, match="model"):
         scaled_training_run("model", x, y)
+
+
+@pytest.fixture(scope="module")
+def bf16_run():
+    return train_in_bf16()
+
+
+def test_train_in_bf16_learns_the_unnormalised_targets(bf16_run):
+    run = bf16_run
+    assert len(run.losses) == 300 and all(math.isfinite(loss) for loss in run.losses)
+    assert run.targets.min() > 3e4 and run.targets.max() > FP16_MAX, "the targets are rents in cents: ~1e5"
+    mean = float(run.targets.mean())
+    assert math.sqrt(run.losses[0]) > 0.9 * mean, "untrained, the model predicts about 0"
+    assert math.sqrt(run.losses[-1]) < 0.01 * mean, "trained: RMSE below 1% of the mean rent"
+    assert run.rmse(run.predict(torch.bfloat16)) < 0.01 * mean and run.rmse(run.predict()) < 0.01 * mean
+
+
+def test_bf16_trained_model_is_finite_in_bf16_and_fp32_and_passes_65504(bf16_run):
+    run = bf16_run
+    bf16, fp32 = run.predict(torch.bfloat16), run.predict()
+    assert bf16.dtype == fp32.dtype == torch.float32 and bool(torch.isfinite(bf16).all())
+    assert float(bf16.abs().max()) > FP16_MAX and float(fp32.abs().max()) > FP16_MAX
+    assert float(((bf16 - fp32) / fp32).abs().max()) < 0.01
+    assert list(run.peaks) == ["hidden", "act", "out", "(model)"]
+    assert run.peaks["hidden"] < FP16_MAX < run.peaks["out"], "only the output layer passes 65504"
+    with torch.no_grad():
+        assert find_nonfinite(run.model, run.inputs).first is None
+
+
+def test_bf16_trained_model_overflows_in_fp16_at_the_output_layer_and_an_fp32_island_fixes_it(bf16_run):
+    run = bf16_run
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        report = find_nonfinite(run.model, run.inputs)
+    assert report.first.name == "out" and report.first.n_inf > 0 and report.first.input_finite
+    assert report.records[0].name == "hidden" and report.records[0].finite
+    assert math.isinf(run.rmse(run.predict(torch.float16)))
+    served = copy.deepcopy(run.model)
+    served.out = FP32Island(served.out)
+    fixed = run.predict(torch.float16, served)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        assert find_nonfinite(served, run.inputs).first is None
+    fp32, bf16 = run.predict(), run.predict(torch.bfloat16)
+    assert float(((fixed - fp32) / fp32).abs().max()) < 0.005
+    assert float(((fixed - bf16) / fp32).abs().max()) < 0.01
+    assert abs(run.rmse(fixed) - run.rmse(fp32)) < 0.05 * run.rmse(fp32)
+
+
+def test_train_in_bf16_is_deterministic_and_leaves_global_state_alone():
+    threads = torch.get_num_threads()
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    first = train_in_bf16(steps=5, seed=1)
+    assert torch.equal(torch.rand(3), expected), "the global RNG must be left as it was"
+    assert torch.get_num_threads() == threads
+    second = train_in_bf16(steps=5, seed=1)
+    assert first.losses == second.losses and torch.equal(first.targets, second.targets)
+    assert train_in_bf16(steps=5, seed=2).losses != first.losses
+    small = train_in_bf16(steps=2, n=8, hidden=3)
+    assert small.inputs.shape == (8, 4) and small.model.out.in_features == 3
+
+
+@pytest.mark.parametrize(("kwargs", "error", "words"), [
+    ({"steps": 0}, ValueError, "steps"), ({"steps": 2.5}, TypeError, "steps"), ({"seed": -1}, ValueError, "seed"),
+    ({"lr": 0}, ValueError, "lr"), ({"lr": "big"}, TypeError, "lr"), ({"n": 1}, ValueError, "n must"),
+    ({"hidden": True}, TypeError, "hidden"),
+])
+def test_train_in_bf16_validates(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        train_in_bf16(**kwargs)
+
+
+def test_bf16_training_predict_and_rmse_validate(bf16_run):
+    with pytest.raises(ValueError, match="dtype"):
+        bf16_run.predict(torch.float32)
+    with pytest.raises(TypeError, match="model"):
+        bf16_run.predict(torch.bfloat16, model="net")
+    with pytest.raises(TypeError, match="predictions"):
+        bf16_run.rmse(torch.zeros(3))
 
 
 def test_large_activation_stats_match_what_the_lesson_says():

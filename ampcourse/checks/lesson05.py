@@ -18,27 +18,12 @@ import torch.nn.functional as F
 from ..device import pick_device
 from . import CheckFailed, call, fail, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
+from .tiny import micro_batches, tiny_model, window_mean_grads
 
 SCALE = 2.0**10
 
 
-def _model(device, seed=0):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
 
-
-def _batches(device, n, size=4, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(size, 6, generator=g).to(device), torch.randint(0, 3, (size,), generator=g).to(device))
-            for _ in range(n)]
-
-
-def _window_grads(model, window):
-    """FP32 reference: the gradient of the mean of the window's micro-batch losses."""
-    reference = copy.deepcopy(model)
-    loss = sum(F.cross_entropy(reference(x), y) for x, y in window) / len(window)
-    loss.backward()
-    return [p.grad.detach().clone() for p in reference.parameters()]
 
 
 def _ratio(seen, true):
@@ -51,12 +36,12 @@ def _ratio(seen, true):
 # --- Task 1: accumulation with a remainder ----------------------------------------------------------------
 
 def _run_epoch(fn, task, device, n_micro, accum):
-    model = _model(device)
+    model = tiny_model(device)
     log: list[str] = []
     optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
     optimizer.stale_grad = 100.0 * SCALE
     scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
-    batches = _batches(device, n_micro)
+    batches = micro_batches(device, n_micro)
     params_before_each_step = []
 
     original_step = optimizer.step
@@ -105,7 +90,7 @@ def train_epoch(fn) -> None:
         raise fail(task, f"expected {len(windows)} optimizer steps for {n_micro} micro-batches in windows of {accum}, "
                          f"saw {len(steps)}.")
     for number, (window, seen, model) in enumerate(zip(windows, steps, models, strict=True)):
-        ratio = _ratio(seen, _window_grads(model, window))
+        ratio = _ratio(seen, window_mean_grads(model, window))
         if ratio > 50:
             raise fail(task, "gradients from before this window were still there: call `optimizer.zero_grad()` "
                              "after each optimizer step (or before each window).")
@@ -135,12 +120,12 @@ def clipped_step(fn) -> None:
     task = "Task 2 (clipped_step)"
     require_callable(task, fn, "clipped_step")
     device = pick_device()
-    model = _model(device)
+    model = tiny_model(device)
     log: list[str] = []
     optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
     scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
-    (x, y), = _batches(device, 1, size=8)
-    true = _window_grads(model, [(x, y)])
+    (x, y), = micro_batches(device, 1, size=8)
+    true = window_mean_grads(model, [(x, y)])
     true_norm = torch.sqrt(sum((g ** 2).sum() for g in true)).item()
     max_norm = true_norm / 4  # clipping must fire
     try:
@@ -173,7 +158,7 @@ def clipped_step(fn) -> None:
 # --- Task 3: checkpoint and resume ------------------------------------------------------------------------
 
 def _objects(device):
-    model = _model(device, seed=3)
+    model = tiny_model(device, seed=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0**14, growth_interval=3)
     return model, optimizer, scaler
@@ -197,7 +182,7 @@ def checkpoint(save_fn, load_fn) -> None:
     require_callable(task, save_fn, "save_checkpoint")
     require_callable(task, load_fn, "load_checkpoint")
     device = pick_device()
-    batches = _batches(device, 12, size=8, seed=5)
+    batches = micro_batches(device, 12, size=8, seed=5)
     straight = _objects(device)
     _train(*straight, batches, device)
 

@@ -9,15 +9,14 @@ model of lesson 09 for a short run.
 
 from __future__ import annotations
 
-import copy
 import warnings
 
 import torch
-import torch.nn.functional as F
 
 from ..device import pick_device
 from . import CheckFailed, call, fail, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
+from .tiny import micro_batches, tiny_model, window_mean_grads
 
 TASK = "Task 1 (train_window)"
 SCALE = 2.0**10
@@ -53,24 +52,7 @@ class _Optimizer(SpyOptimizer):
         return result
 
 
-def _model(device, seed=0):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
 
-
-def _window(device, n, size=4, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(size, 6, generator=g).to(device), torch.randint(0, 3, (size,), generator=g).to(device))
-            for _ in range(n)]
-
-
-def _reference_grads(model, window):
-    """FP32: the gradient of the mean of the window's micro-batch losses."""
-    reference = copy.deepcopy(model)
-    loss = sum(F.cross_entropy(reference(x), y) for x, y in window) / len(window)
-    loss.backward()
-    return [p.grad.detach().clone() for p in reference.parameters()]
 
 
 def _norm(grads) -> float:
@@ -78,7 +60,7 @@ def _norm(grads) -> float:
 
 
 def _objects(device, log, init_scale=SCALE):
-    model = _model(device)
+    model = tiny_model(device)
     optimizer = _Optimizer(model.parameters(), log, lr=0.05)
     scaler = SpyScaler(log, device.type, init_scale=init_scale, growth_interval=10_000)
     scheduler = SpyScheduler(optimizer, log)
@@ -127,10 +109,10 @@ def _accumulation(fn, device) -> None:
     objects = _objects(device, log)
     model, optimizer, _, _ = objects
     optimizer.stale_grad = 100.0 * SCALE  # a large stale gradient: visible unless zero_grad runs per window
-    windows = [_window(device, 3, seed=1), _window(device, 3, seed=2)]
+    windows = [micro_batches(device, 3, seed=1), micro_batches(device, 3, seed=2)]
     references, per_window = [], []
     for window in windows:
-        references.append(_reference_grads(model, window))
+        references.append(window_mean_grads(model, window))
         per_window.append(_run(fn, device, log, objects, window, 1e9))
     for calls in per_window:
         _zero_grad_mistakes(calls)
@@ -187,8 +169,8 @@ def _clipping(fn, device) -> None:
     log: list[str] = []
     objects = _objects(device, log)
     model, optimizer, _, _ = objects
-    window = _window(device, 2, seed=3)
-    max_norm = _norm(_reference_grads(model, window)) / 4  # clipping must fire
+    window = micro_batches(device, 2, seed=3)
+    max_norm = _norm(window_mean_grads(model, window)) / 4  # clipping must fire
     _run(fn, device, log, objects, window, max_norm)
     seen = _norm(optimizer.grads_at_step[0])
     if seen < max_norm / 100:
@@ -208,7 +190,7 @@ def _skip(fn, device) -> None:
     model, optimizer, scaler, scheduler = objects
     before = [p.detach().clone() for p in model.parameters()]
     lr = optimizer.param_groups[0]["lr"]
-    calls = _run(fn, device, log, objects, _window(device, 2, seed=4), 1.0)
+    calls = _run(fn, device, log, objects, micro_batches(device, 2, seed=4), 1.0)
     if scaler.get_scale() >= 2.0**40:
         raise fail(TASK, "after a float16 overflow the scale did not back off: call `scaler.update()` after "
                          "`scaler.step(optimizer)` in every window, skipped or not.")

@@ -1,0 +1,35 @@
+"""The tiny, seeded problem that the accumulation checks (lessons 05 and 09) train on.
+
+A 6 → 8 → 3 MLP with cross-entropy on class indices: small enough that float16 autocast is cheap on a
+CPU, and an exact FP32 reference gradient is one backward pass away.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+
+def tiny_model(device: torch.device | str, seed: int = 0) -> torch.nn.Module:
+    """``Linear(6, 8) → Tanh → Linear(8, 3)``, initialised from ``seed`` (the global RNG is left alone)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
+
+
+def micro_batches(device: torch.device | str, n: int, size: int = 4,
+                  seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``n`` micro-batches ``(x, y)`` of ``size`` rows: 6 features, class indices in 0..2."""
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(size, 6, generator=g).to(device), torch.randint(0, 3, (size,), generator=g).to(device))
+            for _ in range(n)]
+
+
+def window_mean_grads(model: torch.nn.Module, window: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    """FP32 reference: the gradient of the mean of the window's micro-batch losses (on a copy of ``model``)."""
+    reference = copy.deepcopy(model)
+    loss = sum(F.cross_entropy(reference(x), y) for x, y in window) / len(window)
+    loss.backward()
+    return [p.grad.detach().clone() for p in reference.parameters()]
