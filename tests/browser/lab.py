@@ -148,7 +148,7 @@ def interactive_outputs(page) -> list:
             if area.locator(".jupyter-widgets").count() > 0]
 
 
-def move_widget(page, area) -> int:
+def move_widget(page, area, patience: float = 15) -> int:
     """Move every control of the widget in ``area`` as a learner would; return how many were moved.
 
     Each slider: focus its handle and press ArrowRight. Each text box: type a value and press Enter. Each
@@ -176,7 +176,7 @@ def move_widget(page, area) -> int:
     for what, move in moves:
         before = _snapshot(area)
         move()
-        if not _wait_for_change(page, area, before):
+        if not _wait_for_change(page, area, before, patience):
             raise AssertionError(f"moving a {what} changed nothing in the rendered output (figure and text "
                                  f"unchanged): is the widget's callback broken? Output: {text[:300]!r}")
     return len(moves)

@@ -82,7 +82,7 @@ def test_a_broken_widget_callback_fails_the_check(lab, page):
     run_all(page)
     (area,) = interactive_outputs(page)
     with pytest.raises(AssertionError, match="changed nothing"):
-        move_widget(page, area)
+        move_widget(page, area, patience=4)  # a change that never comes: no need to wait the full 15 s
 
 
 def test_lab_has_no_news_popups(lab):
