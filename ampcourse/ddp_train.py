@@ -28,6 +28,7 @@ import datetime
 import json
 import math
 import os
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ class RankLog:
 
     def write(self, event: str, **fields: Any) -> None:
         with open(self.path, "a", encoding="utf-8") as out:
-            out.write(json.dumps({"event": event, "rank": self.rank, **fields}) + "\n")
+            out.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **fields}) + "\n")
 
 
 def _finite(x: float) -> float | str:
@@ -264,6 +265,9 @@ def main(argv: list[str] | None = None) -> None:
             run_fsdp(config, rank, device, log)
         else:
             run_user(config, rank, device, log, run_dir)
+        # Leave together: a rank that tears down gloo while its peer still uses the connection can make the
+        # peer abort (SIGABRT, seen once in CI). Only on success: after an error the peer may never arrive.
+        dist.barrier()
         log.write("done")
     except BaseException as error:
         log.write("error", type=type(error).__name__, message=str(error), traceback=traceback.format_exc())

@@ -471,11 +471,19 @@ def _kill_tree(proc: subprocess.Popen, grace: float = 3.0) -> int:
     return len(tree) + 1
 
 
+_PEER_FAILURE_SIGNS = ("closed by peer", "reset by peer", "remote worker crashing", "Broken pipe")
+
+
 def _failure_message(result: RunResult, lines: int) -> tuple[str, int | None, str | None]:
     errors = result.errors()
-    # The root cause first: a rank that raised something other than a termination by torchrun.
-    ordered = sorted(errors.items(), key=lambda item: (item[1].get("type") in ("SignalException",
-                                                                               "KeyboardInterrupt"), item[0]))
+    # The root cause first: not a termination by torchrun, not a peer's connection dropping because another rank
+    # failed (gloo: "Connection closed by peer ... typically caused by a remote worker crashing"); then the earliest.
+    def secondary(error: dict[str, Any]) -> tuple[bool, bool, float]:
+        message = str(error.get("message", ""))
+        return (error.get("type") in ("SignalException", "KeyboardInterrupt"),
+                any(sign in message for sign in _PEER_FAILURE_SIGNS), float(error.get("time", 0.0)))
+
+    ordered = sorted(errors.items(), key=lambda item: (*secondary(item[1]), item[0]))
     if ordered:
         rank, error = ordered[0]
         tail = _short_paths("\n".join(str(error.get("traceback", "")).strip().splitlines()[-lines:]))
