@@ -672,7 +672,7 @@ def curves_png(comparison: Comparison) -> bytes:
         mean = [100 * statistics.fmean(run.history[i][1] for run in runs) for i in range(len(steps))]
         ax.plot(steps, mean, color=color, linewidth=2.2, linestyle=style,
                 label=f"{runs[0].config.label} (mean of {len(runs)} seeds)")
-    ax.set_ylim(50, 100)
+    ax.set_ylim(0, 100)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("validation accuracy (%)")
     ax.set_title(f"FP32 vs AMP from the same seeds ({comparison.fp32[0].config.size} model, {comparison.device})")
