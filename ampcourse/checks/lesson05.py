@@ -18,19 +18,14 @@ import torch.nn.functional as F
 from ..device import pick_device
 from . import CheckFailed, call, fail, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
-from .tiny import micro_batches, tiny_model, window_mean_grads
+from .tiny import grad_norm, micro_batches, require_clipped, tiny_model, window_mean_grads
 
 SCALE = 2.0**10
 
 
-
-
-
 def _ratio(seen, true):
     """How many times larger the learner's step gradient is than the reference (by norm)."""
-    seen_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in seen))
-    true_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in true))
-    return (seen_norm / true_norm).item()
+    return grad_norm(seen) / grad_norm(true)
 
 
 # --- Task 1: accumulation with a remainder ----------------------------------------------------------------
@@ -126,8 +121,7 @@ def clipped_step(fn) -> None:
     scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
     (x, y), = micro_batches(device, 1, size=8)
     true = window_mean_grads(model, [(x, y)])
-    true_norm = torch.sqrt(sum((g ** 2).sum() for g in true)).item()
-    max_norm = true_norm / 4  # clipping must fire
+    max_norm = grad_norm(true) / 4  # clipping must fire
     try:
         call(task, fn, "clipped_step", model, F.cross_entropy, optimizer, scaler, x, y, max_norm)
     except CheckFailed:
@@ -142,15 +136,7 @@ def clipped_step(fn) -> None:
         raise fail(task, "the optimizer never stepped: call `scaler.step(optimizer)` after clipping.")
     if "update" not in log:
         raise fail(task, "you forgot `scaler.update()` after `scaler.step(optimizer)`.")
-    seen_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in optimizer.grads_at_step[0])).item()
-    if seen_norm < max_norm / 100:
-        raise fail(task, f"you clipped before `unscale_`: the threshold {max_norm:.3g} was compared with "
-                         f"gradients ×{SCALE:g}, so the optimizer got gradients of norm {seen_norm:.3g}, far below "
-                         "the threshold. Call `scaler.unscale_(optimizer)` first, then `clip_grad_norm_`.")
-    if seen_norm > max_norm * 1.05:
-        raise fail(task, f"the optimizer stepped with gradients of norm {seen_norm:.3g}, above max_norm = "
-                         f"{max_norm:.3g}: clip with `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` "
-                         "after unscale_.")
+    require_clipped(task, optimizer.grads_at_step[0], max_norm, SCALE)
     passed(task, "the true (unscaled) gradients were clipped to max_norm — after unscale_, before the step; the "
                  "step and the scale update followed.")
 

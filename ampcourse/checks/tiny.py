@@ -33,3 +33,27 @@ def window_mean_grads(model: torch.nn.Module, window: list[tuple[torch.Tensor, t
     loss = sum(F.cross_entropy(reference(x), y) for x, y in window) / len(window)
     loss.backward()
     return [p.grad.detach().clone() for p in reference.parameters()]
+
+
+def grad_norm(grads: list[torch.Tensor]) -> float:
+    """The total 2-norm of a list of gradients (as ``clip_grad_norm_`` measures it)."""
+    return torch.sqrt(sum((g.float() ** 2).sum() for g in grads)).item()
+
+
+def require_clipped(task: str, grads: list[torch.Tensor], max_norm: float, scale: float) -> None:
+    """Fail unless the gradients the optimizer stepped with were clipped to ``max_norm`` after ``unscale_``.
+
+    Clipping before ``unscale_`` compares ``max_norm`` with gradients ×``scale``, so the optimizer ends up with
+    gradients far below the threshold; not clipping leaves them above it.
+    """
+    from . import fail
+
+    seen = grad_norm(grads)
+    if seen < max_norm / 100:
+        raise fail(task, f"you clipped before `unscale_`: the threshold {max_norm:.3g} was compared with gradients "
+                         f"×{scale:g}, so the optimizer got gradients of norm {seen:.3g}, far below it. Call "
+                         "`scaler.unscale_(optimizer)` first, then `clip_grad_norm_`.")
+    if seen > max_norm * 1.05:
+        raise fail(task, f"the optimizer stepped with gradients of norm {seen:.3g}, above max_norm = {max_norm:.3g}: "
+                         "clip with `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` after "
+                         "`unscale_`, before `scaler.step`.")
