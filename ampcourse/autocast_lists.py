@@ -104,6 +104,7 @@ __all__ = [
     "POLICIES",
     "DocCheck",
     "ListRow",
+    "device_trace",
     "Observation",
     "OpRun",
     "Registration",
@@ -894,6 +895,50 @@ _DEMO_CANDIDATES = {
     "promote": ("aten::cat", "aten::addcmul", "aten::stack", "aten::index_put"),
 }
 _DEMO_INPUTS = {"lower_precision_fp": "fp32", "fp32": "low", "promote": "mixed"}
+
+
+def device_trace(
+    fn: Callable[[str], object],
+    device_type: str = "cuda",
+    dtype: torch.dtype = torch.float16,
+    **filters,
+):
+    """Trace ``fn(device_type)`` under autocast for ``device_type``, simulated if this machine lacks it.
+
+    ``fn`` receives the device type and makes its tensors there (``torch.randn(2, 3, device=device)``);
+    it runs inside autocast for ``device_type`` with ``dtype``. On a device this machine has, that is a
+    real ``torch.autocast`` and real tensors. Otherwise the tensors are ``FakeTensorMode`` tensors of that
+    device (shapes and dtypes, no data) and autocast is switched on for it directly, as :func:`observe`
+    does: the same C++ autocast kernels run, so the trace shows which casts that device's autocast
+    inserts and which dtype each op runs in. ``Trace.result`` is what ``fn`` returned (fake tensors when
+    simulated). ``filters`` go to :func:`ampcourse.autocast_trace.trace` (``phases``, ``include``, ...);
+    ``exclude`` defaults to ``prim.`` ops (the fake tensors' device queries).
+
+    Example::
+
+        >>> import torch.nn.functional as F
+        >>> t = device_trace(lambda d: F.softmax(torch.randn(2, 3, device=d, dtype=torch.float16), -1),
+        ...                  "cuda", torch.float16)
+        >>> t.result.dtype   # softmax is on CUDA autocast's FP32 list
+        torch.float32
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, taking the device type (got {type(fn).__name__})")
+    _check_device_type(device_type)
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float16 or torch.bfloat16 (got {dtype!r})")
+    simulated = not _device_present(device_type)
+    filters.setdefault("exclude", r"^prim\.")  # the fake tensors' device queries
+
+    def step():
+        autocast = (_autocast_switched_on(device_type, dtype) if simulated
+                    else torch.autocast(device_type, dtype=dtype))
+        with autocast:
+            return fn(device_type)
+
+    fake = torch._subclasses.fake_tensor.FakeTensorMode() if simulated else contextlib.nullcontext()
+    with fake, _fake_tensor_log_quiet():
+        return trace(step, **filters)
 
 
 def demo_three_behaviours(device_type: str = "cpu", dtype: torch.dtype = torch.bfloat16) -> list[OpRun]:

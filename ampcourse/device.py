@@ -21,8 +21,17 @@ Volta                  7.0, 7.2    float16                 yes (first Tensor Cor
 Pascal and older       < 7.0       float16                 yes (no Tensor Cores: memory savings only)
 =====================  ==========  ======================  =========================================
 
+Two limits of a table keyed on the capability alone, which :func:`describe` handles from the device
+name: the GTX 16xx cards (TU11x) are capability 7.5 but have no Tensor Cores; and below 7.0 most
+consumer cards (Pascal GTX 10xx, capability 6.1) run FP16 arithmetic far slower than FP32, so there
+float16 is a memory measure only and plain FP32 is usually the faster choice. On ROCm builds
+(``torch.version.hip``) the "capability" is AMD's gfx version, not NVIDIA's: :func:`describe` does
+not map it to an NVIDIA generation.
+
 CPU autocast defaults to bfloat16 (no scaler needed); MPS autocast defaults to float16, which needs
 a scaler. Those two defaults are read from the installed torch (``torch.get_autocast_dtype``).
+Whether a CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX) decides whether bfloat16 autocast
+is faster or slower than FP32 on it (lesson 06 measures it): :func:`cpu_bf16_features` reads the flags.
 """
 
 from __future__ import annotations
@@ -66,7 +75,12 @@ class Recommendation:
 
 @dataclass(frozen=True)
 class Hardware:
-    """What :func:`describe` found: plain data, printable in a notebook."""
+    """What :func:`describe` found: plain data, printable in a notebook.
+
+    ``bf16_supported`` means *native* bfloat16 arithmetic (bf16 Tensor Cores on NVIDIA, AVX512-BF16 or AMX
+    on x86 CPUs), not merely that bfloat16 tensors can be stored; None when it cannot be read (a CPU
+    without ``/proc/cpuinfo`` flags). ``bf16_note`` says where the answer came from.
+    """
 
     device: torch.device
     name: str
@@ -74,8 +88,9 @@ class Hardware:
     capability: tuple[int, int] | None
     generation: str | None
     tensor_cores: bool
-    bf16_supported: bool
+    bf16_supported: bool | None
     recommendation: Recommendation
+    bf16_note: str = ""
 
     def lines(self) -> list[str]:
         """The report as ``label: value`` lines."""
@@ -90,7 +105,8 @@ class Hardware:
             rows.append(("generation", self.generation or "unknown"))
         rows += [
             ("Tensor Cores", "yes" if self.tensor_cores else "no"),
-            ("bfloat16 supported", "yes" if self.bf16_supported else "no"),
+            ("native bfloat16", {True: "yes", False: "no", None: "unknown"}[self.bf16_supported]
+             + (f" ({self.bf16_note})" if self.bf16_note else "")),
             ("recommended AMP dtype", rec.dtype_name),
             ("GradScaler needed", "yes" if rec.use_grad_scaler else "no"),
             ("why", rec.reason),
@@ -190,8 +206,9 @@ def recommend(
             )
         return Recommendation(
             "cuda", torch.float16, True,
-            f"{name} GPUs have no Tensor Cores: float16 saves memory but gives little speed; "
-            "it needs a GradScaler",
+            f"{name} GPUs have no Tensor Cores: float16 (with a GradScaler) only saves memory, and on most "
+            "consumer cards (GTX 10xx) FP16 arithmetic is much slower than FP32: train in FP32 unless "
+            "memory is the limit",
         )
     if capability is not None:
         raise ValueError(f"capability only applies to device_type 'cuda' (got {device_type!r})")
@@ -205,6 +222,38 @@ def recommend(
         device_type, dtype, True,
         f"{device_type.upper()} autocast defaults to float16, whose small range needs a GradScaler",
     )
+
+
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""The Linux ``/proc/cpuinfo`` flags of x86 CPUs with native bfloat16 arithmetic."""
+
+
+def cpu_bf16_features(cpuinfo: str | None = None) -> tuple[str, ...] | None:
+    """The native-bfloat16 flags (:data:`CPU_BF16_FLAGS`) this CPU reports, or None if unknown.
+
+    ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read from this machine when None). Returns None where
+    there is no such file (macOS, Windows) or it has no ``flags`` line (e.g. ARM): then nothing can be said.
+    An empty tuple means an x86 CPU without them: bfloat16 is then converted to FP32 for the arithmetic,
+    and bfloat16 autocast is usually *slower* than FP32.
+
+    >>> cpu_bf16_features("flags : fpu sse avx512f avx512_bf16 amx_bf16 amx_tile")
+    ('avx512_bf16', 'amx_bf16')
+    >>> cpu_bf16_features("flags : fpu sse avx2")
+    ()
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as info:
+                cpuinfo = info.read()
+        except OSError:
+            return None
+    if not isinstance(cpuinfo, str):
+        raise TypeError(f"cpuinfo must be the text of /proc/cpuinfo or None (got {type(cpuinfo).__name__})")
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[-1].split())
+            return tuple(flag for flag in CPU_BF16_FLAGS if flag in flags)
+    return None
 
 
 def _cpu_name() -> str:
@@ -224,18 +273,37 @@ def describe(device: torch.device | None = None) -> Hardware:
     _check_device_type(device.type, argument="device")
     capability = None
     gen = None
-    if device.type == "cuda":
+    note = ""
+    if device.type == "cuda" and torch.version.hip:
+        # ROCm: get_device_capability is AMD's gfx version, which the NVIDIA table does not cover.
+        name = torch.cuda.get_device_name(device)
+        gen, tensor_cores, note = "AMD (ROCm): not in the NVIDIA table", False, "ROCm build"
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        rec = Recommendation(
+            "cuda", torch.bfloat16 if bf16 else torch.float16, not bf16,
+            "ROCm GPU: bfloat16 if the GPU supports it (no scaler), else float16 with a GradScaler",
+        )
+    elif device.type == "cuda":
         capability = torch.cuda.get_device_capability(device)
         gen, _, tensor_cores = generation(capability)
         name = torch.cuda.get_device_name(device)
-        bf16 = torch.cuda.is_bf16_supported()
+        if capability == (7, 5) and "GTX 16" in name:
+            gen, tensor_cores = "Turing (GTX 16xx: no Tensor Cores)", False
+        # including_emulation=False: a V100 or T4 can *store* bfloat16 (the default, True, says yes),
+        # but has no bfloat16 arithmetic units.
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
         rec = recommend("cuda", capability)
     elif device.type == "mps":
         name, tensor_cores = "Apple GPU (MPS)", False
         bf16 = torch.backends.mps.is_macos_or_newer(14, 0)  # MPS bf16 needs macOS 14
         rec = recommend("mps")
     else:
-        name, tensor_cores, bf16 = _cpu_name(), False, True
+        name, tensor_cores = _cpu_name(), False
+        flags = cpu_bf16_features()
+        bf16 = None if flags is None else bool(flags)
+        note = ("CPU flags " + ", ".join(flags) if flags else
+                "no CPU flags to read here" if flags is None else
+                "no AVX512-BF16 or AMX: bfloat16 autocast runs, but is likely slower than FP32")
         rec = recommend("cpu")
     return Hardware(
         device=device,
@@ -246,4 +314,5 @@ def describe(device: torch.device | None = None) -> Hardware:
         tensor_cores=tensor_cores,
         bf16_supported=bf16,
         recommendation=rec,
+        bf16_note=note,
     )

@@ -181,15 +181,21 @@ class ResidualBlock(nn.Module):
         return x + self.down(self.act(self.up(x)))
 
 
-def default_model() -> nn.Module:
+def default_model(branch_init: float = BRANCH_INIT) -> nn.Module:
     """The lesson's classifier: 32 inputs, a 16-wide residual stream, 4 residual blocks, 10 classes.
 
     ``Linear(32, 16) -> 4 x ResidualBlock(16, hidden 64) -> ReLU -> Linear(16, 10)``: 9,210 parameters.
-    Initialised from torch's global random generator (:func:`collect_gradients` seeds it).
+    Initialised from torch's global random generator (:func:`collect_gradients` seeds it). Each branch's
+    last layer starts at ``branch_init`` times torch's default initialisation (1e-4 by default; pass 1.0
+    for torch's default initialisation throughout).
     """
+    if isinstance(branch_init, bool) or not isinstance(branch_init, numbers.Real):
+        raise TypeError(f"branch_init must be a number (got {branch_init!r})")
+    if not (math.isfinite(branch_init) and branch_init >= 0):
+        raise ValueError(f"branch_init must be finite and >= 0 (got {branch_init!r})")
     return nn.Sequential(
         nn.Linear(INPUT_FEATURES, WIDTH),
-        *[ResidualBlock(WIDTH, HIDDEN) for _ in range(BLOCKS)],
+        *[ResidualBlock(WIDTH, HIDDEN, float(branch_init)) for _ in range(BLOCKS)],
         nn.ReLU(),
         nn.Linear(WIDTH, NUM_CLASSES),
     )
@@ -537,9 +543,15 @@ def _smallest_power(value: float, limit: float) -> int:
 
 
 def safe_scale_window(
-    values: torch.Tensor, fmt: str | torch.dtype = "fp16", *, quantile: float = 0.01
+    values: torch.Tensor, fmt: str | torch.dtype = "fp16", *, quantile: float = 0.01,
+    lost: str = "below_normal",
 ) -> ScaleWindow:
     """The loss scales ``S = 2**k`` that neither overflow nor leave more than ``quantile`` below normal.
+
+    ``lost`` says what counts as lost at the low end: ``"below_normal"`` (the default: flushed to 0 *or*
+    subnormal, i.e. kept with fewer significant bits) or ``"flushed"`` (only values that become 0; a
+    subnormal keeps its value roughly, so it counts as kept). With ``"flushed"``, ``min_power`` is the
+    smallest ``k`` with ``q * 2**k > flush_threshold`` (half the smallest subnormal, ``2**-25`` for FP16).
 
     With ``m = max|values|`` and ``q`` the ``quantile``-quantile of the nonzero ``|values|``:
 
@@ -569,13 +581,21 @@ def safe_scale_window(
         raise TypeError(f"quantile must be a number (got {quantile!r})")
     if not 0 <= quantile < 1:
         raise ValueError(f"quantile must be in [0, 1) (got {quantile!r})")
+    if lost not in ("below_normal", "flushed"):
+        raise ValueError(f"lost must be 'below_normal' or 'flushed' (got {lost!r})")
     limits = format_limits(fmt)
     nonzero = magnitudes[magnitudes > 0]
     if nonzero.numel() == 0:
         raise ValueError("values are all zero: every scale keeps them zero, there is no window to find")
     rank = math.floor(quantile * nonzero.numel()) + 1  # 1-based, as torch.kthvalue counts
     q = nonzero.kthvalue(rank).values.item()
+    if lost == "flushed":
+        min_power = _smallest_power(q, limits.flush_threshold)
+        if math.ldexp(q, min_power) == limits.flush_threshold:  # exactly half a subnormal: the tie goes to 0
+            min_power += 1
+    else:
+        min_power = _smallest_power(q, limits.smallest_normal)
     return ScaleWindow(
-        min_power=_smallest_power(q, limits.smallest_normal),
+        min_power=min_power,
         max_power=_largest_power(nonzero.max().item(), limits.max),
     )

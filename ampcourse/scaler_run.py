@@ -51,11 +51,17 @@ def step_was_skipped(scale_before: float, scale_after: float) -> bool:
 
     Call it with ``scaler.get_scale()`` read before the iteration's ``update()`` and after it::
 
-        before = scaler.get_scale()
-        scaler.scale(loss).backward()
+        scaled_loss = scaler.scale(loss)
+        before = scaler.get_scale()   # after scale(): see below
+        scaled_loss.backward()
         scaler.step(optimizer)
         scaler.update()
         skipped = step_was_skipped(before, scaler.get_scale())
+
+    Read ``before`` *after* ``scaler.scale(loss)``: until its first call, ``get_scale()`` returns
+    ``init_scale`` as given, not the float32 value the scaler multiplies by, so with an ``init_scale``
+    that is not exact in float32 (0.7, say) a clean first step would look skipped. On CUDA each
+    ``get_scale()`` is a GPU-to-CPU sync (it calls ``.item()``): two per step cost a little time.
 
     The rule is "the scale shrank". ``update()`` either multiplies the scale by ``backoff_factor`` (< 1:
     a step with an inf or NaN gradient, which ``step`` skipped), or leaves it alone, or multiplies it by
@@ -348,7 +354,9 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
     ``scaler.scale(loss).backward()`` under FP16 autocast (gradients ≈ S × the reference); with
     ``inject_inf``, one gradient value set to inf, as an FP16 overflow in the backward pass would leave it;
     ``scaler.unscale_(optimizer)`` (gradients back to the reference's size; an inf stays inf); the inf
-    check, read with ``torch.isfinite`` because GradScaler keeps its ``found_inf`` in private state;
+    check, which GradScaler does *inside* ``unscale_`` (``torch._amp_foreach_non_finite_check_and_unscale_``
+    unscales and sets ``found_inf`` in one kernel) and keeps in private state, so the course reads the same
+    fact with ``torch.isfinite``;
     ``scaler.step(optimizer)`` (did ``optimizer.step()`` run, did the parameters move?); and
     ``scaler.update()`` (the new scale: ``scale × backoff_factor`` after an inf, else unchanged, since
     one clean step is far from a growth interval).
@@ -419,7 +427,7 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
         unscaled_ratio = row("3. unscale", "scaler.unscale_(optimizer)", grads, scale,
                              "the gradients × 1/S: back to their true size (an inf or NaN stays one)")
         found_inf = not bool(torch.isfinite(grads).all())
-        row("4. inf check", "torch.isfinite(grads).all()", None, scale,
+        row("4. inf check", "(inside unscale_; read here with torch.isfinite)", None, scale,
             "found_inf = 1: an inf or NaN, so step() will skip optimizer.step()" if found_inf else
             "found_inf = 0: all finite, so step() will call optimizer.step()")
         params = _flat_params(model)

@@ -232,3 +232,45 @@ def test_bad_arguments():
         observe("aten::nonexistent")
     with pytest.raises(ValueError, match="docs have lists"):
         documented_ops("mps")
+
+
+def _classifier_head(device):
+    logits = torch.randn(2, 3, device=device) @ torch.randn(3, 3, device=device)
+    return {
+        "logits": logits,
+        "softmax": torch.nn.functional.softmax(logits, -1),
+        "loss": torch.nn.functional.cross_entropy(logits, torch.tensor([0, 2], device=device)),
+    }
+
+
+def test_device_trace_simulates_cuda_autocast_on_a_cpu_machine():
+    from ampcourse.autocast_lists import device_trace
+
+    t = device_trace(_classifier_head, "cuda", torch.float16)
+    out = {name: value.dtype for name, value in t.result.items()}
+    assert out == {"logits": torch.float16, "softmax": torch.float32, "loss": torch.float32}
+    ops = {row.op: row for row in t.rows}
+    # cross_entropy is not on CUDA's list: its log-softmax keeps the fp16 input, only nll_loss upcasts
+    assert ops["aten._log_softmax.default"].output_dtypes == (torch.float16,)
+    assert ops["aten.nll_loss_forward.default"].input_dtypes[0] == torch.float32
+    assert not any(row.op.startswith("prim.") for row in t.rows)
+
+
+def test_device_trace_runs_the_cpu_for_real():
+    from ampcourse.autocast_lists import device_trace
+
+    t = device_trace(_classifier_head, "cpu", torch.bfloat16)
+    out = {name: value.dtype for name, value in t.result.items()}
+    assert out == {"logits": torch.bfloat16, "softmax": torch.bfloat16, "loss": torch.float32}
+    assert not isinstance(t.result["loss"], torch._subclasses.fake_tensor.FakeTensor)
+
+
+def test_device_trace_names_bad_arguments():
+    from ampcourse.autocast_lists import device_trace
+
+    with pytest.raises(TypeError, match="fn must be callable"):
+        device_trace(3)
+    with pytest.raises(ValueError, match="dtype must be torch.float16 or torch.bfloat16"):
+        device_trace(_classifier_head, "cpu", torch.float32)
+    with pytest.raises(ValueError):
+        device_trace(_classifier_head, "tpu")

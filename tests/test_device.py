@@ -80,3 +80,63 @@ def test_describe_this_machine():
     assert hw.torch_version == torch.__version__
     assert "recommended AMP dtype" in str(hw)
 
+
+
+def test_describe_asks_cuda_for_native_bf16_not_emulation(monkeypatch):
+    """A V100 or T4 can store bfloat16, so is_bf16_supported() says True by default (emulation counted)."""
+    asked = {}
+
+    def is_bf16_supported(including_emulation=True):
+        asked["including_emulation"] = including_emulation
+        return including_emulation  # what torch answers on a V100: True with emulation, False without
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    hw = device.describe(torch.device("cuda"))
+    assert asked == {"including_emulation": False}
+    assert not hw.bf16_supported and "native bfloat16       : no" in str(hw)
+    assert hw.generation == "Turing" and hw.tensor_cores
+
+
+def test_describe_knows_gtx16_has_no_tensor_cores(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA GeForce GTX 1660 Ti")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    hw = device.describe(torch.device("cuda"))
+    assert not hw.tensor_cores and "GTX 16xx" in hw.generation
+    assert "Tensor Cores          : no" in str(hw)
+
+
+def test_describe_does_not_read_a_rocm_gfx_version_as_an_nvidia_generation(monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", "6.2.0")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 4))  # gfx942 (MI300)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "AMD Instinct MI300X")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    hw = device.describe(torch.device("cuda"))
+    assert "Hopper" not in str(hw) and "ROCm" in hw.generation
+    assert hw.capability is None and hw.recommendation.dtype == torch.bfloat16
+
+
+def test_pascal_advice_says_fp16_is_for_memory_only():
+    reason = device.recommend("cuda", (6, 1)).reason
+    assert "much slower than FP32" in reason and "memory" in reason
+
+
+def test_cpu_bf16_features_reads_the_flags():
+    assert device.cpu_bf16_features("model name : x\nflags : fpu avx512_bf16 amx_bf16\n") == (
+        "avx512_bf16", "amx_bf16")
+    assert device.cpu_bf16_features("flags\t\t: fpu sse2 avx2 fma\n") == ()
+    assert device.cpu_bf16_features("Processor : ARMv8\nFeatures : fp asimd\n") is None
+    with pytest.raises(TypeError, match="cpuinfo must be"):
+        device.cpu_bf16_features(3)
+
+
+def test_describe_reports_the_cpus_bf16_flags(monkeypatch):
+    monkeypatch.setattr(device, "cpu_bf16_features", lambda: ())
+    hw = device.describe(torch.device("cpu"))
+    assert hw.bf16_supported is False and "likely slower than FP32" in str(hw)
+    monkeypatch.setattr(device, "cpu_bf16_features", lambda: ("amx_bf16",))
+    assert "native bfloat16       : yes (CPU flags amx_bf16)" in str(device.describe(torch.device("cpu")))
+    monkeypatch.setattr(device, "cpu_bf16_features", lambda: None)
+    assert "native bfloat16       : unknown" in str(device.describe(torch.device("cpu")))

@@ -295,3 +295,39 @@ def test_safe_scale_window_matches_brute_force_on_crafted_values():
 def test_safe_scale_window_validates(args, kwargs, error, words):
     with pytest.raises(error, match=words):
         safe_scale_window(*args, **kwargs)
+
+
+def test_default_model_branch_init_scales_only_the_branches_last_layer():
+    torch.manual_seed(0)
+    small = gradients.default_model()
+    torch.manual_seed(0)
+    plain = gradients.default_model(branch_init=1.0)
+    for a, b in zip(small[1:5], plain[1:5], strict=True):
+        assert torch.equal(a.up.weight, b.up.weight)
+        assert torch.allclose(a.down.weight, b.down.weight * gradients.BRANCH_INIT)
+    with pytest.raises(ValueError, match="branch_init must be finite and >= 0"):
+        gradients.default_model(branch_init=-1.0)
+    with pytest.raises(TypeError, match="branch_init must be a number"):
+        gradients.default_model(branch_init="1e-4")
+
+
+def test_default_init_flushes_far_less_than_the_small_branch_init():
+    """Lesson 02's contrast: the same architecture with torch's default init barely underflows in FP16."""
+    torch.manual_seed(0)
+    plain = collect_gradients(gradients.default_model(branch_init=1.0), steps=2, device="cpu")
+    small = collect_gradients(steps=2, device="cpu")
+    assert fp16_fate(plain.activation_grads).fractions["flushed"] < 0.01
+    assert fp16_fate(small.activation_grads).fractions["flushed"] > 5 * fp16_fate(plain.activation_grads).fractions["flushed"]
+
+
+def test_safe_scale_window_can_count_only_flushed_values_as_lost():
+    # 2**-30 * 2**6 = 2**-24, the smallest subnormal: kept (nonzero); 2**5 gives 2**-25, a tie that goes to 0
+    values = torch.tensor([2.0**-30, 1.0])
+    assert safe_scale_window(values, quantile=0.0, lost="flushed").min_power == 6
+    assert safe_scale_window(values, quantile=0.0).min_power == 16  # below normal: up to 2**-14
+    # just above the tie: 2**5 already rounds up to the smallest subnormal
+    assert safe_scale_window(torch.tensor([2.0**-30 * 1.5, 1.0]), quantile=0.0, lost="flushed").min_power == 5
+    scaled = fp16_fate(torch.tensor([2.0**-30 * 1.5]), 2.0**5).counts
+    assert scaled["flushed"] == 0 and scaled["subnormal"] == 1
+    with pytest.raises(ValueError, match="lost must be 'below_normal' or 'flushed'"):
+        safe_scale_window(values, lost="zero")

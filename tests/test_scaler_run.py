@@ -202,3 +202,14 @@ def test_tiny_model_is_seeded():
 
 def test_docstring_examples():
     assert doctest.testmod(scaler_run).failed == 0
+
+
+def test_scale_read_before_the_first_scale_call_is_not_yet_float32():
+    """Why step_was_skipped's docstring reads the scale after scaler.scale(loss)."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=0.7)
+    before_scale = scaler.get_scale()
+    scaler.scale(torch.tensor(1.0))
+    after_scale = scaler.get_scale()
+    assert before_scale == 0.7 and after_scale == torch.tensor(0.7).item()
+    assert step_was_skipped(before_scale, after_scale)  # the false alarm a too-early read gives
+    assert not step_was_skipped(after_scale, after_scale)

@@ -387,3 +387,13 @@ def test_ulp_figure_plots_floats_ulp():
 def test_draw_ulp_validates(fmts, error, words):
     with pytest.raises(error, match=words):
         draw_ulp(Figure(), fmts)
+
+
+def test_e4m3_note_follows_what_the_installed_torch_returns():
+    """Older torch releases gave NaN for an out-of-range E4M3 cast: the note must not claim saturation then."""
+    from ampcourse.floats import format_info
+    from ampcourse.widgets.lesson01 import _note
+
+    info = format_info("fp8_e4m3")
+    assert _note(500.0, 448.0, "normal", info, 6).endswith("saturates to ±448")
+    assert _note(500.0, math.nan, "nan", info, 0).endswith("this torch gives NaN")

@@ -13,7 +13,9 @@ and :class:`BitExplorer` (a :class:`~ampcourse.widgets.base.LivePlot`) wires the
 
 **Bit numbering.** Bits are counted from the left as they are printed: index 0 is the sign bit, then the
 exponent bits (most significant first), then the mantissa bits. **TF32** is shown with its 19 meaningful bits
-(1 + 8 + 10); in memory a TF32 value is an FP32 word whose low 13 mantissa bits the tensor cores ignore.
+(1 + 8 + 10); in memory a TF32 value is an FP32 word whose low 13 mantissa bits the Tensor Cores do not use.
+Whether cuBLAS rounds or truncates those bits is not documented; the course rounds to nearest, ties to even
+(:func:`ampcourse.floats.round_to`), as for the other formats.
 """
 
 from __future__ import annotations
@@ -247,7 +249,7 @@ def draw_ulp(fig: Figure, fmts: Iterable[str | torch.dtype] = tuple(FORMATS)) ->
     for ax in (full, zoom):
         ax.minorticks_off()
     if {"fp16", "tf32"} <= set(curves):
-        zoom.text(0.03, 0.96, "FP16 runs on top of TF32:\nthe same 10-bit mantissa", transform=zoom.transAxes,
+        zoom.text(0.03, 0.96, "FP16's curve lies on TF32's:\nthe same 10-bit mantissa", transform=zoom.transAxes,
                   ha="left", va="top", fontsize=9, color="0.25")
     markers = [
         Line2D([], [], color="0.3", linestyle=(0, (2, 1.5)), label="subnormals"),
@@ -421,7 +423,9 @@ def _note(value: float, stored: float, kind: str, info: FloatFormat, mantissa: i
     if math.isnan(value):
         return "NaN in, NaN out"
     if not info.has_inf and abs(value) > info.max:
-        return f"past max: {LABELS[info.name]} has no inf, torch saturates to ±{_format_max(info.max)}"
+        if math.isnan(stored):  # older torch releases: an out-of-range E4M3 cast gives NaN
+            return f"past max: {LABELS[info.name]} has no inf, this torch gives NaN"
+        return f"past max: {LABELS[info.name]} has no inf, this torch saturates to ±{_format_max(info.max)}"
     if kind == "inf" and math.isfinite(value):
         return f"overflow: past max {_format_max(info.max)} → inf"
     if kind == "zero" and value != 0:
@@ -473,7 +477,7 @@ def explore(value: float, fmt: str = "fp16") -> ExplorerData:
         >>> row.stored, row.unbiased_exponent, row.significand, row.kind
         (0.0999755859375, -4, 1.599609375, 'normal')
         >>> explore(500.0).row("e4m3").note
-        'past max: FP8 E4M3 has no inf, torch saturates to ±448'
+        'past max: FP8 E4M3 has no inf, this torch saturates to ±448'
     """
     value = _check_value(value)
     name = canonical_name(fmt)
