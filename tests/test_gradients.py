@@ -332,3 +332,10 @@ def test_safe_scale_window_can_count_only_flushed_values_as_lost():
     assert scaled["flushed"] == 0 and scaled["subnormal"] == 1
     with pytest.raises(ValueError, match="lost must be 'below_normal' or 'flushed'"):
         safe_scale_window(values, lost="zero")
+
+
+def test_lesson04_ceiling_is_lesson02s_largest_safe_scale():
+    """Lesson 04's simulated ceiling (a constant in its widget) must stay what lesson 02 computes."""
+    from ampcourse.widgets.lesson04 import CEILING_LOG2
+
+    assert CEILING_LOG2 == safe_scale_window(collect_gradients(device="cpu").all).max_power
