@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import lesson00, lesson01, lesson02, lesson04, lesson05, lesson06
+from . import lesson00, lesson01, lesson02, lesson04, lesson05, lesson06, lesson10
 
 REGISTRY: dict[str, tuple[Callable, list[dict]]] = {
     "lesson00.cast_survival": (lesson00.cast_survival, lesson00.BENCHMARK_MOVES),
@@ -21,4 +21,5 @@ REGISTRY: dict[str, tuple[Callable, list[dict]]] = {
     "lesson04.scale_dynamics": (lesson04.scale_dynamics, lesson04.BENCHMARK_MOVES),
     "lesson05.clipping_explorer": (lesson05.clipping_explorer, lesson05.BENCHMARK_MOVES),
     "lesson06.speed_memory_explorer": (lesson06.speed_memory_explorer, lesson06.BENCHMARK_MOVES),
+    "lesson10.delayed_scaling": (lesson10.delayed_scaling, lesson10.BENCHMARK_MOVES),
 }

@@ -1,0 +1,553 @@
+"""Lesson 10: FP8 training — per-tensor scaling, dynamic vs delayed scaling, and torchao's Float8 linears.
+
+The lesson writes the FP8 code itself (amax → scale → saturating cast → ``torch._scaled_mm``); this module holds
+the same steps as tested helpers for the checks, the widget and the training runs, plus the plumbing:
+
+* formats: :func:`fp8_dtype`, :func:`fp8_limits`, :func:`limits_table` (read from ``torch.finfo``);
+* per-tensor scaling: :func:`amax`, :func:`scale_from_amax`, :func:`to_fp8` (saturating), :func:`scaled_mm`
+  (a validated wrapper around ``torch._scaled_mm``), :func:`fp8_fate` (what a cast does to each value);
+* the delayed-scaling simulator behind the widget: :func:`amax_sequence`, :func:`simulate_scaling`. It works on
+  integer exponents only (each "tensor" holds powers of two with binomial counts), so its results are exact
+  and the same on every machine;
+* torchao: :func:`import_torchao` (quiet on machines where torchao's GPU kernels cannot load),
+  :func:`fp8_tensor_cores`, :func:`to_float8`, and :func:`compare_precisions` (FP32, bf16 autocast and FP8
+  from the same seeds on lesson 09's digits).
+
+Facts checked against torch 2.13 (``torch/headeronly/util/Float8_e4m3fn.h``) and torchao 0.18:
+
+* ``torch.finfo(torch.float8_e4m3fn).max == 448``, ``torch.finfo(torch.float8_e5m2).max == 57344``;
+* a cast to ``float8_e4m3fn`` (no inf in the format) *saturates*: anything above 448, inf included, becomes 448;
+  a cast to ``float8_e5m2`` rounds an overflow to inf (it has inf). torchao clamps before every cast
+  (``torchao.float8.float8_utils.to_fp8_saturated``), and so does :func:`to_fp8`;
+* ``torch._scaled_mm(a, b, scale_a=..., scale_b=...)`` computes ``(a · scale_a) @ (b · scale_b)``: its scales
+  are the *dequantisation* factors, the reciprocals of the scales the tensors were multiplied by;
+* torchao 0.18's ``ScalingType`` has only ``DYNAMIC`` and ``DISABLED``: delayed scaling was removed, so the
+  lesson teaches it with :func:`simulate_scaling`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+import math
+import os
+import statistics
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .tables import Table
+from .validate import as_int
+
+__all__ = [
+    "E4M3", "E5M2", "FORMATS", "HISTORY_LENGTHS", "N_STEPS", "SPIKE_STEP", "FP8Fate", "FP8Limits", "PrecisionRun",
+    "ScalingTrace", "amax", "amax_sequence", "compare_precisions", "fp8_dtype", "fp8_fate", "fp8_limits",
+    "fp8_tensor_cores", "import_torchao", "limits_table", "scale_from_amax", "scaled_mm", "simulate_scaling",
+    "to_float8", "to_fp8",
+]
+
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+FORMATS = {"e4m3": E4M3, "e5m2": E5M2}
+_ALIASES = {"float8_e4m3fn": "e4m3", "e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+EPS = 1e-12  # the smallest amax a scale is computed from (torchao's float8_utils.EPS): an all-zero tensor stays finite
+
+
+# ------------------------------------------------------------------------------------------------ formats
+def fp8_dtype(fmt: str | torch.dtype) -> torch.dtype:
+    """``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` for ``"e4m3"``/``"e5m2"`` (or the dtype itself).
+
+    Example:
+        >>> fp8_dtype("e5m2")
+        torch.float8_e5m2
+    """
+    if isinstance(fmt, torch.dtype):
+        if fmt in FORMATS.values():
+            return fmt
+        raise ValueError(f"fmt must be torch.float8_e4m3fn or torch.float8_e5m2 (got {fmt})")
+    if not isinstance(fmt, str):
+        raise TypeError(f"fmt must be 'e4m3', 'e5m2' or an FP8 torch dtype (got {fmt!r})")
+    name = _ALIASES.get(fmt.strip().lower(), fmt.strip().lower())
+    if name not in FORMATS:
+        raise ValueError(f"fmt must be 'e4m3' or 'e5m2' (got {fmt!r})")
+    return FORMATS[name]
+
+
+def _name(dtype: torch.dtype) -> str:
+    return "E4M3" if dtype == E4M3 else "E5M2"
+
+
+@dataclass(frozen=True)
+class FP8Limits:
+    """An FP8 format's numbers (from ``torch.finfo``), and the float32 thresholds of a cast to it.
+
+    ``|x| <= flush_threshold`` (half the smallest subnormal) becomes 0; ``|x| > max`` saturates (E4M3) or, past
+    the rounding midpoint, becomes inf (E5M2) — :func:`to_fp8` clamps first, so both saturate there.
+    ``relative_step`` is the gap between 1 and the next number (``finfo.eps``): the worst relative rounding
+    error is half of it.
+    """
+
+    name: str
+    dtype: torch.dtype
+    exponent_bits: int
+    mantissa_bits: int
+    max: float
+    smallest_normal: float
+    smallest_subnormal: float
+    relative_step: float
+
+    @property
+    def flush_threshold(self) -> float:
+        return self.smallest_subnormal / 2
+
+    @property
+    def dynamic_range_bits(self) -> float:
+        """log2(max / smallest subnormal): how many binades the format spans."""
+        return math.log2(self.max / self.smallest_subnormal)
+
+
+def fp8_limits(fmt: str | torch.dtype) -> FP8Limits:
+    """The limits of E4M3 or E5M2 (see :class:`FP8Limits`).
+
+    Example:
+        >>> e4m3 = fp8_limits("e4m3")
+        >>> e4m3.max, e4m3.smallest_normal == 2.0**-6, e4m3.smallest_subnormal == 2.0**-9
+        (448.0, True, True)
+    """
+    dtype = fp8_dtype(fmt)
+    info = torch.finfo(dtype)
+    mantissa_bits = round(-math.log2(info.eps))
+    return FP8Limits(name=_name(dtype), dtype=dtype, exponent_bits=7 - mantissa_bits, mantissa_bits=mantissa_bits,
+                     max=float(info.max), smallest_normal=float(info.tiny),
+                     smallest_subnormal=float(info.tiny * info.eps), relative_step=float(info.eps))
+
+
+def limits_table() -> Table:
+    """E4M3 and E5M2 side by side: bits, max, smallest normal/subnormal, binades spanned, relative step."""
+    rows = []
+    for dtype in (E4M3, E5M2):
+        lim = fp8_limits(dtype)
+        rows.append({"format": f"{lim.name} ({str(dtype).removeprefix('torch.')})",
+                     "exp/mantissa bits": f"{lim.exponent_bits}/{lim.mantissa_bits}", "max": f"{lim.max:g}",
+                     "smallest normal": f"2^{math.log2(lim.smallest_normal):.0f}",
+                     "smallest subnormal": f"2^{math.log2(lim.smallest_subnormal):.0f}",
+                     "binades": f"{lim.dynamic_range_bits:.1f}",
+                     "relative step": f"2^{math.log2(lim.relative_step):.0f}"})
+    return Table(rows, title="The two FP8 formats (torch.finfo)")
+
+
+# ------------------------------------------------------------------------------------- per-tensor scaling
+def _float_tensor(name: str, x: Any) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (got {type(x).__name__})")
+    if not x.is_floating_point() or x.dtype in FORMATS.values():
+        raise TypeError(f"{name} must be a float32/bfloat16/float16 tensor (got dtype {x.dtype})")
+    if x.numel() == 0:
+        raise ValueError(f"{name} is empty")
+    return x
+
+
+def amax(x: torch.Tensor) -> torch.Tensor:
+    """The largest magnitude in ``x`` (``x.abs().max()``) as a float32 scalar tensor.
+
+    Example:
+        >>> amax(torch.tensor([1.0, -3.0, 2.0]))
+        tensor(3.)
+    """
+    x = _float_tensor("x", x)
+    return x.detach().abs().max().float()
+
+
+def scale_from_amax(amax_value: torch.Tensor | float, fmt: str | torch.dtype, margin: int = 0) -> torch.Tensor:
+    """The per-tensor scale ``fp8_max / amax / 2**margin``: multiplying by it maps ``amax`` to the format's max
+    (``margin`` bits below it). A zero amax counts as ``1e-12``, so the scale stays finite.
+
+    Example:
+        >>> scale_from_amax(7.0, "e4m3")
+        tensor(64.)
+        >>> scale_from_amax(7.0, "e4m3", margin=1)
+        tensor(32.)
+    """
+    dtype = fp8_dtype(fmt)
+    margin = as_int("margin", margin, minimum=0)
+    if isinstance(amax_value, bool) or not isinstance(amax_value, (int, float, torch.Tensor)):
+        raise TypeError(f"amax_value must be a number or a scalar tensor (got {amax_value!r})")
+    value = torch.as_tensor(amax_value, dtype=torch.float64).detach()
+    if value.numel() != 1 or not bool(torch.isfinite(value)) or float(value) < 0:
+        raise ValueError(f"amax_value must be one finite number >= 0 (got {amax_value!r})")
+    scale = torch.finfo(dtype).max / value.clamp(min=EPS) / 2.0**margin
+    return scale.reshape(()).to(torch.float32)
+
+
+def to_fp8(x: torch.Tensor, scale: torch.Tensor | float, fmt: str | torch.dtype) -> torch.Tensor:
+    """``x · scale`` clamped to ``±max`` and cast to the FP8 format: a saturating cast (as torchao does it).
+
+    Example:
+        >>> to_fp8(torch.tensor([1.0, 1000.0]), 1.0, "e5m2").float().tolist()
+        [1.0, 1024.0]
+        >>> to_fp8(torch.tensor([1.0, 1000.0]), 100.0, "e5m2").float().tolist()  # 96: E5M2 rounding
+        [96.0, 57344.0]
+    """
+    x = _float_tensor("x", x)
+    dtype = fp8_dtype(fmt)
+    scale = _scale_tensor("scale", scale)
+    top = torch.finfo(dtype).max
+    return (x.float() * scale.to(x.device)).clamp(-top, top).to(dtype)
+
+
+def _scale_tensor(name: str, scale: Any) -> torch.Tensor:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, torch.Tensor)):
+        raise TypeError(f"{name} must be a positive number or a scalar float32 tensor (got {scale!r})")
+    tensor = torch.as_tensor(scale, dtype=torch.float32).detach()
+    if tensor.numel() != 1 or not bool(torch.isfinite(tensor).all()) or not float(tensor) > 0:
+        raise ValueError(f"{name} must be one positive finite number (got {scale!r})")
+    return tensor.reshape(())
+
+
+def scaled_mm(a_fp8: torch.Tensor, a_scale: torch.Tensor | float, b_fp8: torch.Tensor, b_scale: torch.Tensor | float,
+              out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``a @ b`` from FP8 operands that were multiplied by ``a_scale`` and ``b_scale``: ``torch._scaled_mm`` with
+    the reciprocal scales (torch's scales dequantise), products accumulated in FP32, result in ``out_dtype``.
+
+    ``a_fp8`` is ``(m, k)`` and ``b_fp8`` is ``(k, n)``; on CUDA, ``b`` must be column-major (pass ``w8.t()`` of a
+    row-major ``(n, k)`` weight, as ``F.linear`` would) and m, k, n multiples of 16.
+    """
+    for name, t in (("a_fp8", a_fp8), ("b_fp8", b_fp8)):
+        if not isinstance(t, torch.Tensor) or t.dtype not in FORMATS.values() or t.dim() != 2:
+            raise TypeError(f"{name} must be a 2-D float8_e4m3fn or float8_e5m2 tensor "
+                            f"(got {getattr(t, 'dtype', type(t).__name__)})")
+    if a_fp8.shape[1] != b_fp8.shape[0]:
+        raise ValueError(f"a_fp8 is {tuple(a_fp8.shape)} and b_fp8 is {tuple(b_fp8.shape)}: inner sizes differ")
+    if out_dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"out_dtype must be torch.float32, torch.bfloat16 or torch.float16 (got {out_dtype!r})")
+    inv_a = (1 / _scale_tensor("a_scale", a_scale)).to(a_fp8.device)
+    inv_b = (1 / _scale_tensor("b_scale", b_scale)).to(b_fp8.device)
+    return torch._scaled_mm(a_fp8, b_fp8, scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype)
+
+
+@dataclass(frozen=True)
+class FP8Fate:
+    """What a saturating cast of ``values · scale`` to an FP8 format did to the non-zero values.
+
+    ``flushed``: became 0; ``subnormal``; ``normal``; ``saturated``: larger than the format's max, clamped to it.
+    ``zero`` counts the values that were already 0.
+    """
+
+    fmt: str
+    scale: float
+    zero: int
+    flushed: int
+    subnormal: int
+    normal: int
+    saturated: int
+
+    @property
+    def nonzero(self) -> int:
+        return self.flushed + self.subnormal + self.normal + self.saturated
+
+    def fraction(self, kind: str) -> float:
+        """``kind``'s share of the non-zero values (0 if there are none)."""
+        if kind not in ("flushed", "subnormal", "normal", "saturated"):
+            raise ValueError(f"kind must be 'flushed', 'subnormal', 'normal' or 'saturated' (got {kind!r})")
+        return getattr(self, kind) / self.nonzero if self.nonzero else 0.0
+
+
+def fp8_fate(values: torch.Tensor, scale: torch.Tensor | float, fmt: str | torch.dtype) -> FP8Fate:
+    """Sort every value of ``values · scale`` (float32) by what a saturating cast to ``fmt`` does to it.
+
+    Example:
+        >>> f = fp8_fate(torch.tensor([0.0, 2.0**-11, 2.0**-8, 1.0, 1e3]), 1.0, "e4m3")
+        >>> f.zero, f.flushed, f.subnormal, f.normal, f.saturated
+        (1, 1, 1, 1, 1)
+    """
+    values = _float_tensor("values", values)
+    dtype = fp8_dtype(fmt)
+    scale_t = _scale_tensor("scale", scale)
+    lim = fp8_limits(dtype)
+    scaled = values.detach().float().flatten().abs() * scale_t.to(values.device)
+    if not bool(torch.isfinite(scaled).all()):
+        raise ValueError("values · scale must be finite (values holds inf/nan, or the scale is too large)")
+    cast = to_fp8(scaled, 1.0, dtype).float()
+    zero = int((scaled == 0).sum())
+    flushed = int(((cast == 0) & (scaled > 0)).sum())
+    saturated = int((scaled > lim.max).sum())
+    subnormal = int(((cast > 0) & (cast < lim.smallest_normal)).sum())
+    normal = scaled.numel() - zero - flushed - saturated - subnormal
+    return FP8Fate(lim.name, float(scale_t), zero, flushed, subnormal, normal, saturated)
+
+
+# ------------------------------------------------------------------------------ delayed-scaling simulator
+N_STEPS = 200
+SPIKE_STEP = 120
+HISTORY_LENGTHS = (1, 2, 4, 8, 16, 32, 64)
+#: The tensor at every step: values 2**(log2_amax - k), k = 0..SPREAD, with count C(SPREAD, k): a bell over
+#: binades, like real activations and gradients, and exact (powers of two, integer counts).
+SPREAD = 24
+COUNTS = np.array([math.comb(SPREAD, k) for k in range(SPREAD + 1)], dtype=np.int64)
+
+
+def amax_sequence(n_steps: int = N_STEPS, spike_bits: int = 0, spike_step: int = SPIKE_STEP) -> np.ndarray:
+    """log2 of a tensor's amax step by step (ints): it grows one binade every 50 steps, wobbles up one binade at
+    two steps in every nine, and at ``spike_step`` jumps ``spike_bits`` binades for one step (a loss spike).
+
+    Example:
+        >>> amax_sequence(10).tolist()
+        [1, 0, 0, 0, 1, 0, 0, 0, 0, 1]
+        >>> int(amax_sequence(spike_bits=5)[SPIKE_STEP] - amax_sequence()[SPIKE_STEP])
+        5
+    """
+    n_steps = as_int("n_steps", n_steps, minimum=1)
+    spike_bits = as_int("spike_bits", spike_bits, minimum=0)
+    spike_step = as_int("spike_step", spike_step, minimum=0)
+    steps = np.arange(n_steps)
+    log2 = steps // 50 + np.isin(steps % 9, (0, 4)).astype(np.int64)
+    if spike_step < n_steps:
+        log2[spike_step] += spike_bits
+    return log2.astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class ScalingTrace:
+    """One simulated run of per-tensor scaling (see :func:`simulate_scaling`); arrays have one entry per step.
+
+    ``log2_amax``: the tensor's amax; ``log2_scale_amax``: the amax the scale was built from (the history's
+    maximum, or the current amax for dynamic scaling), before the margin; ``saturated`` and ``flushed``: the
+    fraction of the step's values clamped to the max and flushed to 0; ``worst_clip_bits``: how many binades
+    the largest value was above the max (0: nothing clipped).
+    """
+
+    fmt: str
+    history: int | None
+    margin: int
+    log2_amax: np.ndarray = field(repr=False)
+    log2_scale_amax: np.ndarray = field(repr=False)
+    saturated: np.ndarray = field(repr=False)
+    flushed: np.ndarray = field(repr=False)
+
+    @property
+    def kind(self) -> str:
+        return "dynamic" if self.history is None else f"delayed (history {self.history})"
+
+    @property
+    def worst_clip_bits(self) -> np.ndarray:
+        return np.maximum(0, self.log2_amax - self.log2_scale_amax - self.margin)
+
+    @property
+    def saturated_steps(self) -> int:
+        return int((self.saturated > 0).sum())
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.log2_amax)
+
+
+def _fates(exponent_of_top: np.ndarray, fmt: torch.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Saturated and flushed fractions when the largest value lands at ``max · 2**e`` (e an int per step)."""
+    lim = fp8_limits(fmt)
+    k = np.arange(SPREAD + 1)
+    e = exponent_of_top[:, None] - k[None, :]  # the exponent (relative to max) of each binade, each step
+    scaled = lim.max * np.exp2(e.astype(np.float64))  # exact: max times a power of two
+    total = COUNTS.sum()
+    saturated = (COUNTS * (scaled > lim.max)).sum(axis=1) / total
+    flushed = (COUNTS * (scaled <= lim.flush_threshold)).sum(axis=1) / total
+    return saturated, flushed
+
+
+def simulate_scaling(log2_amax: Sequence[int] | np.ndarray, history: int | None, margin: int = 0,
+                     fmt: str | torch.dtype = "e4m3") -> ScalingTrace:
+    """Per-tensor scaling over steps: ``history=None`` is dynamic (the scale comes from this step's amax);
+    ``history=H`` is delayed scaling, as Transformer Engine and torchao < 0.9 did it: the scale comes from the
+    largest amax of the previous ``H`` steps, then this step's amax joins the history (the first step has no
+    history and uses its own amax). The scale is ``max / amax / 2**margin``.
+
+    The values of each step are :data:`COUNTS` values at ``2**(log2_amax - k)``; the counts of saturated and
+    flushed values are exact (integer exponents), so a trace is the same on every machine.
+
+    Example:
+        >>> t = simulate_scaling([0, 0, 2, 0], history=1)
+        >>> t.log2_scale_amax.tolist(), t.saturated_steps, t.worst_clip_bits.tolist()
+        ([0, 0, 0, 2], 1, [0, 0, 2, 0])
+    """
+    dtype = fp8_dtype(fmt)
+    if isinstance(log2_amax, (str, bytes)) or not isinstance(log2_amax, (Sequence, np.ndarray)):
+        raise TypeError(f"log2_amax must be a list of ints (got {type(log2_amax).__name__})")
+    values = np.asarray(log2_amax)
+    if values.ndim != 1 or values.size == 0 or not np.issubdtype(values.dtype, np.integer):
+        raise ValueError("log2_amax must be a non-empty 1-D list of ints (exponents of two)")
+    values = values.astype(np.int64)
+    if history is not None:
+        history = as_int("history", history, minimum=1)
+    margin = as_int("margin", margin, minimum=0)
+    if history is None:
+        used = values.copy()
+    else:
+        used = np.empty_like(values)
+        used[0] = values[0]
+        for t in range(1, len(values)):
+            used[t] = values[max(0, t - history):t].max()
+    saturated, flushed = _fates(values - used - margin, dtype)
+    return ScalingTrace(_name(dtype), history, margin, values, used, saturated, flushed)
+
+
+# ----------------------------------------------------------------------------------------------- torchao
+_TORCHAO_NOISE = ("torchao", "torch.utils._pytree")
+
+
+def import_torchao():
+    """``torchao.float8``, imported without the noise torchao prints on machines where its GPU kernels cannot
+    load ("Failed to load … .so" log warnings, a torch pytree deprecation warning).
+
+    Those lines go to loggers ``torchao`` and ``torch.utils._pytree`` and to C-level stderr: all three are held
+    back while importing (logging raised to ERROR, file descriptor 2 sent to a buffer). Raises ImportError with
+    the install command when torchao is missing.
+    """
+    if "torchao.float8" in sys.modules:
+        return sys.modules["torchao.float8"]
+    loggers = [logging.getLogger(name) for name in _TORCHAO_NOISE]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with _quiet_stderr(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return importlib.import_module("torchao.float8")
+    except ImportError as error:
+        raise ImportError(f"torchao is not installed ({error}): pip install torchao==0.18.0") from None
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Send C-level writes to file descriptor 2 (and Python's sys.stderr) to a throw-away buffer."""
+    sys.stderr.flush() if sys.stderr else None
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (some embedded interpreters): Python-level redirect only
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+        return
+    with open(os.devnull, "w") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def fp8_tensor_cores(device: torch.device | str) -> bool:
+    """True on a CUDA GPU with FP8 Tensor Cores (compute capability 8.9 or newer: Ada, Hopper, Blackwell)."""
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
+    device = torch.device(device)
+    return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def _fp8_friendly(module: nn.Module, fqn: str) -> bool:
+    """torchao's usual filter: FP8 matrix products need both sizes divisible by 16 (here: not the 10-way head)."""
+    return isinstance(module, nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+
+def to_float8(model: nn.Module, device: torch.device | str) -> nn.Module:
+    """``torchao.float8.convert_to_float8_training`` on ``model`` (in place, returned): every ``nn.Linear`` whose
+    sizes are multiples of 16 becomes a ``Float8Linear`` (dynamic per-tensor scaling: input and weight E4M3,
+    gradients E5M2). Without FP8 Tensor Cores it emulates the matrix products (``emulate=True``: the same FP8
+    casts, then an FP32 product of the dequantised operands — what the Tensor Cores compute, slower)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    float8 = import_torchao()
+    config = float8.Float8LinearConfig(emulate=not fp8_tensor_cores(device))
+    return float8.convert_to_float8_training(model, config=config, module_filter_fn=_fp8_friendly)
+
+
+PRECISIONS = ("fp32", "bf16", "fp8")
+
+
+@dataclass(frozen=True, eq=False)
+class PrecisionRun:
+    """One training run: ``losses`` per step, ``accuracy`` on the validation set at the end."""
+
+    precision: str
+    seed: int
+    losses: tuple[float, ...]
+    accuracy: float
+
+
+def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                autocast: bool) -> float:
+    """One step: bf16 autocast around the forward (off for FP32), backward, AdamW step. No GradScaler: bf16 and
+    torchao's FP8 (per-tensor scales, E5M2 gradients) need none."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=autocast):
+        loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, device: torch.device | str = "cpu",
+                       size: str = "small",
+                       progress: Callable[[str], Any] | None = None) -> dict[str, list[PrecisionRun]]:
+    """Train lesson 09's digits MLP in FP32, bf16 autocast and FP8 (:func:`to_float8` + bf16 autocast) from each
+    seed: same initial weights, same batches. Returns ``{"fp32": [runs...], "bf16": [...], "fp8": [...]}``."""
+    from .capstone import SIZES, load_digits, make_model, split
+
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+        raise TypeError(f"seeds must be a non-empty list of ints (got {seeds!r})")
+    seeds = [as_int("seed", s, minimum=0) for s in seeds]
+    epochs = as_int("epochs", epochs, minimum=1)
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
+    device = torch.device(device)
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {tuple(SIZES)} (got {size!r})")
+    digits = load_digits()
+    train_index, val_index = split(len(digits), 0.2, seed=0)
+    x_train, y_train = digits.tensors(train_index, device)
+    x_val, y_val = digits.tensors(val_index, device)
+    batch, lr = SIZES[size]["micro_batch"], SIZES[size]["lr"]
+    runs: dict[str, list[PrecisionRun]] = {p: [] for p in PRECISIONS}
+    for seed in seeds:
+        for precision in PRECISIONS:
+            model = make_model(size, seed=seed, dropout=0.0).to(device)
+            if precision == "fp8":
+                to_float8(model, device)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+            order = torch.Generator().manual_seed(seed)
+            losses = []
+            for _ in range(epochs):
+                perm = torch.randperm(len(x_train), generator=order).to(device)
+                for start in range(0, len(perm) - batch + 1, batch):
+                    idx = perm[start:start + batch]
+                    losses.append(_train_step(model, optimizer, x_train[idx], y_train[idx], precision != "fp32"))
+            model.eval()
+            with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                                                 enabled=precision != "fp32"):
+                accuracy = float((model(x_val).argmax(dim=1) == y_val).float().mean())
+            runs[precision].append(PrecisionRun(precision, seed, tuple(losses), accuracy))
+            if progress is not None:
+                progress(f"seed {seed}: {precision:<4} final loss {losses[-1]:.3f}, validation accuracy {accuracy:.2%}")
+    return runs
+
+
+def accuracy_table(runs: dict[str, list[PrecisionRun]]) -> Table:
+    """Validation accuracy per precision: mean ± std over seeds, min – max (a measurement: varies by machine)."""
+    rows = []
+    for precision, items in runs.items():
+        accs = [r.accuracy for r in items]
+        std = statistics.stdev(accs) if len(accs) > 1 else 0.0
+        rows.append({"precision": precision, "seeds": len(accs),
+                     "val accuracy (mean ± std)": f"{statistics.fmean(accs):.2%} ± {std:.2%}",
+                     "min – max": f"{min(accs):.2%} – {max(accs):.2%}"})
+    return Table(rows, title="Digits MLP, same seeds and batches")
