@@ -56,6 +56,9 @@ LESSONS: tuple[Lesson, ...] = (
            "DDP + AMP under torchrun, no_sync with accumulation"),
     Lesson("09", "capstone", "Capstone",
            "a real model on real data, the full recipe, checkpoint/resume, FP32 vs AMP side by side"),
+    Lesson("10", "fp8", "FP8",
+           "per-tensor scaling from scratch, E4M3 forward / E5M2 gradients, dynamic vs delayed scaling, "
+           "a real FP8 run with torchao"),
 )
 
 

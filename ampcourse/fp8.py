@@ -51,7 +51,8 @@ __all__ = [
     "E4M3", "E5M2", "FORMATS", "HISTORY_LENGTHS", "N_STEPS", "SPIKE_STEP", "FP8Fate", "FP8Limits", "PrecisionRun",
     "ScalingTrace", "amax", "amax_sequence", "compare_precisions", "fp8_dtype", "fp8_fate", "fp8_limits",
     "fp8_tensor_cores", "import_torchao", "limits_table", "scale_from_amax", "scaled_mm", "simulate_scaling",
-    "to_float8", "to_fp8",
+    "to_float8", "to_fp8", "ROLES", "ROLE_FORMAT", "TensorSample", "accuracy_table", "collect_tensors", "curves_png",
+    "fate_table", "range_png",
 ]
 
 E4M3 = torch.float8_e4m3fn
@@ -551,3 +552,135 @@ def accuracy_table(runs: dict[str, list[PrecisionRun]]) -> Table:
                      "val accuracy (mean ± std)": f"{statistics.fmean(accs):.2%} ± {std:.2%}",
                      "min – max": f"{min(accs):.2%} – {max(accs):.2%}"})
     return Table(rows, title="Digits MLP, same seeds and batches")
+
+
+# ------------------------------------------------------------------------------------ real tensors, figures
+ROLES = ("input", "weight", "grad_output")
+ROLE_FORMAT = {"input": E4M3, "weight": E4M3, "grad_output": E5M2}
+
+
+@dataclass(frozen=True, eq=False)
+class TensorSample:
+    """The tensors each ``nn.Linear`` of a model multiplies, after a few FP32 training steps: ``tensors[role]`` is
+    a list with one float32 CPU tensor per linear layer (its input, its weight, the gradient of its output)."""
+
+    tensors: dict[str, list[torch.Tensor]] = field(repr=False)
+    steps: int
+    seed: int
+
+    def flat(self, role: str) -> torch.Tensor:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES} (got {role!r})")
+        return torch.cat([t.flatten() for t in self.tensors[role]])
+
+
+def collect_tensors(steps: int = 10, seed: int = 0) -> TensorSample:
+    """Train lesson 09's digits MLP (no dropout) in FP32 for ``steps`` AdamW steps of 64 images, then run one more
+    forward and backward and keep, for every linear layer, its input, its weight and its output's gradient."""
+    from .capstone import load_digits, make_model, split
+
+    steps = as_int("steps", steps, minimum=1)
+    seed = as_int("seed", seed, minimum=0)
+    digits = load_digits()
+    x_all, y_all = digits.tensors(split(len(digits), 0.2, seed=0)[0])
+    model = make_model("small", seed=seed, dropout=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    order = torch.randperm(len(x_all), generator=torch.Generator().manual_seed(seed))
+    for step in range(steps):
+        idx = order[(step * 64) % (len(order) - 64):][:64]
+        _train_step(model, optimizer, x_all[idx], y_all[idx], autocast=False)
+    kept: dict[str, list[torch.Tensor]] = {role: [] for role in ROLES}
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    grads: dict[int, torch.Tensor] = {}
+
+    def on_forward(module, args, out):
+        kept["input"].append(args[0].detach().clone())
+        index = len(kept["input"]) - 1
+        out.register_hook(lambda grad: grads.__setitem__(index, grad.detach().clone()))
+
+    hooks = [m.register_forward_hook(on_forward) for m in linears]
+    try:
+        idx = order[:64]
+        nn.functional.cross_entropy(model(x_all[idx]), y_all[idx]).backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    kept["grad_output"] = [grads[i] for i in range(len(linears))]
+    kept["weight"] = [m.weight.detach().clone() for m in linears]
+    return TensorSample(kept, steps, seed)
+
+
+def fate_table(sample: TensorSample) -> Table:
+    """Per role, in its usual format: the share of non-zero values flushed to 0 and saturated, without a scale and
+    with one scale per tensor (each layer's tensor its own ``max / amax``). A measurement (float training)."""
+    if not isinstance(sample, TensorSample):
+        raise TypeError(f"sample must be a TensorSample from collect_tensors() (got {type(sample).__name__})")
+    rows = []
+    for role in ROLES:
+        dtype = ROLE_FORMAT[role]
+        for label, scaled in (("none", False), ("per tensor", True)):
+            fates = [fp8_fate(t, scale_from_amax(amax(t), dtype) if scaled else 1.0, dtype)
+                     for t in sample.tensors[role]]
+            nonzero = sum(f.nonzero for f in fates)
+            rows.append({"tensor": role, "format": _name(dtype), "scale": label,
+                         "flushed to 0": f"{sum(f.flushed for f in fates) / nonzero:.2%}",
+                         "subnormal": f"{sum(f.subnormal for f in fates) / nonzero:.2%}",
+                         "saturated": f"{sum(f.saturated for f in fates) / nonzero:.2%}"})
+    return Table(rows, title="What a cast to FP8 does to the digits MLP's tensors")
+
+
+def range_png(sample: TensorSample) -> bytes:
+    """Histograms of log2|value| per role, with E4M3's and E5M2's ranges (smallest subnormal to max) shaded."""
+    from matplotlib.figure import Figure
+
+    from .widgets.base import COLORS, figure_png
+
+    if not isinstance(sample, TensorSample):
+        raise TypeError(f"sample must be a TensorSample from collect_tensors() (got {type(sample).__name__})")
+    fig = Figure(figsize=(7.5, 4.6))
+    axes = fig.subplots(len(ROLES), 1, sharex=True)
+    bins = np.arange(-40, 12, 0.5)
+    for ax, role, color in zip(axes, ROLES, (COLORS["blue"], COLORS["green"], COLORS["vermillion"]), strict=True):
+        values = sample.flat(role).abs()
+        values = values[values > 0]
+        ax.hist(np.log2(values.numpy()), bins=bins, color=color, alpha=0.85)
+        for dtype, shade, y in ((E4M3, COLORS["orange"], 0.85), (E5M2, COLORS["purple"], 0.65)):
+            lim = fp8_limits(dtype)
+            ax.axvspan(math.log2(lim.smallest_subnormal), math.log2(lim.max), ymin=y - 0.1, ymax=y, color=shade,
+                       alpha=0.35, label=f"{lim.name} range (unscaled)" if role == ROLES[0] else None)
+        ax.set_ylabel(role, fontsize=9)
+        ax.set_yticks([])
+    axes[0].legend(loc="upper left", fontsize=8, frameon=False)
+    axes[-1].set_xlabel("log2 |value|")
+    fig.suptitle("The digits MLP's tensors against FP8's ranges (before any scaling)", fontsize=10)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def curves_png(runs: dict[str, list[PrecisionRun]]) -> bytes:
+    """Training loss per step (moving average over 8 steps): each seed thin, the mean thick, per precision."""
+    from matplotlib.figure import Figure
+
+    from .widgets.base import COLORS, figure_png
+
+    if not isinstance(runs, dict) or not runs or not all(isinstance(r, PrecisionRun) for v in runs.values()
+                                                         for r in v):
+        raise TypeError("runs must be the dict compare_precisions() returns")
+    fig = Figure(figsize=(7.5, 3.4))
+    ax = fig.add_subplot()
+    styles = {"fp32": (COLORS["blue"], "-"), "bf16": (COLORS["green"], "--"), "fp8": (COLORS["vermillion"], ":")}
+    kernel = np.ones(8) / 8
+    for precision, items in runs.items():
+        color, style = styles.get(precision, (COLORS["black"], "-"))
+        curves = np.array([np.convolve(r.losses, kernel, mode="valid") for r in items])
+        for curve in curves:
+            ax.plot(curve, color=color, alpha=0.25, linewidth=1, linestyle=style)
+        ax.plot(curves.mean(axis=0), color=color, linewidth=2.2, linestyle=style,
+                label=f"{precision} (mean of {len(items)} seeds)")
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (8-step average)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig)

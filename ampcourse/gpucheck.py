@@ -177,6 +177,56 @@ def run_benchmark(device_type: str) -> dict:
     return {"sizes": sizes, "table": str(comparison.table()), "matmuls": matmuls}
 
 
+#: The lesson-10 row: a stack of square linears, large enough that FP8 matrix products can pay for the casts.
+FP8_SIZES = {"cuda": {"width": 8192, "depth": 4, "batch": 8192}, "cpu": {"width": 64, "depth": 2, "batch": 64}}
+
+
+def fp8_speed_row(device_type: str, *, dry_run: bool = False, compile: bool | None = None,
+                  repeats: int = 10) -> dict:
+    """bf16 autocast vs torchao FP8 (``Float8Linear`` + bf16 autocast) forward+backward step time.
+
+    Runs only on a CUDA GPU with FP8 Tensor Cores (compute capability >= 8.9); elsewhere it returns
+    ``{"skipped": reason}`` — unless ``dry_run``, which runs the same code at tiny sizes with emulated FP8 (the
+    CPU dry run, and the unit test of this code path). ``compile`` (default: on CUDA) wraps both models in
+    ``torch.compile``: torchao's FP8 is fast only with its casts fused.
+    """
+    import torch
+    from torch import nn
+
+    from . import bench
+    from .fp8 import fp8_tensor_cores, to_float8
+
+    device = torch.device(device_type)
+    if not dry_run and not fp8_tensor_cores(device):
+        if device.type != "cuda":
+            return {"skipped": f"no FP8 Tensor Cores on {device.type} (a CUDA GPU of compute capability >= 8.9)"}
+        major, minor = torch.cuda.get_device_capability(device)
+        return {"skipped": f"compute capability {major}.{minor} < 8.9: no FP8 Tensor Cores"}
+    sizes = FP8_SIZES["cuda" if device.type == "cuda" and not dry_run else "cpu"]
+    compile = device.type == "cuda" if compile is None else compile
+    width, depth, batch = sizes["width"], sizes["depth"], sizes["batch"]
+    x = torch.randn(batch, width, device=device)
+    times = {}
+    for name in ("bf16", "fp8"):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(depth)]).to(device)
+        if name == "fp8":
+            to_float8(model, device)
+        run = torch.compile(model) if compile else model
+
+        def step(run=run, model=model):
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+                loss = run(x).float().square().mean()
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+
+        times[name] = bench.time_fn(step, warmup=3, repeats=repeats, device=device)
+        del model, run
+    ratio = times["bf16"].median / times["fp8"].median
+    return {"sizes": sizes, "compiled": compile, "emulated": not fp8_tensor_cores(device),
+            "bf16": str(times["bf16"]), "fp8": str(times["fp8"]), "fp8 speed-up": ratio}
+
+
 def environment(device_type: str) -> dict[str, str]:
     import torch
 
@@ -224,6 +274,19 @@ def render(report: dict) -> str:
         for row in bench["matmuls"]:
             frac = f"{row['fraction of peak']:.0%} ({row['peak source']})" if "fraction of peak" in row else "–"
             lines.append(f"| {row['dtype']} | {row['n']} | {row['time']} | {row['TFLOP/s']:.2f} | {frac} |")
+    fp8 = report.get("fp8")
+    if fp8:
+        lines += ["", "## Lesson-10 FP8 row (bf16 autocast vs torchao Float8Linear, forward + backward)", ""]
+        if "skipped" in fp8:
+            lines.append(f"Skipped: {fp8['skipped']}.")
+        else:
+            lines += ["| model | compiled | FP8 emulated | bf16 step | FP8 step | FP8 speed-up |",
+                      "|---|---|---|---|---|---|",
+                      f"| {fp8['sizes']['depth']} × Linear({fp8['sizes']['width']}), batch {fp8['sizes']['batch']} "
+                      f"| {fp8['compiled']} | {fp8['emulated']} | {fp8['bf16']} | {fp8['fp8']} "
+                      f"| {fp8['fp8 speed-up']:.2f}× |"]
+    if report.get("fp8_error"):
+        lines += ["", f"FP8 row failed: `{report['fp8_error']}`"]
     if report.get("benchmark_error"):
         lines += ["", f"Benchmark failed: `{report['benchmark_error']}`"]
     if report.get("logs"):
@@ -234,7 +297,7 @@ def render(report: dict) -> str:
 
 
 #: What the check needs beyond torch, numpy, matplotlib and pytest.
-NOTEBOOK_PACKAGES = ("nbval", "nbclient", "nbformat", "ipykernel", "ipywidgets")
+NOTEBOOK_PACKAGES = ("nbval", "nbclient", "nbformat", "ipykernel", "ipywidgets", "torchao==0.18.0")
 #: Already on the lent H200 machine (see the device tool's KINDS.md): not carried, so as not to shadow them.
 ON_LENT_MACHINE = {"attrs", "coverage", "iniconfig", "packaging", "pluggy", "psutil", "pygments", "pytest",
                    "python_dateutil", "typing_extensions", "tzdata", "six", "pyyaml"}
@@ -311,11 +374,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - reported, and the check fails
         report["benchmark_error"] = f"{type(err).__name__}: {err}"
 
+    print("[gpucheck] lesson-10 FP8 row ...", flush=True)
+    try:
+        report["fp8"] = fp8_speed_row(device_type, dry_run=args.cpu)
+    except Exception as err:  # noqa: BLE001 - reported, and the check fails
+        report["fp8_error"] = f"{type(err).__name__}: {err}"
+
     report["seconds"] = time.perf_counter() - start
     report["ok"] = (
         (args.skip_notebooks or (bool(notebooks) and not any(nb.errors for nb in notebooks)))
         and report["gpu_tests"]["failed"] == 0
         and "benchmark" in report
+        and "fp8" in report
     )
     out_dir = Path(args.report_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -66,3 +66,22 @@ def test_render_lists_every_notebook_and_the_verdict():
               "gpu_tests": {"passed": 1, "failed": 0, "skipped": 0}, "logs": {}}
     text = gpucheck.render(report)
     assert "**Result: FAIL**" in text and "| notebooks/a.ipynb | 3 | FAILED | Cell 2 | – |" in text
+
+
+def test_fp8_row_skips_with_a_reason_without_fp8_tensor_cores():
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
+        pytest.skip("this GPU has FP8 Tensor Cores")
+    row = gpucheck.fp8_speed_row("cuda" if torch.cuda.is_available() else "cpu")
+    assert set(row) == {"skipped"} and "FP8 Tensor Cores" in row["skipped"]
+
+
+def test_fp8_row_dry_run_times_bf16_and_emulated_fp8_and_renders():
+    """The GPU code path, at tiny sizes with emulated FP8: what runs on a compute-capability >= 8.9 GPU."""
+    row = gpucheck.fp8_speed_row("cpu", dry_run=True, repeats=2)
+    assert row["emulated"] and not row["compiled"] and row["fp8 speed-up"] > 0
+    report = {"cpu_dry_run": True, "environment": {}, "ok": True, "seconds": 1.0, "notebooks": [],
+              "gpu_tests": {"passed": 0, "failed": 0, "skipped": 0}, "logs": {}, "fp8": row}
+    text = gpucheck.render(report)
+    assert "## Lesson-10 FP8 row" in text and "| 2 × Linear(64), batch 64 | False | True |" in text
+    skipped = gpucheck.render({**report, "fp8": {"skipped": "no FP8 Tensor Cores on cpu"}})
+    assert "Skipped: no FP8 Tensor Cores on cpu." in skipped

@@ -1,0 +1,133 @@
+"""Tests for ampcourse.fp8: FP8 limits, per-tensor scaling, the saturating cast, _scaled_mm, the simulator, torchao."""
+
+import doctest
+import logging
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from ampcourse import fp8
+from ampcourse.fp8 import (
+    E4M3,
+    E5M2,
+    amax,
+    amax_sequence,
+    fp8_dtype,
+    fp8_fate,
+    fp8_limits,
+    scale_from_amax,
+    scaled_mm,
+    simulate_scaling,
+    to_fp8,
+)
+
+
+def test_doctests():
+    assert doctest.testmod(fp8).failed == 0
+
+
+def test_limits_are_torch_finfo_and_the_paper():
+    e4m3, e5m2 = fp8_limits("e4m3"), fp8_limits(torch.float8_e5m2)
+    assert (e4m3.max, e5m2.max) == (448.0, 57344.0)  # Micikevicius et al. 2022
+    assert (e4m3.exponent_bits, e4m3.mantissa_bits, e5m2.exponent_bits, e5m2.mantissa_bits) == (4, 3, 5, 2)
+    assert e4m3.smallest_subnormal == 2.0**-9 and e5m2.smallest_subnormal == 2.0**-16
+    assert e4m3.smallest_normal == 2.0**-6 and e5m2.smallest_normal == 2.0**-14
+    assert torch.tensor(e4m3.smallest_subnormal).to(E4M3).float() == e4m3.smallest_subnormal
+    assert torch.tensor(e4m3.flush_threshold).to(E4M3).float() == 0  # a tie rounds to even: 0
+    assert "E4M3" in fp8.limits_table().text() and "57344" in fp8.limits_table().text()
+
+
+def test_torch_casts_e4m3_saturate_and_e5m2_overflow_to_inf():
+    """The torch facts the lesson states (torch >= 2.12); to_fp8 saturates both."""
+    big = torch.tensor([1e5, math.inf])
+    assert big.to(E4M3).float().tolist() == [448.0, 448.0]
+    assert big.to(E5M2).float().isinf().all()
+    assert to_fp8(big[:1], 1.0, "e5m2").float().item() == 57344.0
+
+
+def test_scale_maps_amax_to_the_max():
+    x = torch.tensor([0.5, -3.5, 1.0])
+    assert amax(x).item() == 3.5
+    s = scale_from_amax(amax(x), E4M3)
+    assert to_fp8(x, s, E4M3).float().abs().max().item() == 448.0
+    assert scale_from_amax(0.0, E4M3).isfinite()
+    assert scale_from_amax(3.5, E4M3, margin=2).item() == pytest.approx(s.item() / 4)
+
+
+def test_scaled_mm_matches_fp32_within_e4m3_rounding():
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(32, 64, generator=g), torch.randn(16, 64, generator=g) * 1e-3
+    sx, sw = scale_from_amax(amax(x), E4M3), scale_from_amax(amax(w), E4M3)
+    out = scaled_mm(to_fp8(x, sx, E4M3), sx, to_fp8(w, sw, E4M3).t(), sw)
+    ref = x @ w.t()
+    assert float((out - ref).norm() / ref.norm()) < 0.05
+    assert out.dtype == torch.float32
+
+
+def test_fate_sorts_every_value():
+    f = fp8_fate(torch.tensor([0.0, 2.0**-11, 2.0**-8, 1.0, 1e3, -1e3]), 1.0, "e4m3")
+    assert (f.zero, f.flushed, f.subnormal, f.normal, f.saturated) == (1, 1, 1, 1, 2)
+    assert f.fraction("saturated") == pytest.approx(2 / 5)
+
+
+def test_simulator_delayed_and_dynamic():
+    log2 = amax_sequence(spike_bits=6)
+    dynamic = simulate_scaling(log2, None)
+    assert dynamic.saturated.max() == 0 and np.array_equal(dynamic.log2_scale_amax, log2)
+    delayed = simulate_scaling(log2, 4)
+    assert delayed.saturated[fp8.SPIKE_STEP] > 0  # the spike is not in the history yet: it clips
+    assert (delayed.log2_scale_amax[fp8.SPIKE_STEP + 1:fp8.SPIKE_STEP + 5] == log2[fp8.SPIKE_STEP]).all()
+    assert delayed.log2_scale_amax[fp8.SPIKE_STEP + 5] < log2[fp8.SPIKE_STEP]  # forgotten after 4 steps
+    # the fractions are exact: counts are binomial coefficients over 2**24
+    assert (delayed.flushed * 2**fp8.SPREAD == np.round(delayed.flushed * 2**fp8.SPREAD)).all()
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    (lambda: fp8_dtype("fp8"), ValueError), (lambda: fp8_dtype(torch.float16), ValueError),
+    (lambda: fp8_dtype(3), TypeError), (lambda: amax([1.0]), TypeError),
+    (lambda: amax(torch.tensor([1, 2])), TypeError), (lambda: scale_from_amax(-1.0, "e4m3"), ValueError),
+    (lambda: scale_from_amax(1.0, "e4m3", margin=-1), ValueError), (lambda: to_fp8(torch.ones(2), 0.0, "e4m3"),
+                                                                    ValueError),
+    (lambda: scaled_mm(torch.ones(2, 2), 1.0, torch.ones(2, 2), 1.0), TypeError),
+    (lambda: simulate_scaling([0.5, 1.0], 2), ValueError), (lambda: simulate_scaling([0, 1], 0), ValueError),
+    (lambda: simulate_scaling("01", 1), TypeError), (lambda: amax_sequence(0), ValueError),
+    (lambda: fp8.compare_precisions([]), TypeError), (lambda: fp8.fp8_tensor_cores(0), TypeError),
+])
+def test_arguments_are_validated(call, error):
+    with pytest.raises(error):
+        call()
+
+
+def test_torchao_import_prints_nothing():
+    code = "from ampcourse.fp8 import import_torchao; f = import_torchao(); print('ok', f.__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok torchao.float8\n"
+    assert "Failed to load" not in done.stderr and done.stderr.strip() == "", done.stderr
+    assert logging.getLogger("torchao").level == logging.NOTSET  # levels restored (in this process too)
+
+
+def test_torchao_has_only_dynamic_scaling_and_converts_linears():
+    float8 = fp8.import_torchao()
+    assert [s.name for s in float8.config.ScalingType] == ["DYNAMIC", "DISABLED"]
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    fp8.to_float8(model, "cpu")
+    assert type(model[0]).__name__ == "Float8Linear" and type(model[2]) is nn.Linear  # 10 outputs: kept
+    assert model[0].config.emulate  # no FP8 Tensor Cores on the CPU
+    loss = model(torch.randn(16, 64)).sum()
+    loss.backward()
+    assert model[0].weight.grad is not None
+
+
+def test_compare_precisions_trains_all_three_from_the_same_seed():
+    runs = fp8.compare_precisions(seeds=[0], epochs=1)
+    assert set(runs) == {"fp32", "bf16", "fp8"}
+    for items in runs.values():
+        (run,) = items
+        assert run.losses[-1] < run.losses[0] and 0.5 < run.accuracy <= 1
+    assert "fp8" in fp8.accuracy_table(runs).text()
