@@ -90,8 +90,9 @@ def _name(dtype: torch.dtype) -> str:
 class FP8Limits:
     """An FP8 format's numbers (from ``torch.finfo``), and the float32 thresholds of a cast to it.
 
-    ``|x| <= flush_threshold`` (half the smallest subnormal) becomes 0; ``|x| > max`` saturates (E4M3) or, past
-    the rounding midpoint, becomes inf (E5M2) — :func:`to_fp8` clamps first, so both saturate there.
+    ``|x| <= flush_threshold`` (half the smallest subnormal) becomes 0; from ``max`` plus half the top step
+    (464 in E4M3, 61440 in E5M2) a cast saturates (E4M3) or becomes inf (E5M2) — :func:`to_fp8` clamps first, so
+    both saturate there.
     ``relative_step`` is the gap between 1 and the next number (``finfo.eps``): the worst relative rounding
     error is half of it.
     """
@@ -238,8 +239,9 @@ def scaled_mm(a_fp8: torch.Tensor, a_scale: torch.Tensor | float, b_fp8: torch.T
 class FP8Fate:
     """What a saturating cast of ``values · scale`` to an FP8 format did to the non-zero values.
 
-    ``flushed``: became 0; ``subnormal``; ``normal``; ``saturated``: larger than the format's max, clamped to it.
-    ``zero`` counts the values that were already 0.
+    ``flushed``: became 0; ``subnormal``; ``normal``; ``saturated``: past the point where even rounding would
+    not bring it back to the format's max (``max`` + half the top step: 464 in E4M3, 61440 in E5M2), so the clamp
+    changed it. ``zero`` counts the values that were already 0.
     """
 
     fmt: str
@@ -279,7 +281,8 @@ def fp8_fate(values: torch.Tensor, scale: torch.Tensor | float, fmt: str | torch
     cast = to_fp8(scaled, 1.0, dtype).float()
     zero = int((scaled == 0).sum())
     flushed = int(((cast == 0) & (scaled > 0)).sum())
-    saturated = int((scaled > lim.max).sum())
+    top_step = 2.0 ** math.floor(math.log2(lim.max)) * lim.relative_step  # the gap below max: 32 in E4M3
+    saturated = int((scaled >= lim.max + top_step / 2).sum())
     subnormal = int(((cast > 0) & (cast < lim.smallest_normal)).sum())
     normal = scaled.numel() - zero - flushed - saturated - subnormal
     return FP8Fate(lim.name, float(scale_t), zero, flushed, subnormal, normal, saturated)

@@ -73,6 +73,9 @@ def test_fate_sorts_every_value():
     f = fp8_fate(torch.tensor([0.0, 2.0**-11, 2.0**-8, 1.0, 1e3, -1e3]), 1.0, "e4m3")
     assert (f.zero, f.flushed, f.subnormal, f.normal, f.saturated) == (1, 1, 1, 1, 2)
     assert f.fraction("saturated") == pytest.approx(2 / 5)
+    rounding = fp8_fate(torch.tensor([448.0, 463.9, 464.0]), 1.0, "e4m3")  # 463.9 rounds to 448: not saturated
+    assert (rounding.normal, rounding.saturated) == (2, 1)
+    assert fp8_fate(torch.tensor([61439.0, 61440.0]), 1.0, "e5m2").saturated == 1
 
 
 def test_simulator_delayed_and_dynamic():
