@@ -51,7 +51,8 @@ __all__ = [
     "E4M3", "E5M2", "FORMATS", "HISTORY_LENGTHS", "N_STEPS", "SPIKE_STEP", "FP8Fate", "FP8Limits", "PrecisionRun",
     "ScalingTrace", "amax", "amax_sequence", "compare_precisions", "fp8_dtype", "fp8_fate", "fp8_limits",
     "fp8_tensor_cores", "import_torchao", "limits_table", "scale_from_amax", "scaled_mm", "simulate_scaling",
-    "to_float8", "to_fp8", "ROLES", "ROLE_FORMAT", "TensorSample", "accuracy_table", "collect_tensors", "curves_png",
+    "to_float8", "to_fp8", "emulated_scaled_mm", "fp8_matmul_available",
+    "ROLES", "ROLE_FORMAT", "TensorSample", "accuracy_table", "collect_tensors", "curves_png",
     "fate_table", "range_png",
 ]
 
@@ -214,13 +215,44 @@ def _scale_tensor(name: str, scale: Any) -> torch.Tensor:
     return tensor.reshape(())
 
 
+_FP8_MATMUL: dict[str, bool] = {}
+
+
+def fp8_matmul_available(device: torch.device | str = "cpu") -> bool:
+    """Whether ``torch._scaled_mm`` runs on this device (probed once per device type, then cached).
+
+    On CUDA it needs FP8 Tensor Cores; on a CPU, oneDNN's FP8 matmul, which needs AVX-512 or AMX: on an
+    AVX2-only CPU (or under ``DNNL_MAX_CPU_ISA=AVX2``) it raises "could not create a primitive descriptor".
+    """
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
+    device = torch.device(device)
+    if device.type not in _FP8_MATMUL:
+        try:
+            a = torch.zeros(16, 16, device=device).to(E4M3)
+            one = torch.ones((), device=device)
+            torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+            _FP8_MATMUL[device.type] = True
+        except (RuntimeError, NotImplementedError):
+            _FP8_MATMUL[device.type] = False
+    return _FP8_MATMUL[device.type]
+
+
+def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, *, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                       out_dtype: torch.dtype = torch.float32, **_: Any) -> torch.Tensor:
+    """What ``torch._scaled_mm`` computes, by hand: ``(a · scale_a) @ (b · scale_b)`` from the exact FP8 values, in
+    FP32, then ``out_dtype`` — for machines without an FP8 matmul (only the summation order may differ)."""
+    return ((a.float() * scale_a.float()) @ (b.float() * scale_b.float())).to(out_dtype)
+
+
 def scaled_mm(a_fp8: torch.Tensor, a_scale: torch.Tensor | float, b_fp8: torch.Tensor, b_scale: torch.Tensor | float,
               out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``a @ b`` from FP8 operands that were multiplied by ``a_scale`` and ``b_scale``: ``torch._scaled_mm`` with
     the reciprocal scales (torch's scales dequantise), products accumulated in FP32, result in ``out_dtype``.
 
     ``a_fp8`` is ``(m, k)`` and ``b_fp8`` is ``(k, n)``; on CUDA, ``b`` must be column-major (pass ``w8.t()`` of a
-    row-major ``(n, k)`` weight, as ``F.linear`` would) and m, k, n multiples of 16.
+    row-major ``(n, k)`` weight, as ``F.linear`` would) and m, k, n multiples of 16. Where ``torch._scaled_mm``
+    cannot run (:func:`fp8_matmul_available`), :func:`emulated_scaled_mm` does the same arithmetic.
     """
     for name, t in (("a_fp8", a_fp8), ("b_fp8", b_fp8)):
         if not isinstance(t, torch.Tensor) or t.dtype not in FORMATS.values() or t.dim() != 2:
@@ -232,7 +264,8 @@ def scaled_mm(a_fp8: torch.Tensor, a_scale: torch.Tensor | float, b_fp8: torch.T
         raise ValueError(f"out_dtype must be torch.float32, torch.bfloat16 or torch.float16 (got {out_dtype!r})")
     inv_a = (1 / _scale_tensor("a_scale", a_scale)).to(a_fp8.device)
     inv_b = (1 / _scale_tensor("b_scale", b_scale)).to(b_fp8.device)
-    return torch._scaled_mm(a_fp8, b_fp8, scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype)
+    matmul = torch._scaled_mm if fp8_matmul_available(a_fp8.device) else emulated_scaled_mm
+    return matmul(a_fp8, b_fp8, scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype)
 
 
 @dataclass(frozen=True)

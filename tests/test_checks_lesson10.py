@@ -164,3 +164,18 @@ def test_a_stub_is_not_started(check):
         raise NotImplementedError("a hint")
     with pytest.raises(NotStarted, match="not started"):
         check(stub)
+
+
+def test_task2_runs_on_a_cpu_without_an_fp8_matmul(monkeypatch, capsys):
+    """AVX2-only CPUs: torch._scaled_mm raises there; the check runs the learner's call through the emulation."""
+    from ampcourse import fp8
+
+    monkeypatch.setitem(fp8._FP8_MATMUL, "cpu", False)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    lesson10.fp8_linear(linear())
+    assert capsys.readouterr().out.startswith("✓ Task 2")
+    with pytest.raises(CheckFailed, match="scales you passed to torch._scaled_mm are inverted"):
+        lesson10.fp8_linear(linear(invert=True))

@@ -134,3 +134,30 @@ def test_compare_precisions_trains_all_three_from_the_same_seed():
         (run,) = items
         assert run.losses[-1] < run.losses[0] and 0.5 < run.accuracy <= 1
     assert "fp8" in fp8.accuracy_table(runs).text()
+
+
+def test_emulated_scaled_mm_is_the_same_arithmetic():
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(16, 32, generator=g).to(E4M3), torch.randn(16, 32, generator=g).to(E4M3)
+    sa, sb = torch.tensor(0.5), torch.tensor(0.25)
+    emulated = fp8.emulated_scaled_mm(a, b.t(), scale_a=sa, scale_b=sb)
+    assert torch.allclose(emulated, (a.float() * 0.5) @ (b.float() * 0.25).t())
+    if fp8.fp8_matmul_available("cpu"):  # an AVX-512/AMX CPU: compare with torch's own
+        real = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        assert torch.allclose(real, emulated, rtol=1e-5, atol=1e-5)
+
+
+def test_scaled_mm_falls_back_where_the_cpu_has_no_fp8_matmul(monkeypatch):
+    monkeypatch.setitem(fp8._FP8_MATMUL, "cpu", False)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    x = torch.randn(16, 32)
+    s = scale_from_amax(amax(x), E4M3)
+    out = scaled_mm(to_fp8(x, s, E4M3), s, to_fp8(x, s, E4M3).t(), s)
+    assert float((out - x @ x.t()).norm() / (x @ x.t()).norm()) < 0.05
+
+
+def test_fp8_matmul_probe_is_a_bool_and_cached():
+    assert isinstance(fp8.fp8_matmul_available(), bool) and "cpu" in fp8._FP8_MATMUL
