@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbformat.corpus.words import generate_corpus_id
 
 from .course import LESSONS, ROOT, Lesson, published
 
@@ -299,11 +300,20 @@ def merge_exercise(learner: nbformat.NotebookNode, template: nbformat.NotebookNo
                 kept["id"] = new["id"]
             cells.append(kept)
         else:
+            if index not in answers:
+                result.changed_tasks.append(task_title(template.cells, index))
             cells.append(new)
+            if (mine.cell_type == "markdown" or index in answers) and mine.source not in old_sources:
+                extras.setdefault(index, []).insert(0, mine)  # the learner edited it: keep their copy
         cells.extend(extras.get(index, []))
     result.kept_extra = sum(len(v) for v in extras.values())
     result.changed_tasks = list(dict.fromkeys(result.changed_tasks))
     has_outputs = any(c.get("outputs") for c in learner.cells if c.cell_type == "code")
+    seen: set[str] = set()
+    for cell in cells:  # a kept copy shares its template cell's id: give it a new one
+        if cell.get("id") in seen:
+            cell["id"] = generate_corpus_id()
+        seen.add(cell.get("id"))
     result.notebook.cells = cells
     if result.learner_work or has_outputs:
         result.notebook.metadata = nbformat.from_dict(learner.metadata)
@@ -348,6 +358,14 @@ def generated_files(root: Path = ROOT) -> dict[Path, str]:
     return {path: dumps(nb) for path, nb in templates(root).items()}
 
 
+def _template_in(template, notebook) -> bool:
+    """Every template cell except the answers (task text, checks, navigation) is in ``notebook``, in order."""
+    answers = answer_cells(template)
+    want = [(c.cell_type, c.source, "check" in tags(c)) for i, c in enumerate(template.cells) if i not in answers]
+    have = iter((c.cell_type, c.source, "check" in tags(c)) for c in notebook.cells)
+    return all(any(cell == other for other in have) for cell in want)
+
+
 def _is_exercise(path: Path, root: Path) -> bool:
     return path.parent == root / "exercises"
 
@@ -355,9 +373,9 @@ def _is_exercise(path: Path, root: Path) -> bool:
 def stale_files(root: Path = ROOT) -> list[Path]:
     """Generated files whose template differs from what ``build`` would write.
 
-    For an exercise the template is everything but the learner's work: task text, checks and
-    navigation must match; answers, added cells, outputs and JupyterLab's metadata may differ (an
-    exercise with no work in it must match exactly). For lessons and solutions: cell types, sources
+    For an exercise the template is everything but the learner's work: the task text, checks and
+    navigation must all be there, in order; answers, added cells, outputs and JupyterLab's metadata
+    may differ (an exercise with no work in it must match exactly). For lessons and solutions: cell types, sources
     and tags (a learner's outputs and metadata from running a lesson are not staleness; the exact
     committed text is checked by tests/test_authoring.py).
     """
@@ -369,7 +387,7 @@ def stale_files(root: Path = ROOT) -> list[Path]:
         elif _is_exercise(path, root):
             merged = merge_exercise(current, template)
             if merged.learner_work or any(c.get("outputs") for c in current.cells if c.cell_type == "code"):
-                if _signature(merged.notebook) != _signature(current):
+                if not _template_in(template, current):
                     stale.append(path)
             elif path.read_text(encoding="utf-8") != dumps(template):
                 stale.append(path)
@@ -442,7 +460,11 @@ def build(root: Path = ROOT, old_templates: dict[str, nbformat.NotebookNode] | N
             if current is None:
                 report.unreadable.append(path)
                 continue
-            merge = merge_exercise(current, template, (old_templates or {}).get(path.name))
+            old = (old_templates or {}).get(path.name)
+            if old is None and old_templates is None:
+                committed = _committed(path, root)  # the blank exercise as last committed
+                old = nbformat.reads(committed, as_version=4) if committed else None
+            merge = merge_exercise(current, template, old)
             if merge.learner_work or any(c.get("outputs") for c in current.cells if c.cell_type == "code"):
                 report.merges[path] = merge
                 text = dumps(merge.notebook)
