@@ -247,3 +247,18 @@ def test_every_lesson_has_objectives_prerequisites_recap_and_quiz():
             assert f"({previous.filename})" in first, f"{lesson.filename}: prerequisites must link {previous.filename}"
         assert any(c.cell_type == "markdown" and "## Recap" in c.source for c in cells), f"{lesson.filename}: recap"
         assert any(c.cell_type == "code" and "Quiz([" in c.source for c in cells), f"{lesson.filename}: quiz"
+
+
+def test_generated_exercises_pass_ruff():
+    # ruff skips exercises/ (a learner's answer may leave an unused variable); the blank exercises as
+    # generated must pass it, with the exercises' per-file rules (given the path through --stdin-filename).
+    import subprocess
+    import sys
+
+    for path, text in authoring.generated_files().items():
+        if path.parent.name != "exercises":
+            continue
+        run = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache",
+                              "--stdin-filename", f"exercises/{path.name}", "-"], cwd=ROOT, input=text,
+                             capture_output=True, text=True)
+        assert run.returncode == 0, f"{path.name}: " + run.stdout + run.stderr
