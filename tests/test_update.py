@@ -102,3 +102,18 @@ def test_update_that_cannot_fast_forward_changes_nothing(clones):
     with pytest.raises(UpdateError, match="Nothing was updated"):
         run_update(learner)
     assert (learner / "exercises" / name).read_bytes() == before
+
+
+def test_dependencies_other_than_torch_are_pinned_to_a_tested_minor_release():
+    import re
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for requirement in project["dependencies"] + project["optional-dependencies"]["dev"]:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement).group()
+        if name != "torch":  # ./course installs torch itself (AMPCOURSE_TORCH_VERSION)
+            pinned = re.search(r">=[\d.]+,<[\d.]+$", requirement.replace(" ", ""))
+            assert pinned, f"{requirement}: pin it (>=x.y.z,<x.y+1)"
