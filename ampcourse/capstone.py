@@ -160,7 +160,7 @@ def make_model(size: str = "small", seed: int = 0, dropout: float = 0.1) -> nn.S
 
 def recommended_dtype(device: torch.device | str) -> torch.dtype:
     """The AMP dtype :func:`ampcourse.device.recommend` gives for ``device`` (CUDA: its compute capability)."""
-    device = torch.device(device)
+    device = _as_device(device)
     if device.type == "cuda":
         return recommend("cuda", torch.cuda.get_device_capability(device)).dtype
     return recommend(device.type).dtype
@@ -257,9 +257,9 @@ def _as_config(config: Any) -> TrainConfig:
 
 
 def _as_device(device: Any) -> torch.device:
-    if not isinstance(device, (torch.device, str)):
-        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
-    return torch.device(device)
+    from .validate import as_device
+
+    return as_device("device", device)
 
 
 def cosine_schedule(warmup: int, total: int) -> Callable[[int], float]:
