@@ -717,6 +717,20 @@ def _step_fn(model, optimizer, scaler, x, target, mode, device_type):
     return step
 
 
+#: The most multiply-adds one benchmark step (forward + backward of the MLP) may take, per device type: on
+#: a CPU, 2e11 is about a few seconds per step, and a benchmark runs many steps per mode.
+MAX_STEP_MACS = {"cpu": 2e11, "mps": 5e12, "cuda": 5e13}
+
+
+def _refuse_huge_step(width: int, depth: int, batch: int, device: torch.device) -> None:
+    macs = 3 * batch * width * width * depth  # forward + backward ≈ 3 matmuls per layer
+    limit = MAX_STEP_MACS.get(device.type, MAX_STEP_MACS["cpu"])
+    if macs > limit:
+        raise ValueError(f"width={width}, depth={depth}, batch={batch} is about {macs:.2g} multiply-adds per step, "
+                         f"more than this benchmark allows on {device.type} ({limit:.0e}, "
+                         "bench.MAX_STEP_MACS): it would not finish in reasonable time; use smaller sizes")
+
+
 def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: torch.device | str,
                    compile: bool = False, warmup: int = 3, repeats: int = 10, seed: int = 0) -> StepResult:
     """Time one training step (forward, MSE loss, backward, Adam step) of :func:`make_mlp` in ``mode``.
@@ -735,6 +749,7 @@ def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: tor
     width = as_int("width", width, minimum=1)
     depth = as_int("depth", depth, minimum=1)
     batch = as_int("batch", batch, minimum=1)
+    _refuse_huge_step(width, depth, batch, _as_device(device))
     device = _as_device(device)
     if not isinstance(compile, bool):
         raise TypeError(f"compile must be a bool (got {compile!r})")

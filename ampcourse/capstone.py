@@ -655,6 +655,9 @@ def compare(config: TrainConfig, seeds: Sequence[int] = (0, 1, 2, 3, 4), *, devi
 
 
 # --------------------------------------------------------------------------------------------- figures
+MAX_PNG_DIGITS = 200  # digits_png draws one subplot per digit
+
+
 def digits_png(digits: Digits, n: int = 20) -> bytes:
     """The first ``n`` images with their labels, as a PNG (grey levels 0..16)."""
     from matplotlib.figure import Figure
@@ -664,6 +667,9 @@ def digits_png(digits: Digits, n: int = 20) -> bytes:
     if not isinstance(digits, Digits):
         raise TypeError(f"digits must be the Digits from load_digits() (got {type(digits).__name__})")
     n = as_int("n", n, minimum=1)
+    if n > MAX_PNG_DIGITS:
+        raise ValueError(f"n must be at most {MAX_PNG_DIGITS} (one picture of {n} digits would take minutes to draw; "
+                         f"got {n})")
     n = min(n, len(digits))
     cols = min(n, 10)
     rows = math.ceil(n / cols)
