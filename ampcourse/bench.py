@@ -241,6 +241,10 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 3, repeats: int = 20, device
             _run(fn, f"timed call {i + 1} of {repeats}")
             wait()
             times.append(now() - start)
+    bad = [t for t in times if not 0 <= float(t) < math.inf]
+    if bad:
+        raise ValueError(f"clock gave a duration of {bad[0]!r} s: it must be a clock that never goes back and "
+                         "returns finite seconds, like time.perf_counter")
     return Timing(tuple(float(t) for t in times), warmup)
 
 
@@ -570,10 +574,17 @@ class MatmulResult:
         return achieved_flops(self.flops, self.timing.median)
 
 
+MAX_MATMUL_ELEMENTS = 5e8
+
+
 def matmul_throughput(m: int, k: int, n: int, *, mode: str = "fp32", device: torch.device | str = "cpu",
                       warmup: int = 2, repeats: int = 5, seed: int = 0) -> MatmulResult:
     """Time one (m×k) @ (k×n) product in ``mode`` (fp32, tf32 — CUDA only —, fp16 or bf16 inputs)."""
     m, k, n = (as_int(name, v, minimum=1) for name, v in (("m", m), ("k", k), ("n", n)))
+    if m * k + k * n + m * n > MAX_MATMUL_ELEMENTS:
+        raise ValueError(f"m={m}, k={k}, n={n} needs {m * k + k * n + m * n:.2g} matrix elements, more than "
+                         f"matmul_throughput allows ({MAX_MATMUL_ELEMENTS:.0e}, bench.MAX_MATMUL_ELEMENTS: 2 GB in "
+                         "float32)")
     device = _as_device(device)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
@@ -662,10 +673,16 @@ def available_modes(device: torch.device | str) -> list[str]:
 
 # --- one training step ----------------------------------------------------------------------------------
 
+MAX_MLP_PARAMETERS = 1e9
+
+
 def make_mlp(width: int, depth: int, *, seed: int = 0) -> torch.nn.Sequential:
     """``depth`` × (Linear(width, width) + ReLU), seeded."""
     width = as_int("width", width, minimum=1)
     depth = as_int("depth", depth, minimum=1)
+    if width * width * depth > MAX_MLP_PARAMETERS:
+        raise ValueError(f"width={width}, depth={depth} is {width * width * depth:.2g} weights, more than "
+                         f"make_mlp allows ({MAX_MLP_PARAMETERS:.0e}, bench.MAX_MLP_PARAMETERS: 4 GB in float32)")
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
     for _ in range(depth):

@@ -264,6 +264,8 @@ def _as_device(device: Any) -> torch.device:
 
 def cosine_schedule(warmup: int, total: int) -> Callable[[int], float]:
     """Linear warm-up over ``warmup`` steps, then cosine from 1 to 0.05 at ``total`` (held there after)."""
+    warmup = as_int("warmup", warmup, minimum=0)
+    total = as_int("total", total, minimum=1)  # a run shorter than its warm-up just never leaves it
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup

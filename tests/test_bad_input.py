@@ -163,3 +163,29 @@ def test_command_line_mistakes_end_in_one_line_not_a_traceback(argv, words, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_silent_wrong_results_are_now_errors():
+    with pytest.raises(ValueError, match="clock gave a duration"):
+        bench.time_fn(_tiny_step, warmup=0, repeats=2, clock=lambda: math.nan)
+    ticks = iter([5.0, 4.0, 3.0, 2.0])
+    with pytest.raises(ValueError, match="never goes back"):
+        bench.time_fn(_tiny_step, warmup=0, repeats=2, clock=lambda: next(ticks))
+    for warmup, total in ((-1, 10), (5.5, 10)):
+        with pytest.raises((ValueError, TypeError), match="warmup"):
+            capstone.cosine_schedule(warmup, total)
+    with pytest.raises(ValueError, match="repeats must be an int >= 1"):
+        lesson06.measure(128, 32, device="cpu", repeats=0)
+
+
+def test_sizes_that_cannot_be_allocated_are_refused_with_the_limit():
+    from ampcourse import autocast_lists, scaler_sim
+
+    with pytest.raises(ValueError, match="n_steps must be at most"):
+        scaler_sim.overflow_pattern(10**9)
+    with pytest.raises(ValueError, match="MAX_MLP_PARAMETERS"):
+        bench.make_mlp(10**6, 10**6)
+    with pytest.raises(ValueError, match="MAX_MATMUL_ELEMENTS"):
+        bench.matmul_throughput(10**6, 10**6, 10**6)
+    with pytest.raises(TypeError, match="rows must be"):
+        autocast_lists.as_table(42)
