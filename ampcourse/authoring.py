@@ -244,6 +244,18 @@ def _signature(nb) -> list[tuple[str, str, tuple[str, ...]]]:
     return [(c.cell_type, c.source, tuple(tags(c))) for c in nb.cells]
 
 
+def _keep(mine, new):
+    """The learner's cell (source, outputs, metadata) with the template's tags and id."""
+    kept = nbformat.from_dict(mine)
+    if tags(kept) != tags(new):
+        kept.metadata = nbformat.NotebookNode({k: v for k, v in kept.metadata.items() if k != "tags"})
+        if tags(new):
+            kept.metadata["tags"] = tags(new)
+    if new.get("id"):
+        kept["id"] = new["id"]
+    return kept
+
+
 def merge_exercise(learner: nbformat.NotebookNode, template: nbformat.NotebookNode,
                    old_template: nbformat.NotebookNode | None = None) -> Merge:
     """The exercise ``template`` with the learner's work from ``learner`` put back, task by task.
@@ -287,18 +299,11 @@ def merge_exercise(learner: nbformat.NotebookNode, template: nbformat.NotebookNo
                 result.changed_tasks.append(task_title(template.cells, index))
             cells.append(new)
         elif index in answers and _without_stubs(mine.source) != _without_stubs(new.source):
-            kept = nbformat.from_dict(mine)
-            kept.metadata = nbformat.NotebookNode({"tags": tags(new)} if tags(new) else {})
-            if new.get("id"):
-                kept["id"] = new["id"]
+            kept = _keep(mine, new)
             cells.append(kept)
             result.kept_answers.append(task_title(template.cells, index))
         elif mine.source == new.source:
-            kept = nbformat.from_dict(mine)  # unchanged: keep its outputs
-            kept.metadata = nbformat.NotebookNode({"tags": tags(new)} if tags(new) else {})
-            if new.get("id"):
-                kept["id"] = new["id"]
-            cells.append(kept)
+            cells.append(_keep(mine, new))  # unchanged: keep its outputs
         else:
             if index not in answers:
                 result.changed_tasks.append(task_title(template.cells, index))
@@ -307,6 +312,7 @@ def merge_exercise(learner: nbformat.NotebookNode, template: nbformat.NotebookNo
                 extras.setdefault(index, []).insert(0, mine)  # the learner edited it: keep their copy
         cells.extend(extras.get(index, []))
     result.kept_extra = sum(len(v) for v in extras.values())
+    result.kept_answers = list(dict.fromkeys(result.kept_answers))
     result.changed_tasks = list(dict.fromkeys(result.changed_tasks))
     has_outputs = any(c.get("outputs") for c in learner.cells if c.cell_type == "code")
     seen: set[str] = set()

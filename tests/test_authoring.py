@@ -126,6 +126,8 @@ def test_a_learner_working_copy_is_not_stale_and_build_keeps_every_answer(tmp_pa
     before = {p.name: _answers(p) for p in (root / "exercises").glob("*.ipynb")}
     assert all(n >= 2 for n in before.values()), before  # at least one answer and the notes cell each
     assert authoring.stale_files(root) == []
+    untouched = authoring.build(root)  # nothing to renew: the learner's files are not even rewritten
+    assert untouched.backup is None and not [p for p in untouched.changed if p.parent.name == "exercises"]
     # A solution changes (the course moved on): build renews the template and keeps every answer.
     solution = root / "solutions" / "00_start_here.ipynb"
     nb = authoring.read(solution)
