@@ -1,8 +1,10 @@
 """``python -m ampcourse COMMAND``: the course's command line.
 
   grade [NOTEBOOK...]   grade your exercises (all of exercises/ by default) and print a table
-  build [--check]       regenerate exercises/ and navigation; --check lists stale files, exit 1
+  build [--check]       regenerate exercises/ and navigation, keeping your answers (a backup of every
+                        exercise it rewrites goes to exercises/.backup/); --check lists stale files, exit 1
   execute NOTEBOOK...   run notebooks and store their outputs (authors: lessons and solutions)
+  update                bring in the newer course (git pull) and put your answers back (./course update)
   gpucheck [--cpu]      run every notebook, the GPU tests and the lesson-06 benchmark; write reports/
 """
 
@@ -13,16 +15,24 @@ import sys
 from pathlib import Path
 
 
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ampcourse", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     grade = sub.add_parser("grade", help="grade the exercises and print a progress table")
     grade.add_argument("notebooks", nargs="*")
-    build = sub.add_parser("build", help="regenerate exercises/ and navigation")
+    grade.add_argument("--timeout", type=int, default=None, help="seconds one cell may run (default: 120)")
+    build = sub.add_parser("build", help="regenerate exercises/ and navigation (keeps your answers)")
     build.add_argument("--check", action="store_true", help="only list stale files; exit 1 if any")
     execute = sub.add_parser("execute", help="run notebooks and store their outputs")
     execute.add_argument("notebooks", nargs="+")
+    update = sub.add_parser("update", help="git pull the newer course and put your answers back")
+    update.add_argument("--remote", default=None, help="git remote to pull from (default: the branch's upstream)")
     sub.add_parser("gpucheck", help="the GPU check (see ampcourse/gpucheck.py); --cpu for a dry run",
                    add_help=False)
     if argv is None:
@@ -36,9 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade":
         from .grading import grade as run_grade
 
-        table, code = run_grade(args.notebooks)
+        try:
+            table, code = run_grade(args.notebooks, timeout=args.timeout)
+        except (ValueError, TypeError) as err:
+            return _fail(str(err))
         print(table)
         return code
+    if args.command == "update":
+        from .update import update as run_update
+
+        return run_update(remote=args.remote)
     from . import authoring
 
     if args.command == "build":
@@ -47,15 +64,27 @@ def main(argv: list[str] | None = None) -> int:
             for path in stale:
                 print(f"stale: {path.relative_to(authoring.ROOT)}")
             if stale:
-                print("run: python -m ampcourse build")
+                print("run: python -m ampcourse build   (it keeps your answers, and backs up exercises/ first)")
             return 1 if stale else 0
-        for path in authoring.build():
-            print(f"wrote {path.relative_to(authoring.ROOT)}")
+        for line in authoring.build().lines():
+            print(line)
         return 0
-    for name in args.notebooks:
+    paths = [Path(name).resolve() for name in args.notebooks]
+    missing = [name for name, path in zip(args.notebooks, paths, strict=True)
+               if path.suffix != ".ipynb" or not path.is_file()]
+    if missing:
+        return _fail(f"no such notebook: {', '.join(missing)} (give paths like notebooks/00_start_here.ipynb)")
+    for name, path in zip(args.notebooks, paths, strict=True):
         print(f"executing {name}", flush=True)
-        authoring.execute(Path(name).resolve())
-    authoring.build()  # executing rewrites a notebook: bring generated cells back in line
+        try:
+            authoring.execute(path)
+        except Exception as err:  # noqa: BLE001 - a failing cell: name it, keep the notebook as it was
+            first = str(err).strip().splitlines()
+            return _fail(f"{name}: a cell failed, so its outputs were not stored "
+                         f"({type(err).__name__}: {first[-1] if first else ''})")
+    # Executing rewrites a notebook: bring generated cells back in line (answers are kept).
+    for line in authoring.build().lines():
+        print(line)
     return 0
 
 

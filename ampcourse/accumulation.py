@@ -706,7 +706,16 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         raise TypeError(f"path must be a str or os.PathLike (got {type(path).__name__})")
     _as_module("model", model)
     load_scaler = _as_bool("load_scaler", load_scaler)
-    checkpoint = torch.load(path, weights_only=True)
+    if not os.path.isfile(path):
+        raise ValueError(f"path: no checkpoint file at {os.fspath(path)!r}")
+    try:
+        checkpoint = torch.load(path, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - UnpicklingError, a truncated zip, ...: one clear message
+        raise ValueError(f"path: {os.fspath(path)!r} is not a readable checkpoint (written by save_checkpoint?): "
+                         f"{type(err).__name__}") from None
+    if not isinstance(checkpoint, dict) or not {"model", "optimizer", "scaler", "step"} <= set(checkpoint):
+        raise ValueError(f"path: {os.fspath(path)!r} is not a save_checkpoint file (it lacks model/optimizer/"
+                         "scaler/step)")
     model.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
     if scaler is not None and load_scaler and checkpoint["scaler"] is not None:
@@ -753,6 +762,11 @@ def resume_matches(path: str | os.PathLike, k: int = 20, **settings) -> ResumeRe
         (True, False)
     """
     k = as_int("k", k, minimum=1)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike (got {type(path).__name__})")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"path: the folder {folder!r} does not exist (the checkpoint is written there)")
     straight = train_steps(make_state(**settings), 2 * k)
     first = train_steps(make_state(**settings), k)
     save_checkpoint(path, first.model, first.optimizer, first.scaler, first.step)

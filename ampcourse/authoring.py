@@ -14,14 +14,25 @@
 ``python -m ampcourse build`` writes all of it; ``python -m ampcourse build --check`` lists what is
 stale and exits 1 (a test runs the same check). ``python -m ampcourse execute FILE...`` runs
 notebooks and stores their outputs (lessons and solutions keep outputs; nbval compares them).
+
+A learner's answers live in ``exercises/`` too, so no command here ever discards them: ``build``
+merges each exercise task by task (new template, the learner's answer cells and added cells kept;
+see :func:`merge_exercise`), copies every exercise it rewrites to ``exercises/.backup/<time>/``
+first, and leaves an unreadable exercise alone. Staleness ignores answers, outputs and metadata.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbformat.corpus.words import generate_corpus_id
 
 from .course import LESSONS, ROOT, Lesson, published
 
@@ -190,27 +201,203 @@ def with_navigation(nb: nbformat.NotebookNode, item: Lesson, root: Path = ROOT):
     return clean_metadata(nb)
 
 
+# --- merging a learner's exercise with a new template ------------------------------------------
+
+_STUB_LINE = re.compile(r"^[ \t]*raise NotImplementedError\(.*\)[ \t]*$", re.M)
+
+
+def _without_stubs(source: str) -> str:
+    return _STUB_LINE.sub("", source).strip()
+
+
+def answer_cells(template: nbformat.NotebookNode) -> set[int]:
+    """Indexes of the template's answer cells (code cells holding a ``NotImplementedError`` stub)."""
+    return {i for i, cell in enumerate(template.cells)
+            if cell.cell_type == "code" and "check" not in tags(cell) and _STUB_LINE.search(cell.source)}
+
+
+def task_title(cells, index: int) -> str:
+    """The heading of the task that cell ``index`` belongs to (the last ``## ...`` above it)."""
+    for cell in reversed(cells[: index + 1]):
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("## "):
+                    return line[3:].strip()
+    return "the introduction"
+
+
+@dataclass
+class Merge:
+    """The result of :func:`merge_exercise`."""
+
+    notebook: nbformat.NotebookNode
+    kept_answers: list[str] = field(default_factory=list)   # tasks whose answer cell was kept
+    kept_extra: int = 0                                       # the learner's own cells kept
+    changed_tasks: list[str] = field(default_factory=list)  # tasks whose text or check changed
+
+    @property
+    def learner_work(self) -> bool:
+        return bool(self.kept_answers or self.kept_extra)
+
+
+def _signature(nb) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(c.cell_type, c.source, tuple(tags(c))) for c in nb.cells]
+
+
+def _keep(mine, new):
+    """The learner's cell (source, outputs, metadata) with the template's tags and id."""
+    kept = nbformat.from_dict(mine)
+    if tags(kept) != tags(new):
+        kept.metadata = nbformat.NotebookNode({k: v for k, v in kept.metadata.items() if k != "tags"})
+        if tags(new):
+            kept.metadata["tags"] = tags(new)
+    if new.get("id"):
+        kept["id"] = new["id"]
+    return kept
+
+
+def merge_exercise(learner: nbformat.NotebookNode, template: nbformat.NotebookNode,
+                   old_template: nbformat.NotebookNode | None = None) -> Merge:
+    """The exercise ``template`` with the learner's work from ``learner`` put back, task by task.
+
+    A learner cell is matched to a template cell by its cell id (JupyterLab keeps ids), else by
+    identical source. An answer cell the learner changed is kept (with its outputs); an untouched
+    stub takes the template's new stub. Every other template cell (task text, checks, navigation)
+    comes from the template, so a deleted or edited check is restored. Cells the learner added
+    (scratch work, notes) are kept after the cell they followed. A learner cell equal to a cell of
+    ``old_template`` that the new template dropped is left out; nothing else is ever dropped.
+    """
+    answers = answer_cells(template)
+    by_id = {cell.get("id"): i for i, cell in enumerate(template.cells) if cell.get("id")}
+    old_sources = ({c.source for c in old_template.cells} if old_template is not None else set())
+    matched: dict[int, nbformat.NotebookNode] = {}
+    extras: dict[int, list] = {}  # template index (-1: before the first) -> learner cells after it
+    anchor = -1
+    for cell in learner.cells:
+        index = by_id.get(cell.get("id"))
+        if index is not None and index in matched:
+            index = None
+        if index is None:
+            index = next((i for i, t in enumerate(template.cells)
+                          if i not in matched and t.cell_type == cell.cell_type and t.source == cell.source), None)
+        if index is not None:
+            matched[index] = cell
+            anchor = index
+            continue
+        if not cell.source.strip() and not cell.get("outputs"):
+            continue  # an empty cell holds no work
+        if cell.source in old_sources and cell.source.strip() and (
+                cell.cell_type == "markdown" or "check" in tags(cell) or _STUB_LINE.search(cell.source)):
+            continue  # a cell of the old template that the new one dropped
+        extras.setdefault(anchor, []).append(cell)
+    result = Merge(nbformat.from_dict(template))
+    cells = list(extras.get(-1, []))
+    for index, new in enumerate(template.cells):
+        mine = matched.get(index)
+        if mine is None:
+            if index not in answers:
+                result.changed_tasks.append(task_title(template.cells, index))
+            cells.append(new)
+        elif index in answers and _without_stubs(mine.source) != _without_stubs(new.source):
+            kept = _keep(mine, new)
+            cells.append(kept)
+            result.kept_answers.append(task_title(template.cells, index))
+        elif mine.source == new.source:
+            cells.append(_keep(mine, new))  # unchanged: keep its outputs
+        else:
+            if index not in answers:
+                result.changed_tasks.append(task_title(template.cells, index))
+            cells.append(new)
+            if (mine.cell_type == "markdown" or index in answers) and mine.source not in old_sources:
+                extras.setdefault(index, []).insert(0, mine)  # the learner edited it: keep their copy
+        cells.extend(extras.get(index, []))
+    result.kept_extra = sum(len(v) for v in extras.values())
+    result.kept_answers = list(dict.fromkeys(result.kept_answers))
+    result.changed_tasks = list(dict.fromkeys(result.changed_tasks))
+    has_outputs = any(c.get("outputs") for c in learner.cells if c.cell_type == "code")
+    seen: set[str] = set()
+    for cell in cells:  # a kept copy shares its template cell's id: give it a new one
+        if cell.get("id") in seen:
+            cell["id"] = generate_corpus_id()
+        seen.add(cell.get("id"))
+    result.notebook.cells = cells
+    if result.learner_work or has_outputs:
+        result.notebook.metadata = nbformat.from_dict(learner.metadata)
+    return result
+
+
+def _read_or_none(path: Path):
+    try:
+        return read(path)
+    except Exception:  # noqa: BLE001 - a half-written or conflicted file is handled by the caller
+        return None
+
+
+def _committed(path: Path, root: Path) -> str | None:
+    """The text of ``path`` in the last commit (``git show HEAD:path``), or None outside git."""
+    try:
+        run = subprocess.run(["git", "show", f"HEAD:{path.relative_to(root).as_posix()}"], cwd=root,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return run.stdout if run.returncode == 0 else None
+
+
 # --- the whole build -----------------------------------------------------------------------------
 
-def generated_files(root: Path = ROOT) -> dict[Path, str]:
-    """Every generated file and the text it should have."""
-    files: dict[Path, str] = {}
+def templates(root: Path = ROOT) -> dict[Path, nbformat.NotebookNode]:
+    """Every generated notebook as ``build`` makes it from the sources (exercises blank)."""
+    files: dict[Path, nbformat.NotebookNode] = {}
     for item in published(root):
         path = item.lesson_path(root)
-        files[path] = dumps(with_navigation(read(path), item, root))
+        files[path] = with_navigation(read(path), item, root)
     for item in LESSONS:
         solution = item.solution_path(root)
         if solution.exists():
-            files[solution] = dumps(clean_metadata(read(solution)))
-            files[item.exercise_path(root)] = dumps(make_exercise(read(solution), solution.name))
+            files[solution] = clean_metadata(read(solution))
+            files[item.exercise_path(root)] = make_exercise(read(solution), solution.name)
     return files
 
 
+def generated_files(root: Path = ROOT) -> dict[Path, str]:
+    """Every generated file and the text it should have (exercises blank, as committed)."""
+    return {path: dumps(nb) for path, nb in templates(root).items()}
+
+
+def _template_in(template, notebook) -> bool:
+    """Every template cell except the answers (task text, checks, navigation) is in ``notebook``, in order."""
+    answers = answer_cells(template)
+    want = [(c.cell_type, c.source, "check" in tags(c)) for i, c in enumerate(template.cells) if i not in answers]
+    have = iter((c.cell_type, c.source, "check" in tags(c)) for c in notebook.cells)
+    return all(any(cell == other for other in have) for cell in want)
+
+
+def _is_exercise(path: Path, root: Path) -> bool:
+    return path.parent == root / "exercises"
+
+
 def stale_files(root: Path = ROOT) -> list[Path]:
-    """Generated files whose content differs from what ``build`` would write."""
+    """Generated files whose template differs from what ``build`` would write.
+
+    For an exercise the template is everything but the learner's work: the task text, checks and
+    navigation must all be there, in order; answers, added cells, outputs and JupyterLab's metadata
+    may differ (an exercise with no work in it must match exactly). For lessons and solutions: cell types, sources
+    and tags (a learner's outputs and metadata from running a lesson are not staleness; the exact
+    committed text is checked by tests/test_authoring.py).
+    """
     stale = []
-    for path, text in generated_files(root).items():
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
+    for path, template in templates(root).items():
+        current = _read_or_none(path) if path.exists() else None
+        if current is None:
+            stale.append(path)
+        elif _is_exercise(path, root):
+            merged = merge_exercise(current, template)
+            if merged.learner_work or any(c.get("outputs") for c in current.cells if c.cell_type == "code"):
+                if not _template_in(template, current):
+                    stale.append(path)
+            elif path.read_text(encoding="utf-8") != dumps(template):
+                stale.append(path)
+        elif _signature(current) != _signature(template):
             stale.append(path)
     orphans = {p.name for p in (root / "exercises").glob("*.ipynb")} - {
         p.name for p in (root / "solutions").glob("*.ipynb")}
@@ -218,22 +405,99 @@ def stale_files(root: Path = ROOT) -> list[Path]:
     return stale
 
 
-def build(root: Path = ROOT) -> list[Path]:
-    """Write every generated file; return the ones that changed."""
-    changed = []
-    for path, text in generated_files(root).items():
+def backup(paths: list[Path], root: Path = ROOT) -> Path | None:
+    """Copy ``paths`` to ``exercises/.backup/<time>/`` (kept until you delete it); return the folder."""
+    if not paths:
+        return None
+    folder = root / "exercises" / ".backup" / time.strftime("%Y%m%d-%H%M%S")
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = folder.with_name(f"{folder.name.split('.')[0]}.{n}")
+    folder.mkdir(parents=True)
+    for path in paths:
+        shutil.copy2(path, folder / path.name)
+    return folder
+
+
+@dataclass
+class BuildReport:
+    """What :func:`build` did."""
+
+    changed: list[Path] = field(default_factory=list)
+    backup: Path | None = None
+    merges: dict[Path, Merge] = field(default_factory=dict)  # exercises that hold learner work
+    unreadable: list[Path] = field(default_factory=list)      # exercises left alone (not JSON...)
+
+    def __iter__(self):  # ``for path in build()`` lists what changed
+        return iter(self.changed)
+
+    def lines(self, root: Path = ROOT) -> list[str]:
+        out = [f"wrote {p.relative_to(root)}" for p in self.changed]
+        for path, merge in self.merges.items():
+            if merge.kept_answers or merge.kept_extra:
+                out.append(f"  {path.relative_to(root)}: kept your answers ({', '.join(merge.kept_answers) or 'none'})"
+                           + (f" and {merge.kept_extra} cell(s) you added" if merge.kept_extra else ""))
+            for task in merge.changed_tasks:
+                out.append(f"  {path.relative_to(root)}: the text or check of '{task}' changed: re-read it")
+        for path in self.unreadable:
+            out.append(f"left alone: {path.relative_to(root)} is not a readable notebook (a half-written save or "
+                       "merge-conflict markers?); fix it or move it away, then build again")
+        if self.backup is not None:
+            out.append(f"your previous exercises are backed up in {self.backup.relative_to(root)}/")
+        return out
+
+
+def build(root: Path = ROOT, old_templates: dict[str, nbformat.NotebookNode] | None = None) -> BuildReport:
+    """Write every generated file; never discard a learner's work.
+
+    Exercises are merged task by task (:func:`merge_exercise`): answers and added cells are kept,
+    the template is renewed. Before any exercise with work in it is rewritten, it is copied to
+    ``exercises/.backup/<time>/``. An unreadable exercise is left alone and reported.
+    ``old_templates`` (file name -> the exercise as previously generated) lets a course update drop
+    cells of the old template that the new one no longer has.
+    """
+    report = BuildReport()
+    writes: dict[Path, str] = {}
+    for path, template in templates(root).items():
+        text = dumps(template)
+        if _is_exercise(path, root) and path.exists():
+            current = _read_or_none(path)
+            if current is None:
+                report.unreadable.append(path)
+                continue
+            old = (old_templates or {}).get(path.name)
+            if old is None and old_templates is None:
+                committed = _committed(path, root)  # the blank exercise as last committed
+                old = nbformat.reads(committed, as_version=4) if committed else None
+            merge = merge_exercise(current, template, old)
+            if merge.learner_work or any(c.get("outputs") for c in current.cells if c.cell_type == "code"):
+                report.merges[path] = merge
+                text = dumps(merge.notebook)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            changed.append(path)
-    return changed
+            writes[path] = text
+    report.backup = backup([p for p in writes if p in report.merges], root)
+    for path, text in writes.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a crash never leaves a half-written notebook
+        report.changed.append(path)
+    report.merges = {p: m for p, m in report.merges.items() if p in writes}
+    return report
 
 
 def execute(path: Path, timeout: int = 600) -> None:
     """Run a notebook top to bottom in its folder and store its outputs (clean metadata)."""
     from nbclient import NotebookClient
 
+    if not isinstance(path, Path):
+        raise TypeError(f"path must be a pathlib.Path, got {type(path).__name__}")
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise ValueError(f"path: no notebook {path} (give a path like notebooks/00_start_here.ipynb)")
     nb = read(path)
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    path.write_text(dumps(clean_metadata(nb)), encoding="utf-8")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(dumps(clean_metadata(nb)), encoding="utf-8")
+    os.replace(tmp, path)

@@ -86,7 +86,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 
 import torch
 import torch.nn.functional as F
@@ -970,7 +970,11 @@ def demo_three_behaviours(device_type: str = "cpu", dtype: torch.dtype = torch.b
 
 def as_table(rows: Iterable) -> str:
     """Any rows of this module (dataclasses) as a fixed-width text table; dtypes written short."""
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        raise TypeError(f"rows must be a list of this module's rows (dataclasses), got {type(rows).__name__}")
     rows = list(rows)
+    if not all(is_dataclass(row) for row in rows):
+        raise TypeError("rows must be this module's rows (dataclasses, e.g. from autocast_lists.lookup)")
     if not rows:
         return "(no rows)"
     names = [f.name for f in fields(rows[0])]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import re
 import statistics
 import time
@@ -66,9 +67,19 @@ class BenchmarkError(RuntimeError):
 
 # --- formatting (units the notebooks' nbval sanitizers recognise) ----------------------------------------
 
+def _non_negative(name: str, value: Any) -> float:
+    """A real number >= 0 (NaN and inf allowed through: they print as such)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number >= 0 (got {value!r})")
+    value = float(value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 (got {value!r})")
+    return value
+
+
 def format_time(seconds: float) -> str:
     """``0.0123`` → ``'12.3 ms'`` (µs, ms or s, three significant digits)."""
-    seconds = float(seconds)
+    seconds = _non_negative("seconds", seconds)
     if seconds < 1e-3:
         return f"{seconds * 1e6:.3g} µs"
     if seconds < 1:
@@ -78,7 +89,7 @@ def format_time(seconds: float) -> str:
 
 def format_flops(flops_per_second: float) -> str:
     """``1.5e12`` → ``'1.5 TFLOP/s'``."""
-    value = float(flops_per_second)
+    value = _non_negative("flops_per_second", flops_per_second)
     for unit, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= size:
             return f"{value / size:.3g} {unit}FLOP/s"
@@ -89,11 +100,15 @@ def format_bytes(n: int | None) -> str:
     """``1536`` → ``'1.5 KiB'``; ``None`` → ``'—'``."""
     if n is None:
         return "—"
-    n = int(n)
+    if isinstance(n, bool) or not isinstance(n, numbers.Real):
+        raise TypeError(f"n must be a number of bytes (an int) or None (got {n!r})")
+    if not math.isfinite(n):
+        raise ValueError(f"n must be a finite number of bytes (got {n!r})")
+    n = int(n) if float(n).is_integer() else float(n)
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
             return f"{n / size:.4g} {unit}"
-    return f"{n} B"
+    return f"{n} B" if isinstance(n, int) else f"{n:.4g} B"
 
 
 # --- timing ---------------------------------------------------------------------------------------------
@@ -146,15 +161,10 @@ class Timing:
         return f"{format_time(self.median)} (IQR {format_time(self.p25)} – {format_time(self.p75)}, {self.runs} runs)"
 
 
-def _as_device(device: Any, name: str = "device") -> torch.device:
-    if isinstance(device, torch.device):
-        return device
-    if isinstance(device, str):
-        try:
-            return torch.device(device)
-        except RuntimeError as err:
-            raise ValueError(f"{name} must name a torch device such as 'cpu' or 'cuda' (got {device!r})") from err
-    raise TypeError(f"{name} must be a torch.device or a str such as 'cpu' (got {device!r})")
+def _as_device(device: Any, name: str = "device", available: bool = True) -> torch.device:
+    from .validate import as_device
+
+    return as_device(name, device, available=available)
 
 
 def synchronize(device: torch.device | str | None) -> None:
@@ -231,6 +241,10 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 3, repeats: int = 20, device
             _run(fn, f"timed call {i + 1} of {repeats}")
             wait()
             times.append(now() - start)
+    bad = [t for t in times if not 0 <= float(t) < math.inf]
+    if bad:
+        raise ValueError(f"clock gave a duration of {bad[0]!r} s: it must be a clock that never goes back and "
+                         "returns finite seconds, like time.perf_counter")
     return Timing(tuple(float(t) for t in times), warmup)
 
 
@@ -438,8 +452,8 @@ def achieved_flops(flops: float, seconds: float) -> float:
 
 def fraction_of_peak(achieved: float, peak: float) -> float:
     """``achieved / peak`` (a fraction: 0.42 means 42% of the peak)."""
-    if isinstance(achieved, bool) or not isinstance(achieved, (int, float)) or achieved < 0:
-        raise ValueError(f"achieved must be a number >= 0 (got {achieved!r})")
+    if isinstance(achieved, bool) or not isinstance(achieved, (int, float)) or not 0 <= achieved < math.inf:
+        raise ValueError(f"achieved must be a finite number >= 0 (got {achieved!r})")
     return float(achieved) / as_positive("peak", peak)
 
 
@@ -510,7 +524,7 @@ def peak_flops(device: torch.device | str, dtype: Any = "fp32", *, gpu_name: str
     GPUs not in :data:`DATASHEET_PEAKS`, or a mode the GPU has no Tensor Cores for. ``gpu_name`` overrides
     the name read from the device (for tests, or to look up another GPU).
     """
-    device = _as_device(device)
+    device = _as_device(device, available=gpu_name is None)
     mode = _mode_name(dtype)
     if gpu_name is None:
         if device.type != "cuda":
@@ -525,6 +539,8 @@ def peak_flops(device: torch.device | str, dtype: Any = "fp32", *, gpu_name: str
 @contextlib.contextmanager
 def tf32_enabled(enabled: bool):
     """Set ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``; restore after."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be True or False (got {enabled!r})")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # newer torch may suggest its fp32_precision settings instead
         before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
@@ -558,10 +574,17 @@ class MatmulResult:
         return achieved_flops(self.flops, self.timing.median)
 
 
+MAX_MATMUL_ELEMENTS = 5e8
+
+
 def matmul_throughput(m: int, k: int, n: int, *, mode: str = "fp32", device: torch.device | str = "cpu",
                       warmup: int = 2, repeats: int = 5, seed: int = 0) -> MatmulResult:
     """Time one (m×k) @ (k×n) product in ``mode`` (fp32, tf32 — CUDA only —, fp16 or bf16 inputs)."""
     m, k, n = (as_int(name, v, minimum=1) for name, v in (("m", m), ("k", k), ("n", n)))
+    if m * k + k * n + m * n > MAX_MATMUL_ELEMENTS:
+        raise ValueError(f"m={m}, k={k}, n={n} needs {m * k + k * n + m * n:.2g} matrix elements, more than "
+                         f"matmul_throughput allows ({MAX_MATMUL_ELEMENTS:.0e}, bench.MAX_MATMUL_ELEMENTS: 2 GB in "
+                         "float32)")
     device = _as_device(device)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
@@ -650,10 +673,16 @@ def available_modes(device: torch.device | str) -> list[str]:
 
 # --- one training step ----------------------------------------------------------------------------------
 
+MAX_MLP_PARAMETERS = 1e9
+
+
 def make_mlp(width: int, depth: int, *, seed: int = 0) -> torch.nn.Sequential:
     """``depth`` × (Linear(width, width) + ReLU), seeded."""
     width = as_int("width", width, minimum=1)
     depth = as_int("depth", depth, minimum=1)
+    if width * width * depth > MAX_MLP_PARAMETERS:
+        raise ValueError(f"width={width}, depth={depth} is {width * width * depth:.2g} weights, more than "
+                         f"make_mlp allows ({MAX_MLP_PARAMETERS:.0e}, bench.MAX_MLP_PARAMETERS: 4 GB in float32)")
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
     for _ in range(depth):
@@ -705,6 +734,20 @@ def _step_fn(model, optimizer, scaler, x, target, mode, device_type):
     return step
 
 
+#: The most multiply-adds one benchmark step (forward + backward of the MLP) may take, per device type: on
+#: a CPU, 2e11 is about a few seconds per step, and a benchmark runs many steps per mode.
+MAX_STEP_MACS = {"cpu": 2e11, "mps": 5e12, "cuda": 5e13}
+
+
+def _refuse_huge_step(width: int, depth: int, batch: int, device: torch.device) -> None:
+    macs = 3 * batch * width * width * depth  # forward + backward ≈ 3 matmuls per layer
+    limit = MAX_STEP_MACS.get(device.type, MAX_STEP_MACS["cpu"])
+    if macs > limit:
+        raise ValueError(f"width={width}, depth={depth}, batch={batch} is about {macs:.2g} multiply-adds per step, "
+                         f"more than this benchmark allows on {device.type} ({limit:.0e}, "
+                         "bench.MAX_STEP_MACS): it would not finish in reasonable time; use smaller sizes")
+
+
 def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: torch.device | str,
                    compile: bool = False, warmup: int = 3, repeats: int = 10, seed: int = 0) -> StepResult:
     """Time one training step (forward, MSE loss, backward, Adam step) of :func:`make_mlp` in ``mode``.
@@ -723,6 +766,7 @@ def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: tor
     width = as_int("width", width, minimum=1)
     depth = as_int("depth", depth, minimum=1)
     batch = as_int("batch", batch, minimum=1)
+    _refuse_huge_step(width, depth, batch, _as_device(device))
     device = _as_device(device)
     if not isinstance(compile, bool):
         raise TypeError(f"compile must be a bool (got {compile!r})")

@@ -160,7 +160,7 @@ def make_model(size: str = "small", seed: int = 0, dropout: float = 0.1) -> nn.S
 
 def recommended_dtype(device: torch.device | str) -> torch.dtype:
     """The AMP dtype :func:`ampcourse.device.recommend` gives for ``device`` (CUDA: its compute capability)."""
-    device = torch.device(device)
+    device = _as_device(device)
     if device.type == "cuda":
         return recommend("cuda", torch.cuda.get_device_capability(device)).dtype
     return recommend(device.type).dtype
@@ -257,13 +257,15 @@ def _as_config(config: Any) -> TrainConfig:
 
 
 def _as_device(device: Any) -> torch.device:
-    if not isinstance(device, (torch.device, str)):
-        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
-    return torch.device(device)
+    from .validate import as_device
+
+    return as_device("device", device)
 
 
 def cosine_schedule(warmup: int, total: int) -> Callable[[int], float]:
     """Linear warm-up over ``warmup`` steps, then cosine from 1 to 0.05 at ``total`` (held there after)."""
+    warmup = as_int("warmup", warmup, minimum=0)
+    total = as_int("total", total, minimum=1)  # a run shorter than its warm-up just never leaves it
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
@@ -655,6 +657,9 @@ def compare(config: TrainConfig, seeds: Sequence[int] = (0, 1, 2, 3, 4), *, devi
 
 
 # --------------------------------------------------------------------------------------------- figures
+MAX_PNG_DIGITS = 200  # digits_png draws one subplot per digit
+
+
 def digits_png(digits: Digits, n: int = 20) -> bytes:
     """The first ``n`` images with their labels, as a PNG (grey levels 0..16)."""
     from matplotlib.figure import Figure
@@ -664,6 +669,9 @@ def digits_png(digits: Digits, n: int = 20) -> bytes:
     if not isinstance(digits, Digits):
         raise TypeError(f"digits must be the Digits from load_digits() (got {type(digits).__name__})")
     n = as_int("n", n, minimum=1)
+    if n > MAX_PNG_DIGITS:
+        raise ValueError(f"n must be at most {MAX_PNG_DIGITS} (one picture of {n} digits would take minutes to draw; "
+                         f"got {n})")
     n = min(n, len(digits))
     cols = min(n, 10)
     rows = math.ceil(n / cols)

@@ -269,8 +269,9 @@ def _cpu_name() -> str:
 
 def describe(device: torch.device | None = None) -> Hardware:
     """Report the hardware behind ``device`` (default: :func:`pick_device`) and its AMP recipe."""
-    device = pick_device() if device is None else torch.device(device)
-    _check_device_type(device.type, argument="device")
+    from .validate import as_device
+
+    device = pick_device() if device is None else as_device("device", device)
     capability = None
     gen = None
     note = ""

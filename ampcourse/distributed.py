@@ -506,8 +506,9 @@ def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_
     """Run ``target`` under torchrun with ``nproc`` processes; return the parsed per-rank logs.
 
     ``target`` is a module name (``"ampcourse.ddp_train"``, run with ``-m``) or the path of a ``.py`` script. The
-    command is ``sys.executable -m torch.distributed.run --nproc-per-node N --master-addr 127.0.0.1 --master-port
-    P ...``: this interpreter's torchrun, a port that was free a moment ago (:func:`free_port`), no restarts.
+    command is ``sys.executable -m torch.distributed.run --nproc-per-node N --master-addr 127.0.0.1
+    --local-addr 127.0.0.1 --master-port P ...``: this interpreter's torchrun, a port that was free a moment
+    ago (:func:`free_port`), no restarts.
     torchrun's own output (and the workers' stdout/stderr) goes to ``run_dir/torchrun.log``, not to the screen.
 
     Raises:
@@ -528,10 +529,15 @@ def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_
     target = str(target)
     is_script = target.endswith(".py") or os.sep in target
     command = (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--nnodes", "1",
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--max-restarts", "0",
+               "--master-addr", "127.0.0.1", "--local-addr", "127.0.0.1", "--master-port", str(free_port()),
+               "--max-restarts", "0",
                *(() if is_script else ("-m",)), target, *args)
     environment = dict(os.environ if env is None else env)
     environment.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its banner
+    # Local only: gloo's pairs on the loopback interface. (torch's TCPStore server, which torchrun starts on
+    # the master port, listens on every interface: torch 2.13 has no option to bind it to 127.0.0.1.)
+    if sys.platform.startswith("linux"):
+        environment.setdefault("GLOO_SOCKET_IFNAME", "lo")
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH", "")) if p)
     environment["PYTHONUNBUFFERED"] = "1"
     start = time.perf_counter()

@@ -101,7 +101,22 @@ def derive_format(name: str, exponent_bits: int, mantissa_bits: int, *, has_inf:
         (127, 0.0009765625, True)
         >>> derive_format("e4m3", 4, 3, has_inf=False).max
         448.0
+
+    ``exponent_bits`` must be 2..11 and ``mantissa_bits`` 0..52 (float64's layout is the widest a Python
+    float can hold), or 1.. with ``has_inf=False``-style formats needing room for finite values.
     """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str such as 'tf32' (got {name!r})")
+    for arg, value, low, high in (("exponent_bits", exponent_bits, 2, 11), ("mantissa_bits", mantissa_bits, 0, 52)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{arg} must be an int from {low} to {high} (got {value!r})")
+        if not low <= value <= high:
+            raise ValueError(f"{arg} must be from {low} to {high} (float64's {high} bits are the widest a Python "
+                             f"float holds; got {value!r})")
+    if not isinstance(has_inf, bool):
+        raise TypeError(f"has_inf must be True or False (got {has_inf!r})")
+    if not has_inf and mantissa_bits == 0 and exponent_bits < 2:
+        raise ValueError("a format without inf needs at least one finite value in its top binade")
     bias = 2 ** (exponent_bits - 1) - 1
     min_exponent = 1 - bias
     if has_inf:
@@ -344,7 +359,12 @@ def _as_float32(x: object, arg: str) -> tuple[torch.Tensor, bool]:
             raise TypeError(f"{arg} must be {_FLOAT_ALLOWED}, not a {x.dtype} tensor")
         return x.detach().to(torch.float32), False
     if isinstance(x, numbers.Real) and not isinstance(x, bool):
-        return torch.tensor(float(x), dtype=torch.float32), True
+        try:
+            value = float(x)
+        except OverflowError:  # an int beyond float64: float32 rounds it to inf anyway
+            value = math.inf if x > 0 else -math.inf
+        # Via float64: a number beyond float32's range becomes ±inf, as a float32 cast does.
+        return torch.tensor(value, dtype=torch.float64).to(torch.float32), True
     raise TypeError(f"{arg} must be {_FLOAT_ALLOWED}, not {type(x).__name__}")
 
 

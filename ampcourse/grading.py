@@ -1,128 +1,321 @@
 """``python -m ampcourse grade``: grade the exercises and print a progress table.
 
-It runs exactly the learner's grading command, ``pytest --nbval exercises/``, with this module
-loaded as a pytest plugin that writes each cell's result to a JSON file; the table is built from
-that file. A check cell (a code cell tagged ``check``) is *passed*, *not started* (the task's stub
-still raises ``NotImplementedError``) or *failed*.
+The grader knows what each exercise should check: the exercise as ``build`` generates it from
+``solutions/`` (:func:`ampcourse.authoring.make_exercise`). It runs *that* template's check cells
+with the learner's answer cells and added cells put in (:func:`ampcourse.authoring.merge_exercise`),
+one cell at a time in a fresh kernel, so a deleted, emptied or edited check cell (``# NBVAL_SKIP``,
+``# NBVAL_RAISES_EXCEPTION``, a ``print("✓")``) still runs the real check. Every task ends *passed*,
+*not started* (its stub still raises ``NotImplementedError``) or *failed*, and each failure says why:
+the check's message, or the error's type and line.
+
+It never hangs: a cell that runs longer than the timeout (``DEFAULT_TIMEOUT`` seconds, or
+``--timeout``) is interrupted and reported; if the learner's code kills the Python process
+(``os._exit``, the out-of-memory killer), that task is reported as such, the kernel is restarted, the
+cells before it are run again and grading goes on with the next task. A notebook that cannot be read
+(a half-written save, merge-conflict markers) is reported and the others are graded.
+
+Grading reads the *saved* notebooks: save in JupyterLab first (Ctrl+S).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import queue
+import re
 import subprocess
-import sys
-import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .authoring import read, tags
+from .authoring import make_exercise, merge_exercise, read, tags, task_title
 from .course import ROOT
 
-REPORT_ENV = "AMPCOURSE_GRADE_REPORT"
+DEFAULT_TIMEOUT = 180  # seconds per cell: several times the slowest honest answer (exercise 09, ~35 s on 2 cores)
+SAVE_FIRST = "grading reads the saved notebooks: save first (Ctrl+S in JupyterLab)"
+NBVAL_MARKER = re.compile(r"#\s*NBVAL_\w+|#\s*PYTEST_VALIDATE_IGNORE_OUTPUT")
+IMPORT = re.compile(r"^(from\s+\S+\s+)?import\s")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+DIED = ("your code stopped the Python process (the kernel died: os._exit(), a crash, or the system ran out "
+        "of memory and killed it). Find the line that ends the process; the grader restarted Python and went on")
 
 
-# --- the pytest plugin (loaded with -p ampcourse.grading) ---------------------------------------
-
-_results: dict[str, dict] = {}
-
-
-def pytest_runtest_logreport(report):
-    if report.when == "call" or report.failed:
-        entry = _results.setdefault(report.nodeid, {"outcome": "passed", "message": ""})
-        if report.failed:
-            entry["outcome"] = "failed"
-            entry["message"] = report.longreprtext
-        elif report.skipped:
-            entry["outcome"] = "skipped"
+@dataclass
+class CheckResult:
+    task: str
+    status: str  # "passed" / "not started" / "failed"
+    reason: str = ""
 
 
-def pytest_sessionfinish(session):
-    target = os.environ.get(REPORT_ENV)
-    if target:
-        Path(target).write_text(json.dumps(_results), encoding="utf-8")
-
-
-# --- the table ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
+@dataclass
 class ExerciseResult:
     name: str
-    checks: list[str]  # "passed" / "not started" / "failed", one per check cell, in order
-    other_failures: int  # failing cells that are not checks (e.g. a syntax error in your code)
-    first_message: str
+    checks: list[CheckResult]
+    problems: list[str] = field(default_factory=list)  # failing non-check cells, an unreadable file
+    notes: list[str] = field(default_factory=list)  # e.g. an edited check cell that was replaced
 
     @property
     def status(self) -> str:
-        if self.checks and all(c == "passed" for c in self.checks) and not self.other_failures:
+        if self.checks and all(c.status == "passed" for c in self.checks) and not self.problems:
             return "passed"
-        if self.checks and all(c == "not started" for c in self.checks):
+        if self.checks and all(c.status == "not started" for c in self.checks) and not self.problems:
             return "not started"
         return "failed"
 
 
-def _message_line(text: str) -> str:
-    for line in text.splitlines():
-        if "CheckFailed:" in line or "NotStarted:" in line or "Error:" in line:
-            return line.strip()
-    return ""
+# --- running one cell at a time -----------------------------------------------------------------------
+
+@dataclass
+class CellRun:
+    status: str  # "ok" / "error" / "timeout" / "died"
+    ename: str = ""
+    evalue: str = ""
+    line: int | None = None
 
 
-def summarise(notebook: Path, results: dict[str, dict], root: Path = ROOT) -> ExerciseResult:
-    """Turn the per-cell pytest results of one exercise notebook into an :class:`ExerciseResult`."""
-    nb = read(notebook)
-    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
-    relative = notebook.resolve().relative_to(root.resolve()).as_posix()
-    checks, other, first = [], 0, ""
-    for number, cell in enumerate(code_cells):
-        entry = results.get(f"{relative}::Cell {number}", {"outcome": "failed", "message": "not run"})
-        failed = entry["outcome"] == "failed"
-        if failed and not first:
-            first = _message_line(entry["message"])
-        if "check" in tags(cell):
-            if not failed:
-                checks.append("passed")
-            elif "NotStarted:" in entry["message"]:
-                checks.append("not started")
-            else:
-                checks.append("failed")
-        elif failed:
-            other += 1
-    return ExerciseResult(notebook.stem, checks, other, first)
+class Kernel:
+    """A python3 kernel that runs one cell at a time with a timeout, and notices if it dies."""
 
+    def __init__(self, cwd: Path, startup_timeout: float = 60):
+        self.cwd, self.startup_timeout = cwd, startup_timeout
+        self.km = self.kc = None
+        self.restarts = 0
+        self.start()
+
+    def start(self) -> None:
+        from jupyter_client.manager import KernelManager
+
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=str(self.cwd), stderr=subprocess.DEVNULL)  # no transport warnings
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=self.startup_timeout)
+
+    def stop(self) -> None:
+        if self.kc is not None:
+            self.kc.stop_channels()
+        if self.km is not None:
+            try:
+                self.km.shutdown_kernel(now=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.km = self.kc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+        self.restarts += 1
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self.kc.get_iopub_msg(timeout=0)
+        except queue.Empty:
+            pass
+
+    def _wait(self, msg_id: str, seconds: float) -> dict | None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                msg = self.kc.get_shell_msg(timeout=0.2)
+            except queue.Empty:
+                self._drain()
+                if not self.km.is_alive():
+                    return {"status": "died"}
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                self._drain()
+                return msg["content"]
+        return None
+
+    def run(self, source: str, timeout: float) -> CellRun:
+        msg_id = self.kc.execute(source, allow_stdin=False, store_history=True)
+        reply = self._wait(msg_id, timeout)
+        if reply is None:  # too long: interrupt, as the Stop button does
+            self.km.interrupt_kernel()
+            reply = self._wait(msg_id, 10)
+            if reply is None or reply.get("status") == "died":
+                self.restart()  # it did not stop: end it
+            return CellRun("timeout")
+        if reply.get("status") == "died":
+            self.restart()
+            return CellRun("died")
+        if reply.get("status") == "error":
+            return CellRun("error", reply.get("ename", ""), reply.get("evalue", ""),
+                           _error_line(reply.get("traceback", [])))
+        return CellRun("ok")
+
+
+def _error_line(traceback: list[str]) -> int | None:
+    """The line of the learner's cell where the error was raised (the last ``Cell In[n], line k``)."""
+    lines = re.findall(r"Cell In\[\d+\], line (\d+)", ANSI.sub("", "\n".join(traceback)))
+    return int(lines[-1]) if lines else None
+
+
+def _reason(run: CellRun, timeout: float) -> str:
+    if run.status == "timeout":
+        return (f"stopped after {timeout:g} s: the code ran too long (a loop that never ends?). The grader gives "
+                f"each cell {timeout:g} s (python -m ampcourse grade --timeout SECONDS to change it)")
+    if run.status == "died":
+        return DIED
+    if run.ename in ("CheckFailed", "NotStarted"):
+        return ANSI.sub("", run.evalue).strip()
+    where = f" (line {run.line})" if run.line else ""
+    return f"{run.ename}: {ANSI.sub('', run.evalue).strip()}{where}"
+
+
+# --- one exercise ---------------------------------------------------------------------------------------
+
+def _unreadable(path: Path, err: Exception) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    conflict = next((n for n, line in enumerate(text.splitlines(), 1) if line.startswith("<<<<<<<")), None)
+    why = (f"it holds git merge-conflict markers (line {conflict})" if conflict
+           else "it is not a complete notebook (a half-written save? an edit outside JupyterLab?)")
+    return (f"cannot read {path.name}: {why} [{type(err).__name__}]. Restore it from exercises/.backup/ or with "
+            "git, or resolve the conflict, then grade again")
+
+
+def plan(notebook: Path, root: Path = ROOT):
+    """The cells to run and, for each check, its task: ``(cells, {cell index: task}, notes)``.
+
+    With a solution in ``root/solutions/``, its checks are the ones that count; otherwise the
+    notebook's own cells tagged ``check`` (a notebook the course did not generate).
+    """
+    learner = read(notebook)
+    solution = root / "solutions" / notebook.name
+    notes: list[str] = []
+    if not solution.exists():
+        cells = list(learner.cells)
+        checks = {i: task_title(cells, i) for i, c in enumerate(cells) if "check" in tags(c)}
+        return cells, checks, notes
+    template = make_exercise(read(solution), solution.name)
+    merged = merge_exercise(learner, template).notebook
+    expected = {c.source for c in template.cells if "check" in tags(c)}
+    cells, checks = [], {}
+    for cell in merged.cells:
+        if cell.cell_type != "code":
+            cells.append(cell)
+            continue
+        if "check" in tags(cell) and cell.source not in expected:
+            notes.append("an edited check cell was set aside; the grader ran the original check")
+            continue
+        if cell.source in expected and "check" in tags(cell):
+            checks[len(cells)] = task_title(template.cells, template.cells.index(
+                next(t for t in template.cells if t.source == cell.source)))
+        cells.append(cell)
+    learner_checks = [c.source for c in learner.cells if "check" in tags(c)]
+    if len(learner_checks) < len(expected) or any(NBVAL_MARKER.search(s) for s in learner_checks):
+        notes.append("check cells were deleted, edited or marked to be skipped; the grader ran the original checks")
+    return cells, checks, list(dict.fromkeys(notes))
+
+
+def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOUT) -> ExerciseResult:
+    """Grade one exercise notebook (see the module docstring)."""
+    try:
+        cells, checks, notes = plan(notebook, root)
+    except Exception as err:  # noqa: BLE001 - NotJSONError, a conflict, a cut-off file: report, go on
+        solution = root / "solutions" / notebook.name
+        results = []
+        if solution.exists():
+            try:
+                template = make_exercise(read(solution), solution.name)
+                results = [CheckResult(task_title(template.cells, i), "failed",
+                                       "not graded: the notebook is unreadable")
+                           for i, c in enumerate(template.cells) if "check" in tags(c)]
+            except Exception:  # noqa: BLE001
+                results = []
+        return ExerciseResult(notebook.stem, results, [_unreadable(notebook, err)])
+    results: list[CheckResult] = []
+    problems: list[str] = []
+    kernel = Kernel(notebook.parent)
+    done: list[str] = []  # cells that ran fine: replayed after a restart
+    try:
+        # Load the check package first: it guards every check cell's torch state (ampcourse.checks.state).
+        kernel.run("import ampcourse.checks", timeout)
+        for index, cell in enumerate(cells):
+            if cell.cell_type != "code" or not cell.source.strip():
+                continue
+            restarts = kernel.restarts
+            run = kernel.run(cell.source, timeout)
+            if kernel.restarts != restarts:  # a fresh kernel: bring it back to where it was
+                kernel.run("import ampcourse.checks", timeout)
+                for source in done:
+                    kernel.run(source, timeout)
+                imports = [line for line in cell.source.splitlines() if IMPORT.match(line)]
+                if imports:  # e.g. `from ampcourse.checks import lesson00 as check` for the next checks
+                    kernel.run("\n".join(imports), timeout)
+            if run.status == "ok":
+                done.append(cell.source)
+            if index in checks:
+                task = checks[index]
+                if run.status == "ok":
+                    results.append(CheckResult(task, "passed"))
+                elif run.ename == "NotStarted":
+                    results.append(CheckResult(task, "not started", _reason(run, timeout)))
+                else:
+                    results.append(CheckResult(task, "failed", _reason(run, timeout)))
+            elif run.status != "ok":
+                where = task_title(cells, index)
+                problems.append(f"a cell in '{where}': {_reason(run, timeout)}")
+    finally:
+        kernel.stop()
+    return ExerciseResult(notebook.stem, results, problems, notes)
+
+
+# --- the table -----------------------------------------------------------------------------------------
 
 def format_table(rows: list[ExerciseResult]) -> str:
     width = max([len("exercise")] + [len(row.name) for row in rows])
     lines = [f"{'exercise':<{width}}  checks  status", f"{'-' * width}  ------  ------"]
     for row in rows:
-        done = sum(c == "passed" for c in row.checks)
+        done = sum(c.status == "passed" for c in row.checks)
         lines.append(f"{row.name:<{width}}  {done:>2}/{len(row.checks):<3}  {row.status}")
     total = sum(len(r.checks) for r in rows)
-    done = sum(c == "passed" for r in rows for c in r.checks)
+    done = sum(c.status == "passed" for r in rows for c in r.checks)
     lines.append(f"{'-' * width}  ------  ------")
     lines.append(f"{'total':<{width}}  {done:>2}/{total:<3}  "
                  f"{sum(r.status == 'passed' for r in rows)} of {len(rows)} exercises passed")
     for row in rows:
-        if row.status == "failed" and row.first_message:
-            lines.append(f"\n{row.name}: {row.first_message}")
+        if row.status == "passed" and not row.notes:
+            continue
+        if row.status == "not started":
+            lines.append(f"\n{row.name}: not started")
+            continue
+        lines.append(f"\n{row.name}:")
+        for problem in row.problems:
+            lines.append(f"  ✗ {problem}")
+        for check in row.checks:
+            if check.status != "passed":
+                lines.append(f"  ✗ {check.task} ({check.status}): {check.reason}")
+        for note in row.notes:
+            lines.append(f"  note: {note}")
+    lines.append(f"\n({SAVE_FIRST})")
     return "\n".join(lines)
 
 
-def grade(paths: list[str] | None = None, root: Path = ROOT) -> tuple[str, int]:
-    """Run ``pytest --nbval`` on the exercises; return the table and an exit code (0: all passed)."""
-    targets = [Path(p) for p in paths] if paths else sorted((root / "exercises").glob("*.ipynb"))
-    targets = [(t if t.is_absolute() else Path.cwd() / t) for t in targets]
-    for target in targets:
-        if target.suffix != ".ipynb" or not target.exists():
-            raise ValueError(f"not an exercise notebook: {target} (give paths like exercises/00_start_here.ipynb)")
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        env = dict(os.environ, **{REPORT_ENV: str(report)})
-        subprocess.run(
-            [sys.executable, "-m", "pytest", "--nbval", "-p", "ampcourse.grading", "-q", "--tb=no",
-             *[str(t) for t in targets]],
-            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
-        )
-        results = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
-    rows = [summarise(t, results, root) for t in targets]
+def grade(paths: list[str] | None = None, root: Path = ROOT,
+          timeout: float | None = None) -> tuple[str, int]:
+    """Grade exercise notebooks (all of ``exercises/`` by default); return the table and an exit code."""
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 24 * 3600:
+        raise ValueError(f"timeout must be a number of seconds in (0, 86400], got {timeout!r}")
+    if paths is not None and (isinstance(paths, (str, Path)) or not all(isinstance(p, (str, Path)) for p in paths)):
+        raise TypeError("paths must be a list of notebook paths, e.g. ['exercises/00_start_here.ipynb']")
+    targets: list[Path] = []
+    for given in paths or []:
+        target = Path(given)
+        target = target if target.is_absolute() else Path.cwd() / target
+        if target.is_dir():
+            targets += sorted(target.glob("*.ipynb"))
+        elif target.suffix != ".ipynb" or not target.exists():
+            raise ValueError(f"not an exercise notebook: {given} (give paths like exercises/00_start_here.ipynb, "
+                             "or a folder)")
+        else:
+            targets.append(target)
+    if not paths:
+        targets = sorted((root / "exercises").glob("*.ipynb"))
+    if not targets:
+        raise ValueError(f"no exercise notebooks found in {paths or [str(root / 'exercises')]}")
+    rows = [grade_one(t, root, timeout) for t in targets]
     return format_table(rows), 0 if all(r.status == "passed" for r in rows) else 1

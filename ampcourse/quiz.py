@@ -80,6 +80,11 @@ class Quiz(widgets.VBox):
 
     def check(self, i: int) -> bool:
         """Grade question ``i`` from its current choice and show the feedback."""
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"i must be a question number, an int from 0 to {len(self.questions) - 1} (got {i!r})")
+        if not 0 <= i < len(self.questions):
+            raise ValueError(f"i must be from 0 to {len(self.questions) - 1}: this quiz has {len(self.questions)} "
+                             f"question(s) (got {i})")
         chosen = self.choices[i].index
         correct, message = feedback(self.questions[i], chosen)
         mark = "✅" if correct else ("❌" if chosen is not None else "👉")

@@ -181,6 +181,9 @@ def simulate_grad_scaler(
     )
 
 
+MAX_STEPS = 10_000_000  # overflow_pattern's longest pattern (a tuple of bools: ~80 MB)
+
+
 def overflow_pattern(
     n_steps: int,
     *,
@@ -210,6 +213,8 @@ def overflow_pattern(
         89
     """
     n_steps = as_int("n_steps", n_steps, minimum=0)
+    if n_steps > MAX_STEPS:
+        raise ValueError(f"n_steps must be at most {MAX_STEPS:,} (a simulation, not a training run; got {n_steps:,})")
     if not 0 <= as_float("rate", rate) <= 1:
         raise ValueError(f"rate must be in [0, 1] (got {rate!r})")
     burst_len = as_int("burst_len", burst_len, minimum=1)

@@ -768,6 +768,9 @@ def large_activation_stats(std: float = 1000.0, n: int = 256, seed: int = 0, dev
     std = as_positive("std", std)
     n = as_int("n", n, minimum=2)
     seed = as_int("seed", seed, minimum=0)
+    from .validate import as_device
+
+    device = as_device("device", device).type
     generator = torch.Generator().manual_seed(seed)
     x32 = (torch.randn(n, 4, generator=generator) * std).to(device)
     x = x32.half()

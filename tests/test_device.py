@@ -67,6 +67,9 @@ def test_describe_reports_a_faked_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla V100-SXM2-16GB")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)  # describe checks CUDA is there
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     hw = device.describe(torch.device("cuda"))
     text = str(hw)
     assert hw.generation == "Volta" and hw.tensor_cores and not hw.bf16_supported

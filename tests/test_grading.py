@@ -1,6 +1,11 @@
-"""The grader can fail: untouched exercises fail every check; solutions pass; the table is right."""
+"""The grader can fail: untouched exercises fail every check; solutions pass; the table is right.
+
+The exercises are taken as ``build`` generates them (not the files in exercises/, which may hold a
+learner's answers), and graded copies live in temporary folders, never in exercises/.
+"""
 
 import re
+import shutil
 import subprocess
 import sys
 
@@ -8,16 +13,29 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from ampcourse.authoring import tags
+from ampcourse.authoring import make_exercise, read, tags
 from ampcourse.course import ROOT
 from ampcourse.grading import grade
 
 EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 
 
+def _untouched(path):
+    return make_exercise(read(ROOT / "solutions" / path.name), path.name)
+
+
+def _course(tmp_path, notebooks):
+    """A course folder: solutions/ as in the repo, exercises/ with ``notebooks`` (name -> notebook)."""
+    (tmp_path / "exercises").mkdir()
+    shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
+    for name, nb in notebooks.items():
+        nbformat.write(nb, tmp_path / "exercises" / name)
+    return tmp_path
+
+
 @pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.name)
 def test_every_check_cell_of_an_untouched_exercise_fails(path, figures):
-    nb = nbformat.read(path, as_version=4)
+    nb = _untouched(path)
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     checks = [cell for cell in nb.cells if "check" in tags(cell)]
@@ -30,10 +48,15 @@ def test_every_check_cell_of_an_untouched_exercise_fails(path, figures):
     figures(f"{path.name}: all {len(checks)} check cells fail untouched (NotStarted, no traceback)")
 
 
-def test_pytest_nbval_fails_on_untouched_exercises_and_passes_on_a_solution():
+def test_pytest_nbval_fails_on_untouched_exercises_and_passes_on_a_solution(tmp_path):
     run = [sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:randomly"]
     # The README's command on two untouched exercises (every exercise is run untouched by the test above).
-    exercises = subprocess.run([*run, "exercises/00_start_here.ipynb", "exercises/09_capstone.ipynb"], cwd=ROOT,
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    shutil.copy(ROOT / "exercises" / "conftest.py", folder / "conftest.py")
+    for path in (EXERCISES[0], EXERCISES[-1]):
+        nbformat.write(_untouched(path), folder / path.name)
+    exercises = subprocess.run([*run, "--nbval-current-env", "-p", "no:cacheprovider", "."], cwd=folder,
                                capture_output=True, text=True)
     assert exercises.returncode == 1, exercises.stdout[-2000:]
     assert "NotStarted: ✗ Task 1" in exercises.stdout
@@ -46,34 +69,27 @@ def test_pytest_nbval_fails_on_untouched_exercises_and_passes_on_a_solution():
 def test_grade_table_for_untouched_and_answered(tmp_path, figures):
     # Two untouched exercises (every one of them is run untouched by the tests above; this is about the table).
     untouched = [EXERCISES[0], EXERCISES[-1]]
-    table, code = grade([str(p) for p in untouched])
+    root = _course(tmp_path, {p.name: _untouched(p) for p in untouched})
+    table, code = grade([str(root / "exercises" / p.name) for p in untouched], root=root)
     assert code == 1
     for path in untouched:
         assert any(line.startswith(path.stem) and line.endswith("not started") for line in table.splitlines())
-    # An answered copy graded the same way passes.
-    answered = ROOT / "exercises" / "zz_answered_copy.ipynb"
-    try:
-        answered.write_bytes((ROOT / "solutions" / "00_start_here.ipynb").read_bytes())
-        table, code = grade([str(answered)])
-    finally:
-        answered.unlink()
+    # The answered exercise graded the same way passes.
+    (root / "exercises" / "00_start_here.ipynb").write_bytes((ROOT / "solutions" / "00_start_here.ipynb").read_bytes())
+    table, code = grade([str(root / "exercises" / "00_start_here.ipynb")], root=root)
     assert code == 0, table
-    assert re.search(r"zz_answered_copy\s+2/2\s+passed", table), table
+    assert re.search(r"00_start_here\s+2/2\s+passed", table), table
     figures("python -m ampcourse grade:\n" + table)
 
 
 def test_grade_reports_a_wrong_answer_as_failed(tmp_path):
-    wrong = ROOT / "exercises" / "zz_wrong_copy.ipynb"
     nb = nbformat.read(ROOT / "solutions" / "00_start_here.ipynb", as_version=4)
     for cell in nb.cells:
         cell.source = cell.source.replace("return t.numel() * t.element_size()", "return t.numel()")
-    try:
-        nbformat.write(nb, wrong)
-        table, code = grade([str(wrong)])
-    finally:
-        wrong.unlink()
+    root = _course(tmp_path, {"00_start_here.ipynb": nb})
+    table, code = grade([str(root / "exercises" / "00_start_here.ipynb")], root=root)
     assert code == 1
-    assert re.search(r"zz_wrong_copy\s+1/2\s+failed", table), table
+    assert re.search(r"00_start_here\s+1/2\s+failed", table), table
     assert "the number of elements" in table
 
 

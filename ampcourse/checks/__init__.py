@@ -67,6 +67,15 @@ def call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any
             task, f"`{name}` raised {type(err).__name__}: {err}. Run it by hand on a small "
                   "input to see where it breaks."
         ) from None
+    except KeyboardInterrupt:
+        raise fail(task, f"`{name}` was interrupted (KeyboardInterrupt): it ran until it was stopped — a loop "
+                         "that never ends? (or your answer raises KeyboardInterrupt itself: don't)") from None
+    except BaseException as err:  # noqa: BLE001 - SystemExit, BaseException subclasses raised by the answer
+        raise fail(
+            task, f"`{name}` raised {type(err).__name__}{': ' + str(err) if str(err) else ''}, which ends a "
+                  "program rather than reporting an error: don't call sys.exit()/exit() or raise it in your "
+                  "answer; return the value the task asks for."
+        ) from None
 
 
 def _show_without_traceback(shell, etype, value, tb, tb_offset=None):
@@ -84,6 +93,9 @@ def _install_ipython_handler() -> None:
     shell = get_ipython()
     if shell is not None:
         shell.set_custom_exc((CheckFailed,), _show_without_traceback)
+        from .state import install  # each check cell runs in torch's default global state
+
+        install(shell)
 
 
 _install_ipython_handler()

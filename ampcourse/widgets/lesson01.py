@@ -274,7 +274,9 @@ def ulp_png(fmts: Iterable[str | torch.dtype] = tuple(FORMATS), dpi: int = 100) 
 # The bit explorer: pure functions
 # --------------------------------------------------------------------------------------------------
 
-_UNSIGNED = r"(?:(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:e[+-]?\d+)?|inf(?:inity)?|nan)"
+# Unambiguous (digits, then optionally a point and more digits): a long paste is matched in linear time.
+_UNSIGNED = r"(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:e[+-]?\d+)?|inf(?:inity)?|nan)"
+MAX_TEXT = 1000  # characters parse_value reads (a float64 has 17 significant digits)
 _LITERAL = rf"[+-]?{_UNSIGNED}"
 _FRACTION = re.compile(rf"({_LITERAL})/({_LITERAL})", re.IGNORECASE)
 _POWER = re.compile(rf"([+-]?)({_UNSIGNED})(?:\*\*|\^)({_LITERAL})", re.IGNORECASE)
@@ -324,12 +326,16 @@ def parse_value(text: str) -> float:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, not {type(text).__name__}")
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"could not read a text of {len(text)} characters as a number: at most {MAX_TEXT} "
+                         f"are read (a float64 keeps about 17 significant digits); {_HINT}")
+    shown = text if len(text) <= 60 else text[:50] + "…"
     try:
         return _read_number(text.replace("−", "-").replace(" ", ""))
     except _Unreadable as reason:
-        raise ValueError(f"could not read {text!r} as a number ({reason}); {_HINT}") from None
+        raise ValueError(f"could not read {shown!r} as a number ({reason}); {_HINT}") from None
     except ValueError:
-        raise ValueError(f"could not read {text!r} as a number; {_HINT}") from None
+        raise ValueError(f"could not read {shown!r} as a number; {_HINT}") from None
 
 
 def _check_value(value: object, arg: str = "value") -> float:

@@ -102,7 +102,11 @@ def measure(width: int, batch: int, device: torch.device | None = None, repeats:
     Per mode: one untimed warm-up call, then the median of up to ``repeats`` timed calls — fewer when one
     call is slow, so that a move stays fast (:data:`BUDGET_S` of timed calls per mode).
     """
-    device = pick_device() if device is None else torch.device(device)
+    from ..validate import as_device
+
+    device = pick_device() if device is None else as_device("device", device)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1 (got {repeats!r})")
     allowed = widths_for(device)
     if isinstance(width, bool) or not isinstance(width, int) or width not in allowed:
         raise ValueError(f"width must be one of {list(allowed)} on {device.type} (got {width!r})")

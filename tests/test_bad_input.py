@@ -1,0 +1,191 @@
+"""Bad input gets a clear ``ValueError``/``TypeError`` that names the argument: never a raw error from deep
+inside torch or the standard library, never a silent wrong result, never a hang.
+
+The cases are the ones the reliability probe (issue 17) found giving raw errors, wrong results or hangs.
+"""
+
+import math
+
+import pytest
+import torch
+
+from ampcourse import accumulation, bench, capstone, device, floats, troubleshoot
+from ampcourse.__main__ import main
+from ampcourse.quiz import Question, Quiz
+from ampcourse.widgets import lesson01, lesson06
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_MPS = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
+def _tiny_step():
+    return None
+
+
+# Every public function that takes a device, called with that device.
+DEVICE_CALLS = {
+    "device.describe": lambda d: device.describe(d),
+    "bench.synchronize": lambda d: bench.synchronize(d),
+    "bench.time_fn": lambda d: bench.time_fn(_tiny_step, warmup=0, repeats=1, device=d),
+    "bench.matmul_throughput": lambda d: bench.matmul_throughput(4, 4, 4, device=d, warmup=0, repeats=1),
+    "bench.peak_flops": lambda d: bench.peak_flops(d),
+    "bench.compare_precisions": lambda d: bench.compare_precisions(width=8, depth=1, batch=2, device=d,
+                                                                   warmup=0, repeats=1),
+    "troubleshoot.large_activation_stats": lambda d: troubleshoot.large_activation_stats(device=d),
+    "capstone.recommended_dtype": lambda d: capstone.recommended_dtype(d),
+    "capstone.train": lambda d: capstone.train(capstone.TrainConfig(), device=d, progress=None),
+    "widgets.lesson06.measure": lambda d: lesson06.measure(128, 32, device=d),
+}
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
+@pytest.mark.parametrize("name", DEVICE_CALLS)
+def test_cuda_on_a_machine_without_it_is_a_clear_error(name):
+    with pytest.raises(ValueError, match=r"CUDA was requested but .*; use device='cpu'"):
+        DEVICE_CALLS[name]("cuda")
+
+
+@pytest.mark.skipif(HAS_MPS, reason="this machine has MPS")
+@pytest.mark.parametrize("name", DEVICE_CALLS)
+def test_mps_where_it_is_missing_is_a_clear_error(name):
+    with pytest.raises(ValueError, match="MPS .* was requested"):
+        DEVICE_CALLS[name]("mps")
+
+
+@pytest.mark.parametrize("name", DEVICE_CALLS)
+@pytest.mark.parametrize("bad", ["tpu", "nope", "", 3, 2.5, True])
+def test_unknown_devices_are_clear_errors(name, bad):
+    with pytest.raises((ValueError, TypeError), match="device"):
+        DEVICE_CALLS[name](bad)
+
+
+@pytest.mark.parametrize(("args", "error", "words"), [
+    (("x", -1, 3), ValueError, "exponent_bits must be from 2 to 11"),
+    (("x", 100, 10), ValueError, "exponent_bits must be from 2 to 11"),
+    (("x", 5, -2), ValueError, "mantissa_bits must be from 0 to 52"),
+    (("x", 5, 60), ValueError, "mantissa_bits must be from 0 to 52"),
+    (("x", "5", 2), TypeError, "exponent_bits must be an int"),
+    (("x", 5.0, 2), TypeError, "exponent_bits must be an int"),
+    ((5, 5, 2), TypeError, "name must be a non-empty str"),
+])
+def test_derive_format_refuses_impossible_layouts(args, error, words):
+    with pytest.raises(error, match=words):
+        floats.derive_format(*args)
+
+
+def test_round_to_a_number_beyond_float32_gives_inf_like_a_cast():
+    assert floats.round_to(10**29, "fp16") == math.inf
+    assert floats.round_to(-(10**400), "bf16") == -math.inf
+    assert floats.round_to(1e39, "fp32") == math.inf == torch.tensor(1e39, dtype=torch.float64).float().item()
+
+
+@pytest.mark.parametrize(("fn", "value", "error"), [
+    (bench.format_time, "abc", TypeError), (bench.format_time, None, TypeError), (bench.format_time, -1.0, ValueError),
+    (bench.format_flops, "abc", TypeError), (bench.format_flops, -1e12, ValueError),
+    (bench.format_bytes, math.nan, ValueError), (bench.format_bytes, "1KB", TypeError),
+    (bench.format_bytes, math.inf, ValueError),
+])
+def test_format_helpers_refuse_what_they_cannot_show(fn, value, error):
+    with pytest.raises(error, match="seconds|flops_per_second|n must"):
+        fn(value)
+
+
+def test_format_bytes_shows_a_fraction_instead_of_truncating_it():
+    assert bench.format_bytes(1.7) == "1.7 B" and bench.format_bytes(1536) == "1.5 KiB"
+
+
+@pytest.mark.parametrize("achieved", [math.nan, math.inf, -1.0])
+def test_fraction_of_peak_refuses_nan_and_inf(achieved):
+    with pytest.raises(ValueError, match="achieved must be a finite number"):
+        bench.fraction_of_peak(achieved, 1e12)
+
+
+def test_tf32_enabled_wants_a_bool():
+    with pytest.raises(TypeError, match="enabled must be True or False"):
+        with bench.tf32_enabled("yes"):
+            pass
+
+
+def test_quiz_check_names_the_question_range():
+    quiz = Quiz([Question("2 + 2?", ["3", "4"], answer=1, why="four")])
+    with pytest.raises(ValueError, match=r"i must be from 0 to 0: this quiz has 1 question"):
+        quiz.check(5)
+    with pytest.raises(TypeError, match="i must be a question number"):
+        quiz.check("0")
+
+
+def _state():
+    return accumulation.make_state()
+
+
+def test_load_checkpoint_on_a_corrupt_or_missing_file(tmp_path):
+    state = _state()
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"this is not a checkpoint" * 10)
+    with pytest.raises(ValueError, match="is not a readable checkpoint"):
+        accumulation.load_checkpoint(corrupt, state.model, state.optimizer, state.scaler)
+    with pytest.raises(ValueError, match="no checkpoint file"):
+        accumulation.load_checkpoint(tmp_path / "missing.pt", state.model, state.optimizer, state.scaler)
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(2)}, other)
+    with pytest.raises(ValueError, match="not a save_checkpoint file"):
+        accumulation.load_checkpoint(other, state.model, state.optimizer, state.scaler)
+
+
+def test_resume_matches_checks_the_folder_first(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        accumulation.resume_matches(tmp_path / "no" / "such" / "dir" / "x.pt")
+
+
+def test_sizes_that_cannot_finish_are_refused_with_the_limit():
+    with pytest.raises(ValueError, match=r"more than this benchmark allows on cpu \(2e\+11"):
+        bench.compare_precisions(width=4096, depth=64, batch=4096, device="cpu")
+    digits = capstone.load_digits()
+    with pytest.raises(ValueError, match=f"n must be at most {capstone.MAX_PNG_DIGITS}"):
+        capstone.digits_png(digits, n=10**6)
+
+
+@pytest.mark.parametrize("text", ["1" * 20000 + "x", "1" * 999 + "x", "1/" + "1" * 5000, "2**" + "9" * 3000])
+def test_a_long_paste_into_the_bit_explorer_is_refused_or_read_at_once(text):
+    # The old patterns backtracked quadratically (20,000 characters took 20 s); these return at once.
+    with pytest.raises(ValueError, match="could not read"):
+        lesson01.parse_value(text)
+    assert lesson01.parse_value("1" * 900) == math.inf or lesson01.parse_value("1" * 900) > 1e308
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["grade", "exercises/nothing.ipynb"], "not an exercise notebook"),
+    (["grade", "README.md"], "not an exercise notebook"),
+    (["execute", "notebooks/nope.ipynb"], "no such notebook"),
+    (["grade", "--timeout", "0", "exercises/00_start_here.ipynb"], "timeout must be"),
+])
+def test_command_line_mistakes_end_in_one_line_not_a_traceback(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_silent_wrong_results_are_now_errors():
+    with pytest.raises(ValueError, match="clock gave a duration"):
+        bench.time_fn(_tiny_step, warmup=0, repeats=2, clock=lambda: math.nan)
+    ticks = iter([5.0, 4.0, 3.0, 2.0])
+    with pytest.raises(ValueError, match="never goes back"):
+        bench.time_fn(_tiny_step, warmup=0, repeats=2, clock=lambda: next(ticks))
+    for warmup, total in ((-1, 10), (5.5, 10)):
+        with pytest.raises((ValueError, TypeError), match="warmup"):
+            capstone.cosine_schedule(warmup, total)
+    with pytest.raises(ValueError, match="repeats must be an int >= 1"):
+        lesson06.measure(128, 32, device="cpu", repeats=0)
+
+
+def test_sizes_that_cannot_be_allocated_are_refused_with_the_limit():
+    from ampcourse import autocast_lists, scaler_sim
+
+    with pytest.raises(ValueError, match="n_steps must be at most"):
+        scaler_sim.overflow_pattern(10**9)
+    with pytest.raises(ValueError, match="MAX_MLP_PARAMETERS"):
+        bench.make_mlp(10**6, 10**6)
+    with pytest.raises(ValueError, match="MAX_MATMUL_ELEMENTS"):
+        bench.matmul_throughput(10**6, 10**6, 10**6)
+    with pytest.raises(TypeError, match="rows must be"):
+        autocast_lists.as_table(42)
