@@ -359,7 +359,7 @@ class WhereSqrt(nn.Module):
 
     ``torch.where(x > 0, x.sqrt(), 0)`` is finite in the forward pass, but ``sqrt`` of a negative number
     is NaN, and its backward computes ``grad / (2·sqrt(x))`` = NaN for those entries, even though
-    ``where`` passes them a zero gradient (0 × NaN = NaN). ``safe=True`` takes the square root of
+    ``where`` passes them a zero gradient (0 / NaN = NaN). ``safe=True`` takes the square root of
     ``x.clamp_min(tiny)`` instead, so no branch ever sees a NaN.
     """
 
@@ -955,11 +955,11 @@ SYMPTOMS: tuple[dict[str, str], ...] = (
      "fix": "find_nonfinite names the module; FP32Island around it, or stay in bf16; normalise large targets",
      "shown in": "§1 find the first inf · §4 bf16-trained model in fp16"},
     {"symptom": "forward finite, gradients NaN",
-     "cause": "a backward op returns NaN (sqrt of a masked negative behind torch.where: 0 × NaN = NaN)",
+     "cause": "a backward op returns NaN (sqrt of a masked negative behind torch.where: 0 / NaN = NaN)",
      "fix": "detect_anomaly names the node (SqrtBackward0) and its forward line; make the masked branch safe",
      "shown in": "§2 detect_anomaly"},
     {"symptom": "many gradients exactly 0 in fp16",
-     "cause": "gradients below fp16's smallest subnormal round to 0 (underflow)",
+     "cause": "gradients up to half of fp16's smallest subnormal (2^-25 ≈ 3e-8) round to 0 (underflow)",
      "fix": "grad_stats' fp16-underflow column; GradScaler (or bf16)",
      "shown in": "§2 gradient statistics"},
     {"symptom": "'mat1 and mat2 must have the same dtype' after autocast(enabled=False)",
