@@ -978,6 +978,18 @@ SYMPTOMS: tuple[dict[str, str], ...] = (
      "cause": "model.half() stores BN statistics in fp16; a sum of many large fp16 values passes 65504",
      "fix": "autocast (keeps BN buffers fp32) instead of .half(); mean instead of sum, or FP32 there",
      "shown in": "§5 BatchNorm and large activations"},
+    {"symptom": "loss is inf/NaN and you do not know why",
+     "cause": "the 16-bit forward pass, or the loss scale — bisect before guessing",
+     "fix": "autocast(enabled=False), then GradScaler(enabled=False), one at a time: the NaN follows its cause",
+     "shown in": "§6 bisect"},
+    {"symptom": "a model.half() run stalls without any NaN",
+     "cause": "fp16 weights: an update at or below 2^-11 of a weight rounds away; Adam's eps=1e-8 is 0 in fp16",
+     "fix": "FP32 master weights: autocast + GradScaler, never train a .half() model",
+     "shown in": "§6 FP16 weights"},
+    {"symptom": "NaN from an attention layer under fp16",
+     "cause": "q·kᵀ scores pass 65504 before the softmax (inf − inf = NaN)",
+     "fix": "scores and softmax in an FP32 island, or bf16",
+     "shown in": "§6 attention logits"},
 )
 
 
