@@ -150,7 +150,7 @@ def test_data_split_across_ranks_is_the_global_batch():
 def test_compare_params():
     a = torch.zeros(4)
     result = d.compare_params(a, a + 1e-7, 1e-6)
-    assert result.ok and not result.bit_identical and "≤ 1e-06" in str(result)
+    assert result.ok and not result.bit_identical and "≤ 1.00e-06" in str(result)  # 3 digits: 1.17e-03 is not 1e-03
     assert not d.compare_params(a, a + 1e-3, 1e-6).ok
     with pytest.raises(ValueError, match="same shape"):
         d.compare_params(a, torch.zeros(3), 1e-6)
