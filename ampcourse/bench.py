@@ -51,7 +51,8 @@ __all__ = [
     "ActivationReport", "BenchmarkError", "Comparison", "DATASHEET_PEAKS", "MODES", "MatmulResult", "MemorySummary",
     "StepResult", "Timing", "achieved_flops", "available_modes", "benchmark_step", "cast_cost", "compare_precisions",
     "cpu_features", "format_bytes", "format_flops", "format_time", "fraction_of_peak", "largest_batch_estimate",
-    "make_mlp", "matmul_flops", "matmul_throughput", "measured_peak_flops", "memory_summary",
+    "make_mlp", "matmul_flops", "mlp_step_flops", "tf32_api", "fp32_precision_settings", "SweepPoint",
+    "Bf16Sweep", "bf16_sweep", "matmul_throughput", "measured_peak_flops", "memory_summary",
     "mode_unavailable_reason", "peak_flops", "peak_memory_bytes", "saved_activation_bytes", "state_bytes",
     "synchronize", "time_fn",
 ]
@@ -470,12 +471,15 @@ _SOURCES = {
     "H100": "NVIDIA H100 datasheet, SXM (its tensor figures are sparse: halved here)",
     "H100 PCIe": "NVIDIA H100 datasheet, PCIe (its tensor figures are sparse: halved here)",
     "H200": "NVIDIA H200 datasheet, SXM (its tensor figures are sparse: halved here)",
+    "H100 NVL": "NVIDIA H100 datasheet, NVL (its tensor figures are sparse: halved here)",
+    "H200 NVL": "NVIDIA H200 datasheet, NVL (its tensor figures are sparse: halved here)",
 }
 
 #: Peak FLOP/s from NVIDIA datasheets (whitepaper for the RTX 4090): **dense**, without 2:4 sparsity.
 #: ``fp32`` is the non-tensor FP32 rate; ``tf32``/``fp16``/``bf16`` are Tensor Core rates with FP32
 #: accumulation. Keys are matched as whole words in ``torch.cuda.get_device_name()`` (longest match
-#: wins: "H100 PCIe" before "H100", which is taken to be the SXM part). A missing dtype: no such
+#: wins: "H100 PCIe" and "H100 NVL" before "H100", which is taken to be the SXM part; the same for
+#: H200). A missing dtype: no such
 #: Tensor Core mode on that GPU (V100 and T4 have no TF32/BF16 Tensor Cores).
 DATASHEET_PEAKS: dict[str, dict[str, float]] = {
     "V100-SXM2": {"fp32": 15.7 * _T, "fp16": 125 * _T},
@@ -489,6 +493,8 @@ DATASHEET_PEAKS: dict[str, dict[str, float]] = {
     "H100": {"fp32": 67 * _T, "tf32": 494.5 * _T, "fp16": 989.5 * _T, "bf16": 989.5 * _T},
     "H100 PCIe": {"fp32": 51 * _T, "tf32": 378 * _T, "fp16": 756.5 * _T, "bf16": 756.5 * _T},
     "H200": {"fp32": 67 * _T, "tf32": 494.5 * _T, "fp16": 989.5 * _T, "bf16": 989.5 * _T},
+    "H100 NVL": {"fp32": 60 * _T, "tf32": 417.5 * _T, "fp16": 835.5 * _T, "bf16": 835.5 * _T},
+    "H200 NVL": {"fp32": 60 * _T, "tf32": 417.5 * _T, "fp16": 835.5 * _T, "bf16": 835.5 * _T},
 }
 
 
@@ -507,6 +513,8 @@ def datasheet_entry(gpu_name: str) -> str | None:
 
     >>> datasheet_entry("NVIDIA H100 PCIe"), datasheet_entry("NVIDIA A100-SXM4-80GB"), datasheet_entry("NVIDIA A10G")
     ('H100 PCIe', 'A100', None)
+    >>> datasheet_entry("NVIDIA H200 NVL"), datasheet_entry("NVIDIA H200")
+    ('H200 NVL', 'H200')
     """
     if not isinstance(gpu_name, str):
         raise TypeError(f"gpu_name must be a str (got {gpu_name!r})")
@@ -536,14 +544,48 @@ def peak_flops(device: torch.device | str, dtype: Any = "fp32", *, gpu_name: str
     return DATASHEET_PEAKS[key][mode], f"datasheet: {_SOURCES[key]}"
 
 
+def tf32_api() -> str:
+    """Which TF32 switches this torch has: ``"fp32_precision"`` (torch >= 2.9) or ``"allow_tf32"`` (older).
+
+    Since torch 2.9 the documented settings are ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision`` (``"tf32"`` or ``"ieee"``; ``"none"``: inherit), and
+    ``torch.set_float32_matmul_precision("high")`` sets the matmul ones. The legacy ``allow_tf32`` flags
+    still work when *set*, but *reading* them after the new API was used raises ``RuntimeError`` ("you
+    have used mix of the legacy and new APIs"), so code that saves and restores the flags must use the
+    new API where it exists.
+    """
+    try:
+        torch.backends.cuda.matmul.fp32_precision  # noqa: B018 - probing the attribute is the point
+    except (AttributeError, RuntimeError):
+        return "allow_tf32"
+    return "fp32_precision"
+
+
 @contextlib.contextmanager
 def tf32_enabled(enabled: bool):
-    """Set ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``; restore after."""
+    """Allow (``True``) or forbid (``False``) TF32 in CUDA matrix products and cuDNN convolutions; restore after.
+
+    Uses ``torch.backends.cuda.matmul.fp32_precision`` and ``torch.backends.cudnn.{conv,rnn}.fp32_precision``
+    (``"tf32"`` / ``"ieee"``) where torch has them (>= 2.9, see :func:`tf32_api`), the legacy
+    ``allow_tf32`` flags otherwise. Works whichever API was used before in the process. On a CPU these
+    settings change nothing that this course measures.
+    """
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled must be True or False (got {enabled!r})")
+    if tf32_api() == "fp32_precision":
+        knobs = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
+        before = [knob.fp32_precision for knob in knobs]
+        for knob in knobs:
+            knob.fp32_precision = "tf32" if enabled else "ieee"
+        try:
+            yield
+        finally:
+            for knob, value in zip(knobs, before, strict=True):
+                knob.fp32_precision = value
+        return
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # newer torch may suggest its fp32_precision settings instead
-        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        warnings.simplefilter("ignore")
+        legacy = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         torch.backends.cuda.matmul.allow_tf32 = enabled
         torch.backends.cudnn.allow_tf32 = enabled
     try:
@@ -551,7 +593,32 @@ def tf32_enabled(enabled: bool):
     finally:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = legacy
+
+
+def fp32_precision_settings() -> dict[str, str]:
+    """The current float32 precision settings by name (torch >= 2.9; empty dict on older torch).
+
+    ``torch.backends.cuda.matmul`` (cuBLAS), ``torch.backends.cudnn.conv``, ``torch.backends.mkldnn.matmul``
+    (oneDNN on the CPU: ``"bf16"`` or ``"tf32"`` let it use reduced-precision hardware for float32
+    products) and ``torch.get_float32_matmul_precision()``; a value that cannot be read (mixed legacy and
+    new APIs) is reported as the error's first words.
+    """
+    if tf32_api() != "fp32_precision":
+        return {}
+    readers = {
+        "torch.backends.cuda.matmul.fp32_precision": lambda: torch.backends.cuda.matmul.fp32_precision,
+        "torch.backends.cudnn.conv.fp32_precision": lambda: torch.backends.cudnn.conv.fp32_precision,
+        "torch.backends.mkldnn.matmul.fp32_precision": lambda: torch.backends.mkldnn.matmul.fp32_precision,
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
+    }
+    out = {}
+    for name, read in readers.items():
+        try:
+            out[name] = str(read())
+        except RuntimeError as err:
+            out[name] = f"unreadable: {str(err).split(',')[0][:80]}"
+    return out
 
 
 @dataclass(frozen=True)
@@ -690,6 +757,24 @@ def make_mlp(width: int, depth: int, *, seed: int = 0) -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers)
 
 
+def mlp_step_flops(width: int, depth: int, batch: int) -> int:
+    """Matrix-product FLOPs of one training step of :func:`make_mlp` on a batch that needs no gradient.
+
+    Forward: ``depth`` products of (batch × width) @ (width × width). Backward: a weight gradient for every
+    layer, and an input gradient for every layer but the first (the data needs none):
+    ``(3·depth − 1) · 2·batch·width²``. Bias, ReLU, the loss and the optimizer are left out (they are
+    element-wise: few FLOPs, but memory traffic). Divided by the step time this gives the achieved FLOP/s;
+    divided by the peak, the model FLOP/s utilisation (MFU).
+
+    >>> mlp_step_flops(width=2, depth=1, batch=1)   # forward 8 + weight gradient 8
+    16
+    """
+    width = as_int("width", width, minimum=1)
+    depth = as_int("depth", depth, minimum=1)
+    batch = as_int("batch", batch, minimum=1)
+    return (3 * depth - 1) * matmul_flops(batch, width, width)
+
+
 @dataclass(frozen=True)
 class StepResult:
     """One mode's measurement. ``error`` is set (and the measurements are None) when the row could not run."""
@@ -709,8 +794,13 @@ class StepResult:
 
     @property
     def step_flops(self) -> int:
-        """Matmul FLOPs of one step: forward (1×) plus backward (2×: input and weight gradients)."""
-        return 3 * self.depth * matmul_flops(self.batch, self.width, self.width)
+        """Matrix-product FLOPs of one step (see :func:`mlp_step_flops`)."""
+        return mlp_step_flops(self.width, self.depth, self.batch)
+
+    @property
+    def achieved(self) -> float | None:
+        """Matrix-product FLOP/s of the step at its median time (``None`` for a row that did not run)."""
+        return None if self.timing is None else achieved_flops(self.step_flops, self.timing.median)
 
     @property
     def label(self) -> str:
@@ -919,6 +1009,175 @@ def compare_precisions(*, width: int, depth: int, batch: int, device: torch.devi
     rows = [benchmark_step(m, width=width, depth=depth, batch=batch, device=device, compile=c, warmup=warmup,
                            repeats=repeats, seed=seed) for m, c in runs]
     return Comparison(tuple(rows))
+
+
+# --- where does AMP pay off? a size sweep -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One width of :func:`bf16_sweep`: per-round median step times of FP32 and of the AMP mode.
+
+    A round times both modes back to back (their order alternates between rounds, so a drift of the
+    machine's speed — clocks, other processes — does not always hit the same mode).
+    """
+
+    width: int
+    depth: int
+    batch: int
+    fp32: tuple[float, ...]
+    low: tuple[float, ...]
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """FP32 time / AMP time, round by round (> 1: AMP was faster in that round)."""
+        return tuple(f / lo for f, lo in zip(self.fp32, self.low, strict=True))
+
+    @property
+    def speedup(self) -> float:
+        """The median of the rounds' ratios."""
+        return statistics.median(self.ratios)
+
+    @property
+    def spread(self) -> float:
+        """(largest − smallest ratio) / median ratio: 0 when every round agrees."""
+        return (max(self.ratios) - min(self.ratios)) / self.speedup
+
+    @property
+    def fp32_achieved(self) -> float:
+        """Matrix-product FLOP/s of the FP32 step (median over rounds): low = overhead-bound, high = compute-bound."""
+        return achieved_flops(mlp_step_flops(self.width, self.depth, self.batch), statistics.median(self.fp32))
+
+    @property
+    def low_achieved(self) -> float:
+        """The same for the AMP step."""
+        return achieved_flops(mlp_step_flops(self.width, self.depth, self.batch), statistics.median(self.low))
+
+
+@dataclass(frozen=True)
+class Bf16Sweep:
+    """The result of :func:`bf16_sweep`. ``stopped`` says why the sweep ended early (``None``: every width ran)."""
+
+    mode: str
+    device: str
+    points: tuple[SweepPoint, ...]
+    rounds: int
+    noise_threshold: float
+    stopped: str | None = None
+
+    @property
+    def noisy(self) -> tuple[SweepPoint, ...]:
+        """The points whose rounds disagree by more than ``noise_threshold`` (a busy machine: rerun)."""
+        return tuple(p for p in self.points if p.spread > self.noise_threshold)
+
+    def pays_off_from(self, margin: float = 0.05) -> int | None:
+        """The smallest width from which the AMP step was faster by more than ``margin`` (median ratio
+        > 1 + margin) at every larger width measured, or ``None`` if it was not at the largest width."""
+        margin = as_positive("margin", margin)
+        width = None
+        for point in reversed(self.points):
+            if point.speedup <= 1 + margin:
+                break
+            width = point.width
+        return width
+
+    def lines(self) -> list[str]:
+        out = [f"one training step, {self.points[0].depth} × Linear(width) + ReLU, batch {self.points[0].batch}, "
+               f"Adam; {self.mode} autocast vs fp32 on {self.device}; {self.rounds} rounds per width"
+               if self.points else f"no width measured on {self.device}"]
+        for p in self.points:
+            out.append(f"width {p.width:>5}: {self.mode} {p.speedup:.2f}× the fp32 speed (rounds "
+                       f"{min(p.ratios):.2f}–{max(p.ratios):.2f}){'  <- noisy: rerun' if p in self.noisy else ''}; "
+                       f"fp32 step {format_flops(p.fp32_achieved)}, {self.mode} step {format_flops(p.low_achieved)}")
+        if self.stopped:
+            out.append(self.stopped)
+        return out
+
+    def verdict(self) -> str:
+        """What this machine said, in words (machine-dependent: show it in a cell nbval ignores)."""
+        if not self.points:
+            return "nothing was measured"
+        start = self.pays_off_from()
+        if start is None:
+            text = (f"{self.mode} did not pay off (> 1.05× the fp32 speed) at the largest width measured here "
+                    f"({self.points[-1].width}); its best: {max(p.speedup for p in self.points):.2f}× the fp32 speed.")
+        elif start == self.points[0].width:
+            text = f"{self.mode} paid off at every width measured here, from {start}."
+        else:
+            text = f"{self.mode} paid off from width {start} up; below it, not."
+        if self.noisy:
+            text += (f" Warning: the rounds disagreed by more than {self.noise_threshold:.0%} at width(s) "
+                     f"{', '.join(str(p.width) for p in self.noisy)} — the machine was busy; rerun before you believe "
+                     "those rows.")
+        return text
+
+
+def _sweep_step(width: int, depth: int, batch: int, device: torch.device, mode: str, seed: int):
+    model = make_mlp(width, depth, seed=seed).to(device)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch, width, generator=g).to(device)
+    target = torch.randn(batch, width, generator=g).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler(device.type) if mode == "fp16" else None
+    return _step_fn(model, optimizer, scaler, x, target, mode, device.type)
+
+
+def bf16_sweep(widths: Sequence[int] = (64, 128, 256, 512, 1024, 2048), *, depth: int = 4, batch: int = 256,
+               device: torch.device | str = "cpu", mode: str = "bf16", rounds: int = 3, repeats: int = 3,
+               warmup: int = 1, budget_seconds: float = 10.0, noise_threshold: float = 0.25,
+               seed: int = 0) -> Bf16Sweep:
+    """Where does autocast pay off on this machine? Time an FP32 and an AMP training step at each width.
+
+    For each width (increasing), ``rounds`` rounds each time the FP32 step and the ``mode`` step
+    (:func:`time_fn`: ``warmup`` untimed calls, the median of ``repeats`` timed ones), alternating which
+    runs first. The ratio is reported per round, so a reader sees the spread; a point whose rounds
+    disagree by more than ``noise_threshold`` (relative) is flagged as noise.
+
+    Slow machines: before a width, its cost is estimated from the previous width's (scaled by the
+    FLOPs, an over-estimate while steps are overhead-bound); if it would exceed what is left of
+    ``budget_seconds``, the sweep stops and ``stopped`` says so. The first width always runs.
+    """
+    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
+        raise TypeError(f"widths must be a non-empty list of ints (got {widths!r})")
+    widths = [as_int("width", w, minimum=1) for w in widths]
+    if widths != sorted(set(widths)):
+        raise ValueError(f"widths must be distinct and increasing (got {widths})")
+    depth = as_int("depth", depth, minimum=1)
+    batch = as_int("batch", batch, minimum=1)
+    device = _as_device(device)
+    if mode not in ("fp16", "bf16"):
+        raise ValueError(f"mode must be 'bf16' or 'fp16' (got {mode!r})")
+    reason = mode_unavailable_reason(mode, device)
+    if reason:
+        raise ValueError(f"mode {mode!r} is not available on {device}: {reason}")
+    rounds = as_int("rounds", rounds, minimum=1)
+    repeats = as_int("repeats", repeats, minimum=1)
+    warmup = as_int("warmup", warmup, minimum=0)
+    budget = as_positive("budget_seconds", budget_seconds)
+    threshold = as_positive("noise_threshold", noise_threshold)
+    start = time.perf_counter()
+    points: list[SweepPoint] = []
+    stopped = None
+    last_cost = last_flops = None
+    for width in widths:
+        flops = mlp_step_flops(width, depth, batch)
+        if last_cost is not None:
+            estimate = last_cost * flops / last_flops
+            left = budget - (time.perf_counter() - start)
+            if estimate > left:
+                stopped = (f"stopped before width {width}: it would take about {format_time(estimate)} here "
+                           f"(budget {format_time(budget)})")
+                break
+        began = time.perf_counter()
+        steps = {m: _sweep_step(width, depth, batch, device, m, seed) for m in ("fp32", mode)}
+        times: dict[str, list[float]] = {"fp32": [], mode: []}
+        for r in range(rounds):
+            order = ("fp32", mode) if r % 2 == 0 else (mode, "fp32")
+            for m in order:
+                times[m].append(time_fn(steps[m], warmup=warmup if r == 0 else 0, repeats=repeats,
+                                        device=device).median)
+        points.append(SweepPoint(width, depth, batch, tuple(times["fp32"]), tuple(times[mode])))
+        last_cost, last_flops = time.perf_counter() - began, flops
+    return Bf16Sweep(mode, str(device), tuple(points), rounds, threshold, stopped)
 
 
 # --- memory budget and casts ------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ window's step in :func:`train_window`):
 * progress lines every ``log_every`` steps and a summary.
 
 :func:`compare` runs FP32 and AMP from the same seeds and reports accuracy (mean ± std over seeds, and
-the paired difference), the median step time and the activation bytes saved for backward.
+the paired difference), the median step time and the bytes saved for backward (activations and autocast's
+weight copies apart).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .bench import saved_activation_bytes
+from .bench import ActivationReport, saved_activation_bytes
 from .device import recommend
 from .scaler_run import step_was_skipped
 from .tables import Table
@@ -331,19 +332,23 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dt
 
 
 # ---------------------------------------------------------------------------------------------- memory
-def _saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype) -> int:
-    """Bytes autograd keeps for backward in one forward pass of a micro-batch: activations plus autocast's
-    low-precision weight copies (:attr:`ampcourse.bench.ActivationReport.held_for_backward`; each storage once,
-    the parameters themselves left out). Run on a copy of the model with the RNG forked, so training is not
-    disturbed."""
+def _saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype) -> ActivationReport:
+    """What autograd keeps for backward in one forward pass of a micro-batch (:class:`ampcourse.bench.ActivationReport`:
+    activations and autocast's low-precision weight copies apart; each storage once, the parameters left out).
+
+    ``x`` and ``y`` are copied first: a slice of the training set is a *view*, and a saved view keeps (and
+    would be counted with) the whole training set's storage — the training loop gathers its micro-batches
+    into fresh tensors, and so does this measurement. Run on a copy of the model with the RNG forked, so
+    training is not disturbed."""
     model = copy.deepcopy(model)
+    x, y = x.clone(), y.clone()
 
     def forward() -> torch.Tensor:
         with torch.autocast(device_type=x.device.type, dtype=dtype, enabled=dtype != torch.float32):
             return nn.functional.cross_entropy(model(x), y)
 
     with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-        return saved_activation_bytes(forward, model).held_for_backward
+        return saved_activation_bytes(forward, model)
 
 
 # ----------------------------------------------------------------------------------------------- train
@@ -361,7 +366,7 @@ class TrainResult:
         final_scale: the scaler's scale at the end (1.0 when no scaler is used).
         final_lr: the learning rate at the end.
         step_times: seconds per window, as measured in this call (a resumed run: only its own windows).
-        activation_bytes: bytes saved for backward by one micro-batch's forward (see :func:`_saved_bytes`).
+        saved: what one micro-batch's forward saves for backward (see :func:`_saved_bytes`).
         model: the trained model.
     """
 
@@ -375,8 +380,18 @@ class TrainResult:
     final_scale: float
     final_lr: float
     step_times: tuple[float, ...] = field(repr=False)
-    activation_bytes: int
+    saved: ActivationReport = field(repr=False)
     model: nn.Module = field(repr=False)
+
+    @property
+    def activation_bytes(self) -> int:
+        """Activation bytes one micro-batch's forward saves for backward (autocast's weight copies not included)."""
+        return self.saved.total
+
+    @property
+    def weight_copy_bytes(self) -> int:
+        """Bytes of autocast's low-precision weight copies saved for backward (0 in FP32): per step, not per sample."""
+        return self.saved.copies_total
 
     @property
     def median_step_time(self) -> float:
@@ -462,7 +477,7 @@ def train(config: TrainConfig, *, device: torch.device | str = "cpu", checkpoint
                                       enabled=config.dtype == torch.float16)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(config.warmup_steps, total))
         shuffle = torch.Generator().manual_seed(config.seed)
-        activation_bytes = _saved_bytes(model, x_train[:config.batch], y_train[:config.batch], config.dtype)
+        saved = _saved_bytes(model, x_train[:config.batch], y_train[:config.batch], config.dtype)
 
         step, history, val_losses, skipped, order = 0, [], [], [], None
         if resume:
@@ -534,7 +549,7 @@ def train(config: TrainConfig, *, device: torch.device | str = "cpu", checkpoint
     return TrainResult(config=config, history=tuple(history), val_losses=tuple(val_losses),
                        final_accuracy=history[-1][1], steps=step, total_steps=total, skipped_steps=tuple(skipped),
                        final_scale=scaler.get_scale(), final_lr=optimizer.param_groups[0]["lr"],
-                       step_times=tuple(step_times), activation_bytes=activation_bytes, model=model)
+                       step_times=tuple(step_times), saved=saved, model=model)
 
 
 # --------------------------------------------------------------------------------------------- compare
@@ -567,7 +582,8 @@ class Comparison:
                                                            else r.step_times))
 
     def table(self) -> Table:
-        """Accuracy mean ± std over seeds, and activation bytes (deterministic; step times are separate)."""
+        """Accuracy mean ± std over seeds, and the bytes one micro-batch saves for backward — activations and
+        autocast's weight copies apart (deterministic; step times are separate)."""
         rows = []
         for which, runs in (("fp32", self.fp32), ("amp", self.amp)):
             mean, std = _mean_std(self.accuracies(which))
@@ -575,7 +591,8 @@ class Comparison:
                          "val accuracy (mean ± std)": f"{mean:.2%} ± {std:.2%}",
                          "min – max": f"{min(self.accuracies(which)):.2%} – {max(self.accuracies(which)):.2%}",
                          "skipped steps": sum(len(r.skipped_steps) for r in runs),
-                         "activation bytes / micro-batch": f"{runs[0].activation_bytes:,}"})
+                         "activations / micro-batch (bytes)": f"{runs[0].activation_bytes:,}",
+                         "+ weight copies (bytes)": f"{runs[0].weight_copy_bytes:,}"})
         return Table(rows, title=f"{self.fp32[0].config.size} model on {self.device}, seeds {list(self.seeds)}")
 
     def summary(self) -> str:

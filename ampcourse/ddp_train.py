@@ -76,15 +76,20 @@ def _device(config: RunConfig, local_rank: int) -> torch.device:
 
 class AllReduceCounter:
     """Counts gradient all-reduces: :meth:`hook` is a DDP communication hook (one call per bucket) that counts,
-    then does DDP's default all-reduce (``allreduce_hook``: sum over ranks, divided by the world size)."""
+    records what the bucket holds (``bucket.buffer()``: its dtype and bytes — what goes over the wire), then
+    does DDP's default all-reduce (``allreduce_hook``: sum over ranks, divided by the world size)."""
 
     def __init__(self) -> None:
         self.calls = 0
+        self.buffer_dtype: str | None = None
+        self.buffer_bytes = 0
 
     def hook(self, state, bucket):
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
         self.calls += 1
+        buffer = bucket.buffer()
+        self.buffer_dtype, self.buffer_bytes = str(buffer.dtype), buffer.numel() * buffer.element_size()
         return allreduce_hook(state, bucket)
 
 
@@ -110,7 +115,7 @@ def run_ddp(config: RunConfig, rank: int, device: torch.device, log: RankLog) ->
         count, seen["allreduces"] = counter.calls - seen["allreduces"], counter.calls
         log.write("window", **{**info, "loss": _finite(info["loss"]), "grad_norm": _finite(info["grad_norm"])},
                   allreduces=count, checksum=float(flat_params(model).sum()),
-                  hash=param_hash(model))
+                  hash=param_hash(model), bucket_dtype=counter.buffer_dtype, bucket_bytes=counter.buffer_bytes)
 
     train_windows(ddp, optimizer, scaler, batches, config.accum_steps, config.max_norm,
                   dtype=config.torch_dtype, on_window=on_window)

@@ -302,7 +302,7 @@ class ParamComparison:
         """The verdict against the tolerance. The exact ``max_diff`` is rounding noise whose digits depend on the
         CPU's or GPU's kernels (AVX2 and AVX-512 sum in different orders), so it is not part of this text."""
         sign = "≤" if self.ok else ">"
-        return f"max |diff| {sign} {self.tolerance:.0e} (the tolerance) over {self.n} parameters"
+        return f"max |diff| {sign} {self.tolerance:.2e} (the tolerance) over {self.n} parameters"
 
 
 def param_tolerance(config: RunConfig) -> float:
@@ -312,6 +312,11 @@ def param_tolerance(config: RunConfig) -> float:
     elements); the two runs round that move differently by about one unit in the last place of the autocast dtype
     (``eps``): the all-reduce averages two half-batch means where the reference takes one mean, and under float16
     each rank rounds its own half-batch's activations and gradients. The drifts add up over the steps.
+
+    A heuristic, not a bound: it assumes plain SGD whose clipping fires (so ``max_norm`` bounds the move) and
+    ignores forward-pass rounding that compounds through the layers. It is loose — lesson 08 measures a drift
+    about 30 times smaller — so it catches a broken recipe (a different step, a missed skip), not subtle
+    rounding differences.
 
     Example:
         >>> f"{param_tolerance(RunConfig(windows=6, lr=0.2, max_norm=1.0, dtype='float16')):.2e}"

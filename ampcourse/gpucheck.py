@@ -227,6 +227,36 @@ def fp8_speed_row(device_type: str, *, dry_run: bool = False, compile: bool | No
             "bf16": str(times["bf16"]), "fp8": str(times["fp8"]), "fp8 speed-up": ratio}
 
 
+#: On CUDA, a 16-bit product must reach this many times the FP32 throughput, or the check fails: every GPU with
+#: Tensor Cores does far more (dense datasheet ratios are 4× to 15×); an AMP path that silently falls back to
+#: FP32 kernels does not.
+MIN_TENSOR_CORE_SPEEDUP = 2.0
+
+
+def speed_problems(matmuls: list[dict], device_type: str) -> list[str]:
+    """On CUDA: one line per 16-bit product slower than ``MIN_TENSOR_CORE_SPEEDUP`` × the FP32 one (same size).
+
+    Empty on other devices (a CPU has no Tensor Cores to check) and when every product is fast enough.
+
+    >>> rows = [{"dtype": "float32", "n": 8192, "TFLOP/s": 50.0}, {"dtype": "bfloat16", "n": 8192, "TFLOP/s": 60.0}]
+    >>> speed_problems(rows, "cuda")
+    ['bfloat16 8192³: 1.2× the float32 throughput (a Tensor Core product should reach at least 2×)']
+    >>> speed_problems(rows, "cpu")
+    []
+    """
+    if device_type != "cuda":
+        return []
+    fp32 = {row["n"]: row["TFLOP/s"] for row in matmuls if row["dtype"] == "float32"}
+    problems = []
+    for row in matmuls:
+        if row["dtype"] in ("bfloat16", "float16") and row["n"] in fp32 and fp32[row["n"]] > 0:
+            ratio = row["TFLOP/s"] / fp32[row["n"]]
+            if ratio < MIN_TENSOR_CORE_SPEEDUP:
+                problems.append(f"{row['dtype']} {row['n']}³: {ratio:.2g}× the float32 throughput (a Tensor Core "
+                                f"product should reach at least {MIN_TENSOR_CORE_SPEEDUP:g}×)")
+    return problems
+
+
 def environment(device_type: str) -> dict[str, str]:
     import torch
 
@@ -273,7 +303,7 @@ def render(report: dict) -> str:
                   "| matmul dtype | n | time | TFLOP/s | fraction of datasheet peak |", "|---|---|---|---|---|"]
         for row in bench["matmuls"]:
             frac = f"{row['fraction of peak']:.0%} ({row['peak source']})" if "fraction of peak" in row else "–"
-            lines.append(f"| {row['dtype']} | {row['n']} | {row['time']} | {row['TFLOP/s']:.2f} | {frac} |")
+            lines.append(f"| {row['dtype']} | {row['n']} | {row['time']} | {row['TFLOP/s']:.3g} | {frac} |")
     fp8 = report.get("fp8")
     if fp8:
         lines += ["", "## Lesson-10 FP8 row (bf16 autocast vs torchao Float8Linear, forward + backward)", ""]
@@ -289,6 +319,8 @@ def render(report: dict) -> str:
         lines += ["", f"FP8 row failed: `{report['fp8_error']}`"]
     if report.get("benchmark_error"):
         lines += ["", f"Benchmark failed: `{report['benchmark_error']}`"]
+    if report.get("speed_problems"):
+        lines += ["", "Too slow for Tensor Cores (the check fails):", ""] + [f"- {p}" for p in report["speed_problems"]]
     if report.get("logs"):
         lines += ["", "## Log tails", ""]
         for name, text in report["logs"].items():
@@ -373,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         report["benchmark"] = run_benchmark(device_type)
     except Exception as err:  # noqa: BLE001 - reported, and the check fails
         report["benchmark_error"] = f"{type(err).__name__}: {err}"
+    report["speed_problems"] = speed_problems(report.get("benchmark", {}).get("matmuls", []), device_type)
 
     print("[gpucheck] lesson-10 FP8 row ...", flush=True)
     try:
@@ -386,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         and report["gpu_tests"]["failed"] == 0
         and "benchmark" in report
         and "fp8" in report
+        and not report["speed_problems"]
     )
     out_dir = Path(args.report_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

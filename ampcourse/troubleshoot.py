@@ -359,7 +359,7 @@ class WhereSqrt(nn.Module):
 
     ``torch.where(x > 0, x.sqrt(), 0)`` is finite in the forward pass, but ``sqrt`` of a negative number
     is NaN, and its backward computes ``grad / (2·sqrt(x))`` = NaN for those entries, even though
-    ``where`` passes them a zero gradient (0 × NaN = NaN). ``safe=True`` takes the square root of
+    ``where`` passes them a zero gradient (0 / NaN = NaN). ``safe=True`` takes the square root of
     ``x.clamp_min(tiny)`` instead, so no branch ever sees a NaN.
     """
 
@@ -958,11 +958,11 @@ SYMPTOMS: tuple[dict[str, str], ...] = (
      "fix": "find_nonfinite names the module; FP32Island around it, or stay in bf16; normalise large targets",
      "shown in": "§1 find the first inf · §4 bf16-trained model in fp16"},
     {"symptom": "forward finite, gradients NaN",
-     "cause": "a backward op returns NaN (sqrt of a masked negative behind torch.where: 0 × NaN = NaN)",
+     "cause": "a backward op returns NaN (sqrt of a masked negative behind torch.where: 0 / NaN = NaN)",
      "fix": "detect_anomaly names the node (SqrtBackward0) and its forward line; make the masked branch safe",
      "shown in": "§2 detect_anomaly"},
     {"symptom": "many gradients exactly 0 in fp16",
-     "cause": "gradients below fp16's smallest subnormal round to 0 (underflow)",
+     "cause": "gradients up to half of fp16's smallest subnormal (2^-25 ≈ 3e-8) round to 0 (underflow)",
      "fix": "grad_stats' fp16-underflow column; GradScaler (or bf16)",
      "shown in": "§2 gradient statistics"},
     {"symptom": "'mat1 and mat2 must have the same dtype' after autocast(enabled=False)",
@@ -981,6 +981,18 @@ SYMPTOMS: tuple[dict[str, str], ...] = (
      "cause": "model.half() stores BN statistics in fp16; a sum of many large fp16 values passes 65504",
      "fix": "autocast (keeps BN buffers fp32) instead of .half(); mean instead of sum, or FP32 there",
      "shown in": "§5 BatchNorm and large activations"},
+    {"symptom": "loss is inf/NaN and you do not know why",
+     "cause": "the 16-bit forward pass, or the loss scale — bisect before guessing",
+     "fix": "autocast(enabled=False), then GradScaler(enabled=False), one at a time: the NaN follows its cause",
+     "shown in": "§6 bisect"},
+    {"symptom": "a model.half() run stalls without any NaN",
+     "cause": "fp16 weights: an update at or below 2^-11 of a weight rounds away; Adam's eps=1e-8 is 0 in fp16",
+     "fix": "FP32 master weights: autocast + GradScaler, never train a .half() model",
+     "shown in": "§6 FP16 weights"},
+    {"symptom": "NaN from an attention layer under fp16",
+     "cause": "q·kᵀ scores pass 65504 before the softmax (inf − inf = NaN)",
+     "fix": "scores and softmax in an FP32 island, or bf16",
+     "shown in": "§6 attention logits"},
 )
 
 

@@ -206,6 +206,8 @@ def test_datasheet_table_is_dense_and_matches_names():
     assert datasheet_entry("NVIDIA L40S") == "L40S" and datasheet_entry("NVIDIA L40") is None
     assert datasheet_entry("NVIDIA GeForce RTX 4090") == "RTX 4090"
     assert datasheet_entry("NVIDIA H200") == "H200" and datasheet_entry("Tesla T4") == "T4"
+    assert datasheet_entry("NVIDIA H100 NVL") == "H100 NVL" and datasheet_entry("NVIDIA H200 NVL") == "H200 NVL"
+    assert bench.peak_flops("cuda", "bf16", gpu_name="NVIDIA H200 NVL")[0] == 835.5e12
     value, source = peak_flops("cuda", torch.bfloat16, gpu_name="NVIDIA A100-SXM4-40GB")
     assert value == 312e12 and source.startswith("datasheet:") and "dense" in source
     assert peak_flops("cuda", "bf16", gpu_name="Tesla T4") is None
@@ -280,8 +282,69 @@ def test_compare_precisions_table_and_ratios():
 def test_tf32_flags_are_restored():
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     with bench.tf32_enabled(not before[0]):
-        assert torch.backends.cuda.matmul.allow_tf32 is (not before[0])
+        assert torch.backends.cuda.matmul.fp32_precision == ("ieee" if before[0] else "tf32")
+    # restored: the legacy flags read as before (no "mix of the legacy and new APIs" error)
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    with pytest.raises(TypeError, match="enabled"):
+        with bench.tf32_enabled("yes"):
+            pass
+
+
+def test_tf32_enabled_works_after_the_new_fp32_precision_api():
+    # torch >= 2.9: once fp32_precision was set, *reading* the legacy allow_tf32 flag raises; tf32_enabled
+    # must still save, set and restore
+    assert bench.tf32_api() == "fp32_precision"  # the installed torch (2.13) has the new API
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    try:
+        matmul.fp32_precision = "tf32"
+        with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+            _ = matmul.allow_tf32
+        with bench.tf32_enabled(False):
+            assert matmul.fp32_precision == "ieee" and torch.backends.cudnn.conv.fp32_precision == "ieee"
+        assert matmul.fp32_precision == "tf32"
+        settings = bench.fp32_precision_settings()
+        assert settings["torch.backends.cuda.matmul.fp32_precision"] == "tf32"
+        assert settings["torch.get_float32_matmul_precision()"].startswith("unreadable")
+    finally:
+        matmul.fp32_precision = before
+    assert matmul.allow_tf32 is False  # "none" again: the legacy flag is readable
+
+
+def test_mlp_step_flops_leaves_out_the_inputs_gradient():
+    assert bench.mlp_step_flops(256, 4, 64) == 11 * 2 * 64 * 256 * 256
+    row = benchmark_step("fp32", width=8, depth=2, batch=4, device="cpu", warmup=0, repeats=1)
+    assert row.step_flops == 5 * 2 * 4 * 8 * 8
+    assert row.achieved == pytest.approx(row.step_flops / row.timing.median)
+    with pytest.raises(ValueError, match="depth"):
+        bench.mlp_step_flops(8, 0, 4)
+
+
+def test_bf16_sweep_reports_rounds_spread_and_stops_on_budget():
+    sweep = bench.bf16_sweep((8, 16, 4096), depth=1, batch=4, rounds=3, repeats=1, warmup=0, budget_seconds=5)
+    assert [p.width for p in sweep.points] == [8, 16]  # 4096 would take far more than the budget
+    assert sweep.stopped.startswith("stopped before width 4096")
+    for p in sweep.points:
+        assert len(p.fp32) == len(p.low) == 3 and len(p.ratios) == 3
+        assert min(p.ratios) <= p.speedup <= max(p.ratios) and p.spread >= 0
+    lines = sweep.lines()
+    assert len(lines) == 4 and "3 rounds per width" in lines[0]
+    assert isinstance(sweep.verdict(), str)
+    with pytest.raises(ValueError, match="widths"):
+        bench.bf16_sweep((16, 8))
+    with pytest.raises(ValueError, match="mode"):
+        bench.bf16_sweep((8,), mode="fp32")
+
+
+def test_bf16_sweep_verdict_and_noise_flag_from_known_times():
+    fast = bench.SweepPoint(512, 4, 8, fp32=(2.0, 2.0, 2.0), low=(1.0, 1.0, 1.0))
+    slow = bench.SweepPoint(64, 4, 8, fp32=(1.0, 1.0, 1.0), low=(2.0, 2.0, 2.0))
+    noisy = bench.SweepPoint(128, 4, 8, fp32=(1.0, 2.0, 1.0), low=(1.0, 1.0, 1.0))
+    sweep = bench.Bf16Sweep("bf16", "cpu", (slow, noisy, fast), rounds=3, noise_threshold=0.25)
+    assert sweep.pays_off_from() == 512 and sweep.noisy == (noisy,)
+    assert "paid off from width 512" in sweep.verdict() and "Warning" in sweep.verdict()
+    never = bench.Bf16Sweep("bf16", "cpu", (slow,), rounds=3, noise_threshold=0.25)
+    assert never.pays_off_from() is None and "did not pay off" in never.verdict()
 
 
 def test_docstring_examples():

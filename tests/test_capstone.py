@@ -188,6 +188,7 @@ def test_same_seed_same_run_and_bf16_is_close():
     assert bf16.config.label == "AMP bfloat16" and bf16.final_scale == 1.0  # no scaler for bfloat16
     assert abs(bf16.final_accuracy - a.final_accuracy) < 0.05
     assert 0 < bf16.activation_bytes < a.activation_bytes  # bf16 saves half-size copies for backward
+    assert a.weight_copy_bytes == 0 < bf16.weight_copy_bytes  # autocast's bf16 weights, reported apart
 
 
 def test_saved_bytes_counts_each_storage_once_and_skips_parameters():
@@ -196,13 +197,26 @@ def test_saved_bytes_counts_each_storage_once_and_skips_parameters():
     # linear saves x (its weight is a parameter: not counted); cross_entropy's log_softmax saves its output,
     # nll_loss the int64 targets and a float32 total weight.
     NLL = 5 * 8 + 4  # noqa: N806
-    assert capstone._saved_bytes(model, x, y, torch.float32) == 5 * 64 * 4 + 5 * 10 * 4 + NLL
+    fp32 = capstone._saved_bytes(model, x, y, torch.float32)
+    assert fp32.total == 5 * 64 * 4 + 5 * 10 * 4 + NLL and fp32.copies_total == 0
     # autocast saves the bfloat16 copy of x (not of the weight: x needs no gradient, so the weight is not
     # needed in backward); log_softmax runs in FP32.
-    assert capstone._saved_bytes(model, x, y, torch.bfloat16) == 5 * 64 * 2 + 5 * 10 * 4 + NLL
+    bf16 = capstone._saved_bytes(model, x, y, torch.bfloat16)
+    assert bf16.total == 5 * 64 * 2 + 5 * 10 * 4 + NLL and bf16.copies_total == 0
     deeper = torch.nn.Sequential(torch.nn.Linear(64, 10), torch.nn.Linear(10, 10))
-    # the second layer's input needs a gradient, so its bfloat16 weight copy is saved too (a new storage)
-    assert capstone._saved_bytes(deeper, x, y, torch.bfloat16) == 2 * (5 * 64 + 5 * 10 + 10 * 10) + 5 * 10 * 4 + NLL
+    # the second layer's input needs a gradient, so its bfloat16 weight copy is saved too (a new storage),
+    # reported apart from the activations
+    report = capstone._saved_bytes(deeper, x, y, torch.bfloat16)
+    assert report.total == 2 * (5 * 64 + 5 * 10) + 5 * 10 * 4 + NLL and report.copies_total == 2 * 10 * 10
+
+
+def test_saved_bytes_of_a_slice_counts_the_micro_batch_not_the_whole_set():
+    # a slice of the training set is a view: saved as is, it would keep (and count) the whole storage
+    model = torch.nn.Sequential(torch.nn.Linear(64, 10))
+    data, labels = torch.ones(100, 64), torch.zeros(100, dtype=torch.long)
+    small = capstone._saved_bytes(model, data[:5], labels[:5], torch.float32)
+    assert small == capstone._saved_bytes(model, data[:5].clone(), labels[:5].clone(), torch.float32)
+    assert small.total == 5 * 64 * 4 + 5 * 10 * 4 + 5 * 8 + 4
 
 
 def test_fp16_run_skips_while_the_scale_is_too_large_and_the_schedule_waits():

@@ -53,6 +53,15 @@ def test_one_allreduce_per_window_with_no_sync(run):
         assert run.one(rank, "no_sync_off")["allreduces"] == CONFIG.accum_steps
 
 
+def test_ddp_all_reduces_float32_gradients_under_autocast(run):
+    # autocast leaves the parameters, hence their gradients, in float32: the bucket DDP sends is float32
+    # (no "communication halves" without a compression hook)
+    n_params = sum(p.numel() for p in d.make_model(CONFIG).parameters())
+    for rank in (0, 1):
+        for w in run.events(rank, "window"):
+            assert w["bucket_dtype"] == "torch.float32" and w["bucket_bytes"] == 4 * n_params
+
+
 def test_scale_and_skips_agree_on_every_rank_and_with_the_reference(run, reference):
     per_rank = [[(w["scale"], w["skipped"]) for w in run.events(rank, "window")] for rank in (0, 1)]
     assert per_rank[0] == per_rank[1] == [(r["scale"], r["skipped"]) for r in reference.records]
@@ -141,7 +150,7 @@ def test_data_split_across_ranks_is_the_global_batch():
 def test_compare_params():
     a = torch.zeros(4)
     result = d.compare_params(a, a + 1e-7, 1e-6)
-    assert result.ok and not result.bit_identical and "≤ 1e-06" in str(result)
+    assert result.ok and not result.bit_identical and "≤ 1.00e-06" in str(result)  # 3 digits: 1.17e-03 is not 1e-03
     assert not d.compare_params(a, a + 1e-3, 1e-6).ok
     with pytest.raises(ValueError, match="same shape"):
         d.compare_params(a, torch.zeros(3), 1e-6)

@@ -85,3 +85,13 @@ def test_fp8_row_dry_run_times_bf16_and_emulated_fp8_and_renders():
     assert "## Lesson-10 FP8 row" in text and "| 2 × Linear(64), batch 64 | False | True |" in text
     skipped = gpucheck.render({**report, "fp8": {"skipped": "no FP8 Tensor Cores on cpu"}})
     assert "Skipped: no FP8 Tensor Cores on cpu." in skipped
+
+
+def test_speed_problems_fail_a_cuda_run_whose_16_bit_products_are_not_faster():
+    from ampcourse import gpucheck
+
+    rows = [{"dtype": "float32", "n": 8192, "TFLOP/s": 50.0}, {"dtype": "bfloat16", "n": 8192, "TFLOP/s": 400.0},
+            {"dtype": "float16", "n": 8192, "TFLOP/s": 55.0}]
+    problems = gpucheck.speed_problems(rows, "cuda")
+    assert len(problems) == 1 and problems[0].startswith("float16 8192³: 1.1×")
+    assert gpucheck.speed_problems(rows, "cpu") == []  # no Tensor Cores to check on a CPU

@@ -8,7 +8,7 @@ after ``scaler.unscale_``). Each step also records what the **wrong order** (``c
 ``unscale_``) would have done: it compares S × ‖g‖ with ``max_norm`` and, after ``scaler.step`` divides by
 S, leaves a gradient of norm ``min(‖g‖, max_norm / S)``.
 
-For speed (one redraw < 100 ms), the training runs in FP32 numpy with a hand-written backward pass, and
+For speed (one redraw < 100 ms), the training runs in float64 numpy with a hand-written backward pass, and
 the scaled gradient is *simulated* as S × the FP32 gradient: what a real ``scaler.scale(loss).backward()``
 gives up to FP16 rounding (lesson 05's :func:`~ampcourse.accumulation.clip_demo` runs the real thing). The
 wrong order is a counterfactual on the right-order trajectory: the same gradients, clipped the wrong way.
