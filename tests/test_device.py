@@ -85,8 +85,16 @@ def test_describe_this_machine():
 
 
 
+def _cuda_is_there(monkeypatch):
+    """describe() refuses 'cuda' on a CPU-only torch (a clear ValueError): fake a CUDA build with one GPU."""
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
 def test_describe_asks_cuda_for_native_bf16_not_emulation(monkeypatch):
     """A V100 or T4 can store bfloat16, so is_bf16_supported() says True by default (emulation counted)."""
+    _cuda_is_there(monkeypatch)
     asked = {}
 
     def is_bf16_supported(including_emulation=True):
@@ -103,6 +111,7 @@ def test_describe_asks_cuda_for_native_bf16_not_emulation(monkeypatch):
 
 
 def test_describe_knows_gtx16_has_no_tensor_cores(monkeypatch):
+    _cuda_is_there(monkeypatch)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA GeForce GTX 1660 Ti")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
@@ -112,6 +121,7 @@ def test_describe_knows_gtx16_has_no_tensor_cores(monkeypatch):
 
 
 def test_describe_does_not_read_a_rocm_gfx_version_as_an_nvidia_generation(monkeypatch):
+    _cuda_is_there(monkeypatch)
     monkeypatch.setattr(torch.version, "hip", "6.2.0")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 4))  # gfx942 (MI300)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "AMD Instinct MI300X")

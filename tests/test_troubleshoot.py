@@ -73,7 +73,9 @@ def test_find_nonfinite_names_the_first_module_in_execution_order_and_removes_it
 def test_find_nonfinite_reports_nan_and_all_finite_and_removes_hooks_when_forward_raises():
     model = nn.Sequential(nn.Linear(2, 2), WhereSqrt(), nn.Identity())
     x = torch.tensor([[1.0, -1.0]])
-    with torch.no_grad():
+    with torch.no_grad():  # fixed weights: the Linear's outputs are -2, whatever the random state
+        model[0].weight.fill_(1.0)
+        model[0].bias.zero_()
         model[1].forward = lambda t: t.sqrt()  # sqrt of a negative: NaN, no inf
     report = find_nonfinite(model, x * 0 - 1)
     assert report.first is not None and report.first.n_nan > 0 and report.first.name == "1"
