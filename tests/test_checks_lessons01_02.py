@@ -78,7 +78,7 @@ def predict_right(x):
         return "zero"
     if m >= 65520:
         return "inf"
-    return "subnormal" if m < 2.0**-14 else "normal"
+    return "subnormal" if m < 2.0**-14 - 2.0**-25 else "normal"
 
 
 WRONG_PREDICTIONS = {
@@ -91,6 +91,10 @@ WRONG_PREDICTIONS = {
     "no abs": (lambda x: predict_right(x) if x > 0 else "zero", "use the magnitude"),
     "smallest normal as subnormal": (lambda x: "subnormal" if abs(x) == 2.0**-14 else predict_right(x),
                                      "smallest \\*normal\\*"),
+    "subnormal up to 2**-14 (the review's finding 31)": (
+        lambda x: "subnormal" if 2.0**-25 < abs(x) < 2.0**-14 else predict_right(x), "rounds \\*up\\* to it"),
+    "band boundary too low": (lambda x: "normal" if 6.0e-5 < abs(x) < 2.0**-14 else predict_right(x),
+                              "rounds to a subnormal"),
     "bad label": (lambda x: "underflow" if abs(x) < 1e-7 else predict_right(x), "return one of"),
 }
 

@@ -139,7 +139,69 @@ def step_no_zero_grad(model, loss_fn, optimizer, scaler, x, y):
     scaler.update()
 
 
+def step_forward_outside(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    logits = model(x)  # the review's finding 34: only the loss under autocast
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = loss_fn(logits, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def step_bf16(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=x.device.type):  # the CPU default, bfloat16
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def _step_returning(what):
+    def step(model, loss_fn, optimizer, scaler, x, y):
+        optimizer.zero_grad()
+        with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return {"tensor": loss, "scaled": scaled.item(), "none": None}[what]
+    return step
+
+
+def step_zero_at_end(model, loss_fn, optimizer, scaler, x, y):
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def step_alternative_style(model, loss_fn, optimizer, scaler, x, y):
+    device = x.device
+    optimizer.zero_grad(set_to_none=False)
+    with torch.amp.autocast(device_type=device.type, dtype=torch.float16):
+        logits = model(x)
+        loss = loss_fn(logits, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
 WRONG_STEPS = {
+    "forward outside autocast": (step_forward_outside, "forward pass `model\\(x\\)` ran outside the autocast"),
+    "bfloat16 instead of float16": (step_bf16, "computed in bfloat16: the task asks for float16"),
+    "returns the loss tensor": (_step_returning("tensor"), "you returned a tensor"),
+    "returns the scaled loss": (_step_returning("scaled"), "you returned the scaled loss"),
+    "returns nothing": (_step_returning("none"), "return the loss as a Python float"),
+    "zero_grad at the end": (step_zero_at_end, "clear the gradients at the \\*end\\* of the step"),
     "loss outside autocast": (step_loss_outside, "loss was computed outside the autocast region"),
     "step without update": (step_no_update, "without `scaler.update\\(\\)`"),
     "update before step": (step_update_first, "ran before `scaler.step"),
@@ -195,8 +257,9 @@ def test_right_answers_pass(capsys):
     lesson03.fp32_island(island_right)
     lesson04.amp_step(step_right)
     lesson04.update_scale(update_right)
+    lesson04.amp_step(step_alternative_style)  # torch.amp.autocast, set_to_none=False, device.type, float(loss)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 4 and all(line.startswith("✓ Task") for line in lines)
+    assert len(lines) == 5 and all(line.startswith("✓ Task") for line in lines)
 
 
 CASES = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..device import describe
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 
 def tensor_bytes(fn) -> None:
@@ -18,11 +18,14 @@ def tensor_bytes(fn) -> None:
         torch.zeros(3, 5, dtype=torch.float16),
         torch.zeros(2, 2, 2, dtype=torch.float64),
         torch.zeros(7, dtype=torch.float8_e4m3fn),
+        torch.zeros(100)[:10],  # a view: its storage holds 100 elements
+        torch.zeros(4, 6, dtype=torch.float16)[:, ::2],  # a non-contiguous view
     ]
     for t in cases:
         got = call(task, fn, "tensor_bytes", t)
         want = t.numel() * t.element_size()
-        shape = f"a {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} tensor"
+        view = " view" if t._base is not None else ""
+        shape = f"a {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} tensor{view}"
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, (int, float)):
@@ -30,6 +33,9 @@ def tensor_bytes(fn) -> None:
                              "of bytes, e.g. an int.")
         if got == want:
             continue
+        if t._base is not None and got == t.untyped_storage().nbytes():
+            raise fail(task, f"for {shape} you returned {got}, the size of the whole storage it shares with the "
+                             f"tensor it was sliced from. Count only the view's own elements.")
         if got == t.numel():
             raise fail(task, f"for {shape} you returned {got}, the number of elements. Multiply by the "
                              "bytes per element, `t.element_size()`.")
@@ -42,7 +48,7 @@ def tensor_bytes(fn) -> None:
                              "use `t.element_size()`.")
         raise fail(task, f"for {shape} you returned {got}, expected {want} "
                          f"({t.numel()} elements × {t.element_size()} bytes).")
-    passed(task, f"byte counts right for {len(cases)} tensors (float64 down to float8) — "
+    passed(task, f"byte counts right for {len(cases)} tensors (float64 down to float8, and views) — "
                  "bfloat16 and float16 take half the bytes of float32.")
 
 
@@ -85,3 +91,26 @@ def amp_forward(fn) -> None:
                          "rounding explains: return `model(x)` computed on the input you were given.")
     passed(task, "the forward pass ran under autocast in the recommended dtype; the weights stayed "
                  "float32 and the output matches float32 to within rounding.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'tensor_bytes': [
+        ('Which two numbers does the memory of a tensor depend on? Lesson 00 prints both for a float32 '
+         'tensor.'),
+        ('One is how many elements the tensor has; the other is how many bytes one element of its dtype '
+         'takes. Both are tensor methods.'),
+        ('`t.numel()` counts the elements and `t.element_size()` gives bytes per element; multiply them. '
+         '(`t.untyped_storage().nbytes()` is wrong for views: a slice shares a bigger storage.)'),
+    ],
+    'amp_forward': [
+        ('Which context manager runs a forward pass in lower precision without touching the weights? '
+         'Lesson 00 uses it once.'),
+        ("`torch.autocast` needs the device type (`'cpu'` or `'cuda'`) and a dtype; `describe()` holds "
+         'both for this machine.'),
+        ('`with torch.autocast(device_type=hardware.device.type, dtype=hardware.recommendation.dtype): '
+         'return model(x)`.'),
+    ],
+}
+hint = hints(__name__, HINTS)

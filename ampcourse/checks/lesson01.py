@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..floats import derive_format, from_bits
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 # (bits, what the case is) — normals first: they show bias and implicit-1 mistakes most plainly.
 FP16_CASES = [
@@ -156,3 +156,27 @@ def format_limits(fn) -> None:
                              "smallest normal = 2**(1 - bias); smallest subnormal = 2**(1 - bias - m).")
     passed(task, f"limits right for {', '.join(n for _, _, n in LAYOUTS)} — e.g. FP16 "
                  f"{derive_format('fp16', 5, 10).max:g}, BF16 {derive_format('bf16', 8, 7).max:.4g}.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'decode_fp16': [
+        ('Split the string into its three fields first. Which exponent values are special in FP16 (lesson '
+         '01, the bit-toggle widget)?'),
+        ('`int(field, 2)` turns a field into a number. Exponent 0 means subnormal (no implicit 1, exponent'
+         ' 1 - 15); exponent 31 means inf (mantissa 0) or NaN.'),
+        ('normal: (-1)**s × (1 + mantissa/1024) × 2**(exponent - 15); subnormal: (-1)**s × (mantissa/1024)'
+         ' × 2**-14. Multiply by -1.0 (not subtract) so -0.0 keeps its sign.'),
+    ],
+    'format_limits': [
+        ('Start from FP16 (e=5, m=10), whose limits lesson 01 prints: 65504, 2**-14, 2**-24. Which formula'
+         ' gives each from 5 and 10?'),
+        ('The bias is 2**(e-1) - 1. The all-ones exponent is reserved, so the largest usable biased '
+         'exponent is 2**e - 2; the smallest normal uses biased exponent 1.'),
+        ('largest = (2 - 2**-m) × 2**(2**e - 2 - bias); smallest normal = 2**(1 - bias); the smallest '
+         "subnormal is the smallest normal's exponent with only the last mantissa bit set: 2**(1 - bias - "
+         'm).'),
+    ],
+}
+hint = hints(__name__, HINTS)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
 FP16_TINY = torch.finfo(torch.float16).tiny  # 2**-14, smallest normal
@@ -29,6 +29,9 @@ CAST_CASES = [
     (1.0, "an ordinary value"),
     (1e-5, "between the smallest subnormal and the smallest normal"),
     (2.0**-14, "exactly the smallest normal"),
+    (6.103e-05, "just below 2**-14, in the band that rounds up to it"),
+    (2.0**-14 - 2.0**-26, "inside the band [2**-14 - 2**-25, 2**-14) that rounds up to the smallest normal"),
+    (6.1e-05, "just below that band: it stays the largest subnormal"),
     (1e-9, "far below the smallest subnormal"),
     (3.0e-8, "just above half the smallest subnormal (2**-25 ≈ 2.98e-8)"),
     (2.0**-25, "exactly half the smallest subnormal"),
@@ -56,6 +59,12 @@ def _cast_mistake(x: float, got: str, want: str) -> str:
     if want == "zero" and got == "subnormal":
         return ("a value at or below half the smallest subnormal (2**-25) rounds to 0 (exactly 2**-25 is "
                 "a tie, and ties go to the even neighbour, 0).")
+    if want == "normal" and got == "subnormal" and m < FP16_TINY:
+        return ("this value is below 2**-14 but rounds *up* to it: the largest subnormal is 2**-14 - 2**-24, and "
+                "values above the halfway point between them, 2**-14 - 2**-25, round to the normal 2**-14.")
+    if want == "subnormal" and got == "normal":
+        return ("this value is below the halfway point 2**-14 - 2**-25 between the largest subnormal and 2**-14, "
+                "so it rounds to a subnormal.")
     if want == "normal" and got == "subnormal":
         return "2**-14 ≈ 6.1e-5 is the smallest *normal* fp16 value: values from there up are normal."
     if want == "normal" and got == "inf":
@@ -63,7 +72,7 @@ def _cast_mistake(x: float, got: str, want: str) -> str:
                 "only from 65520 (halfway to the next binade step, 65536) does the cast give inf.")
     if want == "inf" and got == "normal":
         return "from 65520 up the cast rounds to inf: 65504 is the largest finite fp16 value."
-    return "compare |x| with 2**-25 (zero), 2**-14 (subnormal below it) and 65520 (inf from there)."
+    return "work out where each category starts: every boundary is a halfway point between two fp16 values."
 
 
 def predict_cast(fn) -> None:
@@ -78,7 +87,8 @@ def predict_cast(fn) -> None:
         if got != want:
             raise fail(task, f"for x = {x!r} ({what}) you said {got!r}, but the cast gives {want!r}: "
                              + _cast_mistake(x, got, want))
-    passed(task, f"{len(CAST_CASES)} values predicted right, including the rounding boundaries 2**-25 and 65520.")
+    passed(task, f"{len(CAST_CASES)} values predicted right, including the rounding boundaries 2**-25, "
+                 "2**-14 - 2**-25 and 65520.")
 
 
 def safe_scale(grads: torch.Tensor) -> float:
@@ -136,3 +146,25 @@ def largest_safe_scale(fn) -> None:
         raise fail(task, f"for {what} you returned {got:g}; the largest safe power of two is {want:g} "
                          f"(max|g| = {peak:g}, and {peak:g} × {2 * want:g} > 65504). Do not give away range.")
     passed(task, "largest safe power-of-two scale right for 5 gradient sets (max|g|·S ≤ 65504, S×2 would overflow).")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'predict_cast': [
+        ('Casts round to nearest. Where does a value stop rounding to 0, to the largest subnormal, and to '
+         "65504? Lesson 02's slider shows the four regions."),
+        ('The boundaries are halfway points: half of the smallest subnormal 2**-24; halfway between the '
+         'largest subnormal (2**-14 - 2**-24) and 2**-14; halfway between 65504 and the next step 65536.'),
+        ('zero when |x| <= 2**-25 (a tie goes to the even neighbour, 0); inf when |x| >= 65520; normal '
+         'when |x| >= 2**-14 - 2**-25 (that band rounds up to 2**-14); subnormal in between.'),
+    ],
+    'largest_safe_scale': [
+        'Only the largest gradient can overflow. What is the biggest S that keeps it at most 65504?',
+        ('The exact bound is 65504 / max|g|; you want the largest power of two not above it (think log2, '
+         'rounded down).'),
+        ('peak = grads.abs().max().item(); return 2.0 ** math.floor(math.log2(65504 / peak)) — and check '
+         'exact powers of two: a peak of 1.0 gives 2**15, since 2**16 > 65504.'),
+    ],
+}
+hint = hints(__name__, HINTS)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..device import pick_device
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 NAMES = ("hidden", "act", "logits", "loss", "weight", "weight.grad")
 
@@ -103,3 +103,25 @@ def fp32_island(fn) -> None:
     if error > 1e-4 * reference.abs().max().item():
         raise fail(task, f"the result differs from f(x.float()) by {error:.3g}: return f's output for the whole x.")
     passed(task, "f ran in float32 with autocast off, inside an autocast region that stayed on around it.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'predict_dtypes': [
+        ("For each op, ask: is it on CPU autocast's lower-precision list, on its FP32 list, or on neither?"
+         " Lesson 03's trace table lists them."),
+        ('Linear (addmm) is on the lower-precision list; relu has no rule and follows its input; CPU '
+         'autocast lists cross_entropy for float32. Parameters are never converted.'),
+        ('hidden, act, logits: bfloat16; loss: float32; weight and weight.grad: float32 (a gradient has '
+         "its leaf's dtype)."),
+    ],
+    'fp32_island': [
+        ('Two things keep f out of float32 inside an autocast region: autocast itself, and a low-precision'
+         " x. Lesson 03's FP32-island section handles both."),
+        ('A nested `torch.autocast(..., enabled=False)` turns autocast off for its body only; inside it '
+         'nothing casts for you.'),
+        '`with torch.autocast(device_type=x.device.type, enabled=False): return f(x.float())`.',
+    ],
+}
+hint = hints(__name__, HINTS)

@@ -1,8 +1,9 @@
 """Checks for exercise 04 (GradScaler): a complete AMP training step; a dynamic loss scaler by hand.
 
 The AMP step is observed with spies: a ``GradScaler`` subclass and an optimizer wrapper record the
-order of the calls and the size of the gradients at each point, and a loss function records whether
-autocast was on when it ran. Nothing reads the learner's source text.
+order of the calls and the size of the gradients at each point, a forward hook on the model's first
+layer records whether autocast was on and in which dtype the layer computed, and the loss function
+records whether autocast was on when it ran. Nothing reads the learner's source text.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 
 from ..device import pick_device
 from ..scaler_sim import simulate_grad_scaler
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 
 SCALE = 2.0**10  # the spy scaler's scale: no overflow in these steps, growth only after 1000
@@ -33,9 +34,12 @@ def _setup(device):
         autocast_seen.append(torch.is_autocast_enabled(device.type))
         return F.cross_entropy(logits, target)
 
+    forward_seen: list[tuple[bool, torch.dtype]] = []  # (autocast on?, the first layer's output dtype)
+    model[0].register_forward_hook(
+        lambda module, inputs, output: forward_seen.append((torch.is_autocast_enabled(device.type), output.dtype)))
     x = torch.randn(6, 8, device=device)
     y = torch.randint(0, 3, (6,), device=device)
-    return model, optimizer, scaler, loss_fn, x, y, log, autocast_seen
+    return model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen
 
 
 def _true_grads(model, x, y):
@@ -51,10 +55,12 @@ def amp_step(fn) -> None:
     task = "Task 1 (amp_step)"
     require_callable(task, fn, "amp_step")
     device = pick_device()
-    model, optimizer, scaler, loss_fn, x, y, log, autocast_seen = _setup(device)
+    model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen = _setup(device)
     initial = copy.deepcopy(model)  # the FP32 reference starts from the same weights
+    initial[0]._forward_hooks.clear()
+    scaler_scale_at_call = scaler.get_scale()
     try:
-        call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
+        returned = call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
     except CheckFailed:
         calls = [e for e in log if e != "zero_grad"]
         if "scale" not in calls and "scaler.step" in calls:
@@ -67,8 +73,17 @@ def amp_step(fn) -> None:
         raise
     order = [e for e in log if e != "zero_grad"]
 
+    if not forward_seen:
+        raise fail(task, "the model's forward pass never ran: compute `loss = loss_fn(model(x), y)`.")
     if not autocast_seen:
         raise fail(task, "loss_fn was never called: compute `loss = loss_fn(model(x), y)`.")
+    if not forward_seen[0][0]:
+        raise fail(task, "the forward pass `model(x)` ran outside the autocast region, so it computed in float32. "
+                         "Run the forward pass *and* the loss inside `with torch.autocast(...)`.")
+    if forward_seen[0][1] != torch.float16:
+        got = str(forward_seen[0][1]).removeprefix("torch.")
+        raise fail(task, f"autocast ran, but the first layer computed in {got}: the task asks for float16. Pass "
+                         "`dtype=torch.float16` to torch.autocast (the CPU's default is bfloat16).")
     if not autocast_seen[0]:
         raise fail(task, "the loss was computed outside the autocast region. PyTorch's recipe puts the forward "
                          "pass *and* the loss inside `with torch.autocast(...)`, and only `backward()` outside.")
@@ -93,6 +108,7 @@ def amp_step(fn) -> None:
                          "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
     if all(torch.equal(a, b.detach()) for a, b in zip(initial.parameters(), model.parameters(), strict=True)):
         raise fail(task, "the parameters did not change: make sure `scaler.step(optimizer)` runs after backward.")
+    zeroed_at_end = log and log[-1] == "zero_grad"
 
     # A second step: the gradients must be fresh (zero_grad), not added to what .grad held before.
     # Left-over gradients are divided by the scale at unscale_, which hides them; a large stale value does not hide.
@@ -103,10 +119,27 @@ def amp_step(fn) -> None:
     seen = optimizer.grads_at_step[-1]
     if any((g - t).abs().max().item() > 0.05 * t.abs().max().item() + 1e-4
            for g, t in zip(seen, second, strict=True)):
+        if zeroed_at_end:
+            raise fail(task, "you clear the gradients at the *end* of the step, so gradients already in `.grad` when "
+                             "the step starts (the check planted some) are added to this step's. The task clears "
+                             "them first: move `optimizer.zero_grad()` to the start of the step.")
         raise fail(task, "in the second call the gradients were the sum of two steps: you forgot "
                          "`optimizer.zero_grad()` (set_to_none=True is the default) at the start of the step.")
-    passed(task, "forward and loss under autocast, scale → backward → scaler.step → update in that order, "
-                 "gradients unscaled before the step and fresh on every call.")
+    with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.float16):
+        want_loss = F.cross_entropy(initial(x), y).item()
+    if isinstance(returned, torch.Tensor):
+        raise fail(task, "you returned a tensor; return the loss as a Python float, `loss.item()` (a tensor would "
+                         "keep the whole autograd graph alive in a training loop).")
+    if isinstance(returned, bool) or not isinstance(returned, (int, float)):
+        raise fail(task, f"return the loss as a Python float (you returned {type(returned).__name__}).")
+    if abs(returned - want_loss * scaler_scale_at_call) < 1e-2 * want_loss * scaler_scale_at_call:
+        raise fail(task, f"you returned the scaled loss ({returned:.4g} = loss × {scaler_scale_at_call:g}); return "
+                         "the loss itself, before `scaler.scale`.")
+    if abs(returned - want_loss) > 1e-2 * max(1.0, abs(want_loss)):
+        raise fail(task, f"you returned {returned:.4g}, but the step's loss was {want_loss:.4g}: return the loss "
+                         "of this step's forward pass.")
+    passed(task, "forward and loss under float16 autocast, scale → backward → scaler.step → update in that order, "
+                 "gradients unscaled before the step and fresh on every call, the loss returned as a float.")
 
 
 
@@ -165,3 +198,27 @@ def update_scale(fn) -> None:
     if not math.isfinite(scale):
         raise fail(task, "the scale became inf.")
     passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'amp_step': [
+        ("Lesson 04's recipe has five calls in a fixed order around one autocast region. Which parts go "
+         'inside the region, and which outside?'),
+        ('Clear the gradients first; run the forward pass and the loss under float16 autocast; backward on'
+         ' the scaled loss; then two scaler calls.'),
+        ('optimizer.zero_grad(); with torch.autocast(device_type=x.device.type, dtype=torch.float16): loss'
+         ' = loss_fn(model(x), y); scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update();'
+         ' return loss.item().'),
+    ],
+    'update_scale': [
+        ("There are two cases: the step found an inf, or it did not. Lesson 04's scale trajectory shows "
+         'what happens in each.'),
+        ('On inf: back off and start counting again. Otherwise: count one more clean step, and grow only '
+         'when the count reaches growth_interval.'),
+        ('if found_inf: return scale × backoff_factor, 0; tracker + 1; if it equals growth_interval: '
+         'return scale × growth_factor, 0; else return scale, tracker + 1.'),
+    ],
+}
+hint = hints(__name__, HINTS)

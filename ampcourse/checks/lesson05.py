@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..device import pick_device
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 from .tiny import grad_norm, micro_batches, require_clipped, tiny_model, window_mean_grads
 
@@ -201,3 +201,36 @@ def checkpoint(save_fn, load_fn) -> None:
                          "`scaler.state_dict()` (it includes the growth tracker).")
     passed(task, "6 steps + save + load + 6 steps gave the same parameters and scale, bit for bit, as 12 steps "
                  "without stopping.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'train_epoch': [
+        ('How many micro-batches does the last window hold when len(batches) is not a multiple of '
+         "accum_steps? Lesson 05's remainder report measures the error of getting it wrong."),
+        ("Zero the gradients once per window, not per micro-batch; divide each micro-batch's loss by the "
+         'length of its own window; step and update once per window.'),
+        ('for start in range(0, len(batches), accum_steps): window = batches[start:start + accum_steps]; '
+         'zero_grad; per (x, y): autocast float16, loss / len(window), scaler.scale(loss).backward(); then'
+         ' scaler.step, scaler.update.'),
+    ],
+    'clipped_step': [
+        ('After backward the gradients are multiplied by the scale. What must happen before a threshold '
+         'about the true gradients makes sense? (lesson 05, clipping)'),
+        ('The scaler has a method that divides the gradients by the scale in place before the step, and '
+         'tells `scaler.step` not to do it again.'),
+        ('scale(loss).backward(); scaler.unscale_(optimizer); '
+         'torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.step(optimizer); '
+         'scaler.update().'),
+    ],
+    'checkpoint': [
+        ("Three objects carry state that changes during training. Which three? (Lesson 05's resume "
+         'section.)'),
+        ('Each of model, optimizer (momentum buffers) and scaler (scale, growth tracker) has '
+         '`state_dict()` and `load_state_dict()`.'),
+        ("save: torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': "
+         'scaler.state_dict()}, path); load: torch.load(path), then load_state_dict on each.'),
+    ],
+}
+hint = hints(__name__, HINTS)

@@ -15,7 +15,7 @@ import math
 import numbers
 import statistics
 
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 _LAUNCH = 1e-6  # what queueing one call costs on the fake clock
 
@@ -194,3 +194,32 @@ def fraction_of_peak(fn) -> None:
             raise fail(task, f"{shown}: the fraction is upside down; it is achieved / peak (at most 1).")
         raise fail(task, f"{shown}. The fraction is achieved / dense peak, and the dense peak is half a sparse figure.")
     passed(task, "achieved / dense peak, with sparse datasheet figures halved, as a fraction.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'benchmark': [
+        ("A GPU runs asynchronously: when does `fn()` return, and when is its work done? Lesson 06's four "
+         'timing rules.'),
+        ('Warm up untimed; then for every timed call synchronise before reading the clock, both at the '
+         'start and at the stop; summarise with the median.'),
+        ('for _ in range(warmup): fn(); per repeat: sync(); start = clock(); fn(); sync(); '
+         'times.append(clock() - start); return statistics.median(times).'),
+    ],
+    'achieved_tflops': [
+        ('How many floating-point operations does an (m × k) @ (k × n) product do? Each output element is '
+         'a dot product of length k.'),
+        ('m·n outputs, each k multiplies and k adds: 2·m·k·n FLOPs. The time is in milliseconds; TFLOP/s '
+         'is 1e12 FLOPs per second.'),
+        'return 2 * m * k * n / (milliseconds / 1e3) / 1e12.',
+    ],
+    'fraction_of_peak': [
+        ("What does the asterisk 'with sparsity' on a datasheet mean for an ordinary dense matmul? Lesson "
+         '06 discusses it.'),
+        ('The sparse figure is twice the dense peak. The fraction is achieved over the dense peak, as a '
+         'number between 0 and 1.'),
+        'peak = datasheet_tflops / 2 if sparse else datasheet_tflops; return achieved_tflops / peak.',
+    ],
+}
+hint = hints(__name__, HINTS)

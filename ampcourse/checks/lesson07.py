@@ -16,7 +16,7 @@ from torch import nn
 
 from ..device import pick_device
 from ..troubleshoot import find_nonfinite
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 
@@ -256,3 +256,33 @@ def loss_in_fp32(fn) -> None:
     if not torch.allclose(loss.detach(), reference, rtol=1e-6, atol=1e-6):
         raise fail(task, f"the loss is {float(loss.detach()):.6g}, the FP32 reference {float(reference):.6g}.")
     passed(task, "logits float32, class indices int64, autocast off inside; the loss equals the FP32 reference.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'first_nonfinite_module': [
+        ("A forward hook runs after each module's forward, in execution order. Lesson 07's hook table does"
+         ' exactly this for every module.'),
+        ('Register one hook per module (model.modules()), record the name of each module whose tensor '
+         'output is not all finite, and remove every handle in a `finally` block.'),
+        ('names = {m: n for n, m in model.named_modules()}; hook appends names[module] when not '
+         'torch.isfinite(output).all(); handles = [m.register_forward_hook(hook) for m in '
+         'model.modules()]; try: model(x) finally: remove; return found[0] or None.'),
+    ],
+    'fp32_block': [
+        ("Why would `block(x.float())` alone still run in float16 inside the region? (Lesson 07's FP32 "
+         'island.)'),
+        ('autocast casts the inputs of listed ops whatever dtype you give them; turn it off for the block,'
+         ' and give the block a float32 input.'),
+        'with torch.autocast(device_type=x.device.type, enabled=False): return block(x.float()).',
+    ],
+    'loss_in_fp32': [
+        'What dtypes may a cross-entropy target have? Lesson 07 names both legal forms.',
+        ('Cast the logits up, switch autocast off for the call, and cast the target only when it is '
+         'floating point (soft targets); class indices must stay int64.'),
+        ('with torch.autocast(device_type=logits.device.type, enabled=False): target = target.float() if '
+         'target.is_floating_point() else target; return loss_fn(logits.float(), target).'),
+    ],
+}
+hint = hints(__name__, HINTS)

@@ -47,7 +47,7 @@ from ..distributed import (
     train_single_process,
     window_batches,
 )
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 
 TASK = "Task 1 (train)"
 TIMEOUT = 180.0  # seconds for one launch (two processes importing torch take several seconds on a small CPU)
@@ -253,3 +253,19 @@ def ddp_train(fn) -> None:
     except Exception as error:  # noqa: BLE001 - never an internal traceback
         raise fail(task, f"the ranks' logs could not be read ({type(error).__name__}: {error}).") from None
     passed(task, f"2 processes under torchrun: {summary}.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'train': [
+        ('When does DDP all-reduce the gradients, and how do you stop it for all but the last micro-batch '
+         "of a window? Lesson 08's all-reduce count."),
+        ('`with model.no_sync():` around the forward and backward of each non-last micro-batch; the usual '
+         'AMP accumulation otherwise (lesson 05), with unscale_ before clipping.'),
+        ('per window: zero_grad; for i, (x, y): ctx = nullcontext() if last else model.no_sync(); with '
+         'ctx: autocast float16, loss / len(window), scaler.scale(loss).backward(); then unscale_, '
+         'clip_grad_norm_, scaler.step, scaler.update.'),
+    ],
+}
+hint = hints(__name__, HINTS)

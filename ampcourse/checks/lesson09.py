@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from ..device import pick_device
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 from .tiny import grad_norm, micro_batches, require_clipped, tiny_model, window_mean_grads
 
@@ -219,3 +219,19 @@ def train_window(fn) -> None:
     passed(TASK, "zero_grad → scaled backward of loss / window length per micro-batch → unscale_ → clip → "
                  "scaler.step → update → scheduler.step only when the step was applied (a float16 overflow was "
                  f"skipped and the schedule waited); your step trained the digits model to {accuracy:.1%}.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'train_window': [
+        ('This is lessons 04 and 05 put together, plus one new rule from lesson 09: when may the scheduler'
+         ' step?'),
+        ('Accumulate the window (loss / len(micro_batches) each), unscale_ then clip, step and update '
+         'through the scaler; a skipped step is one where the scale went down at update().'),
+        ('zero_grad; per micro-batch: autocast(dtype), cross_entropy / len, scaler.scale(loss).backward();'
+         ' unscale_; clip_grad_norm_; before = scaler.get_scale(); scaler.step; scaler.update(); if '
+         'scaler.get_scale() >= before: scheduler.step().'),
+    ],
+}
+hint = hints(__name__, HINTS)
