@@ -37,7 +37,8 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
         else:
             optimizer.step()
         scaler.update()
-        if scheduler_on == "always" or (scheduler_on == "applied" and scaler.get_scale() >= before):
+        if scheduler_on == "always" or (scheduler_on == "applied" and scaler.get_scale() >= before) or (
+                scheduler_on == "scale unchanged" and scaler.get_scale() == before):
             scheduler.step()
     return train_window
 
@@ -70,6 +71,7 @@ MISTAKES = {
     "scheduler never stepped": (step(scheduler_on="never"), "scheduler was not stepped"),
     "no unscale_": (step(unscale=False), "never called `scaler.unscale_"),
     "no clipping": (step(clip="never"), "above max_norm"),
+    "scheduler frozen when the scale grows": (step(scheduler_on="scale unchanged"), "the scale \\*grew\\*"),
 }
 
 

@@ -55,10 +55,10 @@ class _Optimizer(SpyOptimizer):
 
 
 
-def _objects(device, log, init_scale=SCALE):
+def _objects(device, log, init_scale=SCALE, growth_interval=10_000):
     model = tiny_model(device)
     optimizer = _Optimizer(model.parameters(), log, lr=0.05)
-    scaler = SpyScaler(log, device.type, init_scale=init_scale, growth_interval=10_000)
+    scaler = SpyScaler(log, device.type, init_scale=init_scale, growth_interval=growth_interval)
     scheduler = SpyScheduler(optimizer, log)
     return model, optimizer, scaler, scheduler
 
@@ -168,7 +168,22 @@ def _clipping(fn, device) -> None:
     window = micro_batches(device, 2, seed=3)
     max_norm = grad_norm(window_mean_grads(model, window)) / 4  # clipping must fire
     _run(fn, device, log, objects, window, max_norm)
-    require_clipped(TASK, optimizer.grads_at_step[0], max_norm, SCALE)
+    require_clipped(TASK, optimizer.grads_at_step[0], max_norm, SCALE, log)
+
+
+def _growth(fn, device) -> None:
+    """growth_interval=1: every clean step doubles the scale. The step was applied, so the schedule must move."""
+    log: list[str] = []
+    objects = _objects(device, log, growth_interval=1)
+    scaler, scheduler = objects[2], objects[3]
+    calls = _run(fn, device, log, objects, micro_batches(device, 2, seed=6), 1e9)
+    if scaler.get_scale() <= SCALE:
+        raise fail(TASK, "after a clean step with growth_interval=1 the scale did not grow: call `scaler.update()` "
+                         "once per window, after `scaler.step(optimizer)`.")
+    if "scheduler.step" not in calls or scheduler.last_epoch != 1:
+        raise fail(TASK, "the scale *grew* at this update (growth_interval=1) and your loop did not step the "
+                         "scheduler, although the optimizer step was applied: a skip makes the scale go *down*. "
+                         "Step the scheduler unless `scaler.get_scale()` after update() is smaller than before.")
 
 
 def _skip(fn, device) -> None:
@@ -214,11 +229,12 @@ def train_window(fn) -> None:
     device = pick_device()
     _accumulation(fn, device)
     _clipping(fn, device)
+    _growth(fn, device)
     _skip(fn, device)
     accuracy = _accuracy(fn, device)
     passed(TASK, "zero_grad → scaled backward of loss / window length per micro-batch → unscale_ → clip → "
                  "scaler.step → update → scheduler.step only when the step was applied (a float16 overflow was "
-                 f"skipped and the schedule waited); your step trained the digits model to {accuracy:.1%}.")
+                 f"skipped and the schedule waited; on a growing scale it moved); your step trained the digits model to {accuracy:.1%}.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
