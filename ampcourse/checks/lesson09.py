@@ -234,7 +234,8 @@ def train_window(fn) -> None:
     accuracy = _accuracy(fn, device)
     passed(TASK, "zero_grad → scaled backward of loss / window length per micro-batch → unscale_ → clip → "
                  "scaler.step → update → scheduler.step only when the step was applied (a float16 overflow was "
-                 f"skipped and the schedule waited; on a growing scale it moved); your step trained the digits model to {accuracy:.1%}.")
+                 "skipped and the schedule waited; on a growing scale it moved); your step trained the digits model "
+                 f"to {accuracy:.1%}.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
