@@ -171,6 +171,10 @@ def raised_message(name: str, err: BaseException) -> str:
                                      "(autocast casts them for you inside its region; outside, cast yourself)"),
         ("No inf checks were recorded", "`scaler.step` found no inf check: backward ran on a loss that did not "
                                         "go through `scaler.scale(loss)`, or the gradients were never produced"),
+        ("Attempted unscale_ but _scale is None", "the scaler was asked to unscale (`unscale_` or `step`) but the "
+                                                  "loss never went through `scaler.scale(loss)`"),
+        ("is being called after step()", "`scaler.update()` did not run after the previous `scaler.step`: call "
+                                         "it once per step, right after `scaler.step(optimizer)`"),
         ("unscale_() has already been called", "`scaler.unscale_(optimizer)` ran twice in one step: call it once, "
                                                "after the last backward and before clipping"),
         ("Attempting to unscale FP16 gradients", "the parameters themselves are float16 (`.half()` on the "

@@ -47,7 +47,8 @@ from ..distributed import (
     train_single_process,
     window_batches,
 )
-from . import CheckFailed, call, fail, hints, passed, require_callable
+from . import CheckFailed, NotStarted, call, fail, hints, passed, require_callable
+from .spies import SpyOptimizer, SpyScaler
 
 TASK = "Task 1 (train)"
 TIMEOUT = 180.0  # seconds for one launch (two processes importing torch take several seconds on a small CPU)
@@ -112,6 +113,89 @@ def simulate(fn: Callable, config: RunConfig = CONFIG) -> dict[str, Any]:
             "allreduces": wrapped.allreduces, "scale": scaler.get_scale()}
 
 
+# ------------------------------------------------------------------------------------ the AMP part, in-process
+@contextlib.contextmanager
+def one_process_group():
+    """A one-process gloo group (in-memory store) for the pre-run, so that ``torch.distributed.get_rank()``,
+    rank-0 logging or a manual all-reduce work there as on a rank. Left alone if a group already exists."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+INF_WINDOW = 1  # the window (0-based) whose loss the AMP pre-check makes inf: a right answer skips its step
+
+
+def amp_precheck(task: str, fn: Callable, config: RunConfig = CONFIG) -> None:
+    """Run ``fn`` in this process with spies and an inf injected into one window's loss; name any AMP mistake.
+
+    Verifies what the DDP analysis cannot see: the forward pass ran under float16 autocast, the loss went through
+    ``scaler.scale``, the optimizer stepped only through ``scaler.step`` (so the inf window was skipped), and
+    ``scaler.update`` ran once per window.
+    """
+    model = make_model(config)
+    wrapped = LocalDDP(model)
+    log: list[str] = []
+    optimizer = SpyOptimizer(wrapped.parameters(), log, lr=config.lr)
+    scaler = SpyScaler(log, config.device, init_scale=config.init_scale, growth_interval=config.growth_interval)
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    forward: list[tuple[bool, torch.dtype]] = []
+    first.register_forward_hook(lambda m, i, out: forward.append((torch.is_autocast_enabled(out.device.type),
+                                                                   out.dtype)))
+    calls = [0]
+
+    def loss_fn(out, target):
+        window = calls[0] // config.accum_steps
+        calls[0] += 1
+        loss = F.mse_loss(out, target)
+        return loss * math.inf if window == INF_WINDOW else loss
+
+    def diagnose() -> None:
+        if not forward:
+            raise fail(task, "the model's forward pass never ran: compute each micro-batch's loss from `model(x)`.")
+        if not all(on for on, _ in forward):
+            raise fail(task, "a forward pass ran outside autocast: run each micro-batch's forward and loss inside "
+                             "`with torch.autocast(device_type=x.device.type, dtype=torch.float16)`.")
+        if any(dtype != torch.float16 for _, dtype in forward):
+            raise fail(task, "autocast ran, but not in float16 (the CPU's default is bfloat16): pass "
+                             "`dtype=torch.float16`.")
+        if "scale" not in log:
+            raise fail(task, "`scaler.scale(loss)` was never called: backward must run on the scaled loss "
+                             "(`scaler.scale(loss).backward()`), or small float16 gradients underflow and "
+                             "`scaler.step` has no inf check to act on.")
+        if "scaler.step" in log and "update" not in log:
+            raise fail(task, f"`scaler.update()` ran 0 times for {config.windows} windows: call it once per window, "
+                             "after `scaler.step(optimizer)`, so the scale backs off after an inf.")
+        if "optimizer.step (direct)" in log:
+            raise fail(task, f"you called `optimizer.step()` yourself, so window {INF_WINDOW + 1}, whose loss the "
+                             "check made inf, was applied anyway: step through `scaler.step(optimizer)`, which skips "
+                             "a step whose gradients hold inf/NaN (an `unscale_` before it does not change that).")
+
+    try:
+        call(task, fn, "train", wrapped, loss_fn, optimizer, scaler, window_batches(config, None),
+             config.accum_steps, config.max_norm)
+    except NotStarted:
+        raise
+    except CheckFailed:
+        diagnose()
+        raise
+    diagnose()
+    if log.count("update") != config.windows:
+        raise fail(task, f"`scaler.update()` ran {log.count('update')} times for {config.windows} windows: once per "
+                         "window, after `scaler.step(optimizer)`, so the scale backs off after an inf.")
+    applied = log.count("optimizer.step")
+    if applied != config.windows - 1:
+        raise fail(task, f"{applied} optimizer steps were applied for {config.windows} windows, one of them with inf "
+                         "gradients (the check injected it): that one must be skipped by `scaler.step`.")
+
+
 # ---------------------------------------------------------------------------------------------------- analysis
 def _reference_step(config: RunConfig, params: list[float], window: int) -> tuple[torch.Tensor, float]:
     """The clipped FP32 gradient of window ``window``'s mean loss over the global batch, at ``params``."""
@@ -165,6 +249,10 @@ def analyse(task: str, config: RunConfig, done: dict[int, dict[str, Any]], refer
             raise fail(task, f"window {k + 1}: the optimizer stepped with gradients still multiplied by the scale "
                              f"({scaled:g}): call `scaler.unscale_(optimizer)` before clipping and step with "
                              "`scaler.step(optimizer)`.")
+        if config.world_size > 1 and abs(ratio - config.world_size) < 0.05 * config.world_size:
+            raise fail(task, f"window {k + 1}: the step gradient is {ratio:.2f}× the right one, about the number of "
+                             "ranks: you all-reduced (summed) the gradients yourself on top of DDP, which already "
+                             "averages them. Remove the manual all-reduce.")
         if seen_norm > config.max_norm * 1.05:
             raise fail(task, f"window {k + 1}: the optimizer stepped with gradients of norm {seen_norm:.3g}, above "
                              f"max_norm = {config.max_norm:g}: clip with `torch.nn.utils.clip_grad_norm_("
@@ -225,8 +313,22 @@ def ddp_train(fn) -> None:
     """Task 1: ``train(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm)`` on a DDP model."""
     task = TASK
     require_callable(task, fn, "train")
-    call(task, simulate, "train", fn)  # quick, in this process: a stub is "not started", errors show at once
-    source = _source(task, fn)
+    try:
+        source = _source(task, fn)
+    except CheckFailed:
+        call(task, simulate, "train", fn)  # an untouched stub is "not started" rather than refused
+        raise
+    # The pre-run, in this process: the shipped source in the ranks' namespace, in a one-process group, so a stub
+    # is "not started" and errors and AMP mistakes show at once, without paying for a launch.
+    namespace: dict[str, Any] = {"torch": torch, "nn": nn, "F": F, "math": math, "contextlib": contextlib}
+    try:
+        exec(compile(source, "<your function>", "exec"), namespace)  # noqa: S102 - the learner's own function
+    except Exception as error:  # noqa: BLE001
+        raise fail(task, f"your function's cell could not run on its own ({type(error).__name__}: {error}).") from None
+    fresh = namespace[fn.__name__]
+    with one_process_group():
+        call(task, simulate, "train", fresh)
+        amp_precheck(task, fresh)
     config = dataclasses.replace(CONFIG, user_fn=fn.__name__)
     with tempfile.TemporaryDirectory(prefix="ampcourse-08-") as folder:
         run_dir = Path(folder)
