@@ -154,3 +154,69 @@ def test_reference_category_agrees_with_torch_on_the_boundaries():
         assert lesson02.fp16_category(x) == predict_right(x)
     g = torch.tensor([1.0, -3.0])
     assert lesson02.safe_scale(g) == 2.0**14  # 3 * 2**14 = 49152 <= 65504 < 3 * 2**15
+
+
+# --- Task 3 of exercise 01: update_is_lost --------------------------------------------------------------------
+def lost_right(w, u, dtype):
+    m = 10 if dtype == torch.float16 else 7
+    spacing = 2.0 ** (math.floor(math.log2(w)) - m)
+    if u != spacing / 2:
+        return u < spacing / 2
+    return int(w / spacing) % 2 == 0
+
+
+def lost_eps_rule(w, u, dtype):  # the spacing at 1.0 for every w
+    return u < (2.0**-10 if dtype == torch.float16 else 2.0**-7) / 2
+
+
+def lost_ties_always(w, u, dtype):
+    m = 10 if dtype == torch.float16 else 7
+    return u <= 2.0 ** (math.floor(math.log2(w)) - m) / 2
+
+
+def lost_ties_never(w, u, dtype):
+    m = 10 if dtype == torch.float16 else 7
+    return u < 2.0 ** (math.floor(math.log2(w)) - m) / 2
+
+
+LOST_MISTAKES = {
+    "machine epsilon for every weight": (lost_eps_rule, "grows with w"),
+    "a tie is always lost": (lost_ties_always, "a tie, and ties round to the\\s+neighbour whose last mantissa bit"),
+    "a tie is never lost": (lost_ties_never, "a tie"),
+    "returns a number": (lambda w, u, d: 0, "return True or False"),
+}
+
+
+# --- Task 3 of exercise 02: flushed_fraction ------------------------------------------------------------------
+def flushed_right(grads, scale):
+    nonzero = grads != 0
+    return (nonzero & (grads.double().abs() * scale <= 2.0**-25)).sum().item() / nonzero.sum().item()
+
+
+FLUSH_MISTAKES = {
+    "ignores the scale": (lambda g, s: flushed_right(g, 1.0), "you ignored the scale"),
+    "threshold 2**-24": (lambda g, s: ((g != 0) & (g.double().abs() * s < 2.0**-24)).sum().item()
+                         / (g != 0).sum().item(), "round \\*up\\* to the smallest\\s+subnormal"),
+    "counts the zeros": (lambda g, s: ((g.double() * s).to(torch.float16) == 0).float().mean().item(),
+                         "count only the gradients that were not zero"),
+    "a percentage": (lambda g, s: 100 * flushed_right(g, s), "not a percentage"),
+}
+
+
+def test_new_tasks_right_answers_pass(capsys):
+    lesson01.update_is_lost(lost_right)
+    lesson02.flushed_fraction(flushed_right)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("✓ Task 3") for line in lines)
+
+
+@pytest.mark.parametrize(("fn", "words"), LOST_MISTAKES.values(), ids=LOST_MISTAKES)
+def test_update_is_lost_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson01.update_is_lost(fn)
+
+
+@pytest.mark.parametrize(("fn", "words"), FLUSH_MISTAKES.values(), ids=FLUSH_MISTAKES)
+def test_flushed_fraction_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson02.flushed_fraction(fn)

@@ -292,3 +292,52 @@ def test_stubs_are_not_started(check):
 
 def test_the_observed_dtypes_are_what_the_fixture_says():
     assert lesson03.observed_dtypes() == RIGHT_DTYPES
+
+
+# --- Task 3 of exercise 03: predict_cuda_dtypes -------------------------------------------------------------------
+CUDA_RIGHT = {"linear": torch.float16, "relu": torch.float16, "softmax": torch.float32, "layer_norm": torch.float32,
+              "sum": torch.float32, "exp": torch.float32, "mse_loss": torch.float32}
+
+CUDA_MISTAKES = {
+    "the CPU's lists": ({**CUDA_RIGHT, "softmax": torch.float16, "sum": torch.float16, "exp": torch.float16},
+                        "on CUDA's FP32 list \\(on the CPU it is not"),
+    "everything float16": ({k: torch.float16 for k in CUDA_RIGHT}, "4 of 7 wrong|5 of 7 wrong"),
+    "relu in float32": ({**CUDA_RIGHT, "relu": torch.float32}, "on no CUDA list, so it follows its float16 input"),
+    "a missing key": ({k: v for k, v in CUDA_RIGHT.items() if k != "exp"}, "exactly the keys"),
+}
+
+
+# --- Task 3 of exercise 04: skipped_steps -------------------------------------------------------------------------
+def skipped_right(initial, scales):
+    before = [initial, *scales[:-1]]
+    return [i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a < b]
+
+
+SKIP_MISTAKES = {
+    "any change is a skip": (lambda i, s: [k for k, (b, a) in enumerate(zip([i, *s[:-1]], s, strict=True)) if a != b],
+                             "a \\*growth\\* also changes the scale"),
+    "off by one": (lambda i, s: [k for k in range(1, len(s)) if s[k] < s[k - 1]] and
+                   [k - 1 for k in range(1, len(s)) if s[k] < s[k - 1]], "off by one"),
+    "step 0 never judged": (lambda i, s: [k for k in range(1, len(s)) if s[k] < s[k - 1]],
+                            "step 0 can be skipped too|off by one"),
+    "a count": (lambda i, s: len(skipped_right(i, s)), "you returned a count"),
+}
+
+
+def test_new_tasks_right_answers_pass(capsys):
+    lesson03.predict_cuda_dtypes(lambda: dict(CUDA_RIGHT))
+    lesson04.skipped_steps(skipped_right)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("✓ Task 3") for line in lines)
+
+
+@pytest.mark.parametrize(("answer", "words"), CUDA_MISTAKES.values(), ids=CUDA_MISTAKES)
+def test_predict_cuda_dtypes_mistakes_are_named(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson03.predict_cuda_dtypes(lambda: dict(answer))
+
+
+@pytest.mark.parametrize(("fn", "words"), SKIP_MISTAKES.values(), ids=SKIP_MISTAKES)
+def test_skipped_steps_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson04.skipped_steps(fn)

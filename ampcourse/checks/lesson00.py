@@ -92,6 +92,54 @@ def amp_forward(fn) -> None:
     passed(task, "the forward pass ran under autocast in the recommended dtype; the weights stayed "
                  "float32 and the output matches float32 to within rounding.")
 
+# --- Task 3: the recipe for other machines --------------------------------------------------------------------
+
+GPUS = [  # (name, compute capability)
+    ("Tesla P100 (Pascal)", (6, 0)),
+    ("Tesla V100 (Volta)", (7, 0)),
+    ("T4 (Turing)", (7, 5)),
+    ("A100 (Ampere)", (8, 0)),
+    ("RTX 3090 (Ampere)", (8, 6)),
+    ("L4 (Ada)", (8, 9)),
+    ("H100 (Hopper)", (9, 0)),
+]
+
+
+def choose_recipe(fn) -> None:
+    """Task 3: ``choose_recipe(capability)`` returns ``(dtype, use_grad_scaler)`` for an NVIDIA GPU."""
+    from ..device import recommend
+
+    task = "Task 3 (choose_recipe)"
+    require_callable(task, fn, "choose_recipe")
+    for name, capability in GPUS:
+        want = recommend("cuda", capability)
+        got = call(task, fn, "choose_recipe", capability)
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], torch.dtype)
+                and isinstance(got[1], bool)):
+            raise fail(task, f"for {capability} you returned {got!r}: return a tuple (torch dtype, bool), e.g. "
+                             "`(torch.float32, False)`.")
+        dtype, scaler = got
+        where = f"for the {name}, compute capability {capability}"
+        if dtype == torch.float32:
+            raise fail(task, f"{where} you chose float32: every GPU here runs autocast in a 16-bit dtype, which at "
+                             "least halves activation memory. Choose between bfloat16 and float16.")
+        if dtype == torch.bfloat16 and want.dtype == torch.float16:
+            raise fail(task, f"{where} you chose bfloat16, but this GPU has no bfloat16 Tensor Cores (they arrived "
+                             "with Ampere, capability 8.0): use float16.")
+        if dtype == torch.float16 and want.dtype == torch.bfloat16:
+            raise fail(task, f"{where} you chose float16: it works with a scaler, but this GPU runs bfloat16 as "
+                             "fast and bfloat16 needs no loss scaling. The course recommends bfloat16 from 8.0 on.")
+        if dtype != want.dtype:
+            raise fail(task, f"{where} you chose {dtype}; choose torch.bfloat16 or torch.float16.")
+        if dtype == torch.float16 and not scaler:
+            raise fail(task, f"{where}: float16 without a GradScaler lets small gradients flush to zero "
+                             "(lesson 02). float16 always needs the scaler.")
+        if dtype == torch.bfloat16 and scaler:
+            raise fail(task, f"{where}: bfloat16 keeps float32's exponent range, so a GradScaler only costs time "
+                             "(and the course does not use one with it).")
+    passed(task, f"the right dtype and scaler choice for {len(GPUS)} GPUs, Pascal to Hopper: float16 + GradScaler "
+                 "before Ampere, bfloat16 without a scaler from Ampere on.")
+
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
@@ -111,6 +159,14 @@ HINTS = {
          'both for this machine.'),
         ('`with torch.autocast(device_type=hardware.device.type, dtype=hardware.recommendation.dtype): '
          'return model(x)`.'),
+    ],
+    'choose_recipe': [
+        ('Two questions per GPU: which 16-bit dtype do its Tensor Cores run fast, and does that dtype need'
+         " loss scaling? Lesson 00's hardware report answers both for your machine."),
+        ('bfloat16 Tensor Cores arrived with Ampere (capability 8.0); before that, float16 (Tensor Cores '
+         "from Volta, 7.0; none on Pascal). float16's narrow range always needs a GradScaler; bfloat16's "
+         'does not.'),
+        'return (torch.bfloat16, False) if capability >= (8, 0) else (torch.float16, True).',
     ],
 }
 hint = hints(__name__, HINTS)

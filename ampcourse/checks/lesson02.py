@@ -147,6 +147,60 @@ def largest_safe_scale(fn) -> None:
                          f"(max|g| = {peak:g}, and {peak:g} × {2 * want:g} > 65504). Do not give away range.")
     passed(task, "largest safe power-of-two scale right for 5 gradient sets (max|g|·S ≤ 65504, S×2 would overflow).")
 
+# --- Task 3: how much underflows? ------------------------------------------------------------------------------
+
+def flushed(grads: torch.Tensor, scale: float) -> float:
+    """torch's answer: the fraction of the nonzero entries of ``grads`` that are 0 after ``(grads * scale).half()``."""
+    nonzero = grads != 0
+    cast = (grads.double() * scale).to(torch.float16)
+    return ((cast == 0) & nonzero).sum().item() / max(1, nonzero.sum().item())
+
+
+def _flush_cases() -> list[tuple[torch.Tensor, float, str]]:
+    g = torch.Generator().manual_seed(2)
+    magnitudes = 10.0 ** (torch.rand(4000, generator=g, dtype=torch.float64) * 10 - 12)  # 1e-12 .. 1e-2
+    signs = torch.where(torch.rand(4000, generator=g) < 0.5, -1.0, 1.0).double()
+    grads = (magnitudes * signs).float()
+    grads[::10] = 0.0  # a tenth are exactly zero (e.g. dead ReLU units): they were never "flushed"
+    grads[1] = 2.0**-25  # exactly half the smallest subnormal: a tie, rounds to 0
+    grads[2] = 2.0**-25 * 1.0001  # just above it: rounds up to 2**-24
+    return [(grads, 1.0, "no scaling"), (grads, 2.0**16, "GradScaler's default scale 2**16"),
+            (grads, 2.0**8, "a scale of 2**8")]
+
+
+def flushed_fraction(fn) -> None:
+    """Task 3: ``flushed_fraction(grads, scale)``: the share of nonzero gradients that a scaled fp16 cast flushes."""
+    task = "Task 3 (flushed_fraction)"
+    require_callable(task, fn, "flushed_fraction")
+    for grads, scale, what in _flush_cases():
+        want = flushed(grads, scale)
+        got = call(task, fn, "flushed_fraction", grads.clone(), scale)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise fail(task, f"return a number between 0 and 1 (you returned {type(got).__name__}).")
+        if abs(got - want) <= 1e-9:
+            continue
+        context = f"with {what} you returned {got:.4f}, the cast flushes {want:.4f} of the nonzero gradients"
+        if abs(got - 100 * want) < 1e-6:
+            raise fail(task, f"{context}: return a fraction (0.25), not a percentage (25).")
+        if abs(got - flushed(grads, 1.0)) < 1e-9 and scale != 1.0:
+            raise fail(task, f"{context}: you ignored the scale. The loss scale multiplies every gradient before "
+                             "the cast: judge |g × scale|.")
+        total = grads.numel()
+        nonzero = (grads != 0).sum().item()
+        if abs(got - (want * nonzero + (total - nonzero)) / total) < 1e-6 or abs(got - want * nonzero / total) < 1e-6:
+            raise fail(task, f"{context}: count only the gradients that were not zero to begin with, and divide by "
+                             "their number; a zero gradient is not lost to underflow.")
+        below = ((grads.double() * scale).abs() < 2.0**-24) & (grads != 0)
+        if abs(got - below.sum().item() / nonzero) < 1e-9:
+            raise fail(task, f"{context}: values from just above 2**-25 up to 2**-24 round *up* to the smallest "
+                             "subnormal, they are not flushed. The cast gives 0 only at or below 2**-25.")
+        raise fail(task, f"{context}. A scaled gradient is flushed when its magnitude is at most half the smallest "
+                         "subnormal.")
+    passed(task, "flushed fractions right with and without a loss scale (zeros excluded, the 2**-25 tie included): "
+                 "the scale moves the gradients out of the flush zone.")
+
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
@@ -165,6 +219,14 @@ HINTS = {
          'rounded down).'),
         ('peak = grads.abs().max().item(); return 2.0 ** math.floor(math.log2(65504 / peak)) — and check '
          'exact powers of two: a peak of 1.0 gives 2**15, since 2**16 > 65504.'),
+    ],
+    'flushed_fraction': [
+        ("Which gradients does a float16 cast turn into 0? Task 1's thresholds tell you; the scale "
+         'multiplies every gradient first.'),
+        ('A value is flushed when |g × scale| is at most half the smallest subnormal (2**-25). Count only '
+         'gradients that were nonzero before the cast, and divide by their number.'),
+        ('scaled = grads.double().abs() * scale; nonzero = grads != 0; return (nonzero & (scaled <= '
+         '2**-25)).sum().item() / nonzero.sum().item().'),
     ],
 }
 hint = hints(__name__, HINTS)

@@ -199,6 +199,52 @@ def update_scale(fn) -> None:
         raise fail(task, "the scale became inf.")
     passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns.")
 
+# --- Task 3: read a scale log ------------------------------------------------------------------------------------
+
+def _scale_logs() -> list[tuple[str, float, list[float], list[int]]]:
+    """(what, initial scale, scale after each update, the skipped steps), from torch-exact simulations."""
+    logs = []
+    for what, found, g, n in [
+        ("a healthy run", [False] * 5 + [True] + [False] * 6 + [True, False], 2.0, 3),
+        ("an overflow right after a growth", [False, False, True, False, False, True, True, False], 2.0, 2),
+        ("every step overflows", [True] * 8, 2.0, 2000),
+        ("growth every clean step", [False, True, False, False, True], 2.0, 1),
+        ("a gentle growth factor", [False, False, True, False, False, False], 1.5, 1),
+    ]:
+        trace = simulate_grad_scaler(found, init_scale=1024.0, growth_factor=g, backoff_factor=0.5,
+                                     growth_interval=n)
+        after = [*trace.scales[1:], trace.final_scale]
+        logs.append((what, 1024.0, after, [i for i, f in enumerate(found) if f]))
+    return logs
+
+
+def skipped_steps(fn) -> None:
+    """Task 3: ``skipped_steps(initial_scale, scales)``: which steps GradScaler skipped, read from the scale log."""
+    task = "Task 3 (skipped_steps)"
+    require_callable(task, fn, "skipped_steps")
+    for what, initial, scales, want in _scale_logs():
+        got = call(task, fn, "skipped_steps", initial, list(scales))
+        if isinstance(got, int) and not isinstance(got, bool):
+            raise fail(task, f"you returned a count ({got}); return the list of the skipped steps' indices.")
+        if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) for i in got):
+            raise fail(task, f"return a list of step indices (ints); you returned {got!r}.")
+        got = list(got)
+        if got == want:
+            continue
+        context = f"for {what} (scales {[f'{s:g}' for s in scales]}) you said {got}, the skipped steps were {want}"
+        changed = [i for i, s in enumerate(scales) if s != ([initial, *scales][i])]
+        if got == changed:
+            raise fail(task, f"{context}: a *growth* also changes the scale. Only a decrease means a skipped step "
+                             "(update() backs off after an inf).")
+        if got == [i - 1 for i in want if i > 0] or got == [i + 1 for i in want]:
+            raise fail(task, f"{context}: off by one. scales[i] is the scale after step i's update; compare it with "
+                             "the scale before that step (initial_scale for step 0).")
+        if got == [i for i in want if i > 0]:
+            raise fail(task, f"{context}: step 0 can be skipped too: compare scales[0] with initial_scale.")
+        raise fail(task, f"{context}. A step was skipped exactly when the scale went down at its update().")
+    passed(task, f"the skipped steps of {len(_scale_logs())} scale logs read right — including an overflow right "
+                 "after a growth and a run where every step is skipped (an inf in the forward pass).")
+
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
@@ -219,6 +265,14 @@ HINTS = {
          'when the count reaches growth_interval.'),
         ('if found_inf: return scale × backoff_factor, 0; tracker + 1; if it equals growth_interval: '
          'return scale × growth_factor, 0; else return scale, tracker + 1.'),
+    ],
+    'skipped_steps': [
+        ('What does update() do to the scale after a skipped step, and what after a clean one? (Lesson '
+         "04's scale trajectory.)"),
+        ('A skipped step is the only thing that makes the scale go *down*; growth makes it go up. '
+         'scales[i] is the scale after step i: compare it with the scale before step i.'),
+        ('before = [initial_scale, *scales[:-1]]; return [i for i, (b, a) in enumerate(zip(before, '
+         'scales)) if a < b].'),
     ],
 }
 hint = hints(__name__, HINTS)
