@@ -264,3 +264,87 @@ def test_a_manual_all_reduce_on_top_of_ddp_is_named():
     doubled = {**records, "steps": [{**s, "grads": [2 * g for g in s["grads"]]} for s in records["steps"]]}
     with pytest.raises(CheckFailed, match="all-reduced \\(summed\\) the gradients yourself"):
         lesson08.analyse(lesson08.TASK, lesson08.CONFIG, {0: doubled, 1: doubled})
+
+
+# --- Task 2: allreduce_bytes -----------------------------------------------------------------------------------
+def bytes_right(n, accum, no_sync, compress):
+    return n * (2 if compress else 4) * (1 if no_sync else accum)
+
+
+BYTES_MISTAKES = {
+    "AMP halves the traffic": (lambda n, a, s, c: n * 2 * (1 if s else a), "AMP does not halve the gradient traffic"),
+    "one all-reduce even without no_sync": (lambda n, a, s, c: n * (2 if c else 4),
+                                            "every backward of the window all-reduces"),
+    "one all-reduce per micro-batch with no_sync": (lambda n, a, s, c: n * (2 if c else 4) * a,
+                                                    "only the last micro-batch's backward all-reduces"),
+    "bits": (lambda n, a, s, c: 8 * bytes_right(n, a, s, c), "that is bits"),
+}
+
+
+def test_allreduce_bytes_right_answer_passes(capsys):
+    lesson08.allreduce_bytes(bytes_right)
+    assert capsys.readouterr().out.startswith("✓ Task 2")
+
+
+@pytest.mark.parametrize(("fn", "words"), BYTES_MISTAKES.values(), ids=BYTES_MISTAKES)
+def test_allreduce_bytes_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson08.allreduce_bytes(fn)
+
+
+# --- Task 3: bf16_hook ------------------------------------------------------------------------------------------
+def hook(dtype=torch.bfloat16, divide=True, copy_back=True, returns="future"):
+    import torch.distributed as dist
+
+    def bf16_hook(process_group, bucket):
+        buffer = bucket.buffer()
+        compressed = buffer.to(dtype)
+        if divide:
+            compressed.div_(process_group.size())
+        work = dist.all_reduce(compressed, group=process_group, async_op=True)
+        if returns == "nothing":
+            return None
+
+        def back(future):
+            if copy_back:
+                buffer.copy_(future.value()[0])
+                return buffer
+            return buffer  # the all-reduced values are thrown away
+
+        return work.get_future().then(back)
+    return bf16_hook
+
+
+def bf16_hook_with_world_size(process_group, bucket):
+    """Right, written with dist.get_world_size and a wait() instead of then()."""
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16)
+    dist.all_reduce(compressed, group=process_group, async_op=True).wait()
+    buffer.copy_(compressed / dist.get_world_size(process_group))
+    future = torch.futures.Future()
+    future.set_result(buffer)
+    return future
+
+
+HOOK_MISTAKES = {
+    "no compression": (hook(dtype=torch.float32), "sent float32: nothing was compressed"),
+    "float16 instead of bfloat16": (hook(dtype=torch.float16), "sent float16"),
+    "no division by the world size": (hook(divide=False), "twice too large"),
+    "result not copied back": (hook(copy_back=False), "twice too large|did not go through"),
+    "returns nothing": (hook(returns="nothing"), "returned NoneType, not a `torch.futures.Future`"),
+}
+
+
+def test_bf16_hook_right_answers_pass(capsys):
+    lesson08.bf16_compress(hook())
+    lesson08.bf16_compress(bf16_hook_with_world_size)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("✓ Task 3") for line in lines)
+
+
+@pytest.mark.parametrize(("fn", "words"), HOOK_MISTAKES.values(), ids=HOOK_MISTAKES)
+def test_bf16_hook_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson08.bf16_compress(fn)
