@@ -169,3 +169,37 @@ def test_stubs_are_not_started():
             check(stub)
     with pytest.raises(NotStarted):
         lesson05.checkpoint(stub, load_checkpoint)
+
+
+# --- Task 4: diagnose_clipping ------------------------------------------------------------------------------------
+def diagnose_right(true_norm, stepped, max_norm, scale):
+    def close(a, b):
+        return abs(a - b) <= 0.05 * b
+    if close(stepped, min(true_norm, max_norm)):
+        return "right"
+    if close(stepped, max_norm / scale):
+        return "clipped before unscale_"
+    return "not clipped"
+
+
+DIAGNOSE_MISTAKES = {
+    "exact comparison": (lambda t, s, m, sc: "right" if s == m or s == t < m else
+                         ("clipped before unscale_" if s < m / 10 else "not clipped"), "never with =="),
+    "small gradients called not clipped": (lambda t, s, m, sc: "right" if abs(s - m) < 0.05 * m else
+                                           ("clipped before unscale_" if s < m / 10 else "not clipped"),
+                                           "already below max_norm"),
+    "before unscale_ taken for not clipped": (lambda t, s, m, sc: diagnose_right(t, s, m, sc).replace(
+        "clipped before unscale_", "not clipped"), "max_norm / scale"),
+    "bad label": (lambda t, s, m, sc: "ok", "return one of"),
+}
+
+
+def test_diagnose_clipping_right_answer_passes(capsys):
+    lesson05.diagnose_clipping(diagnose_right)
+    assert capsys.readouterr().out.startswith("✓ Task 4")
+
+
+@pytest.mark.parametrize(("fn", "words"), DIAGNOSE_MISTAKES.values(), ids=DIAGNOSE_MISTAKES)
+def test_diagnose_clipping_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson05.diagnose_clipping(fn)

@@ -135,3 +135,42 @@ def test_not_callable_and_stubs():
             check(stub)
         with pytest.raises(CheckFailed, match="should be a function"):
             check(42)
+
+
+# --- Task 4: triage -------------------------------------------------------------------------------------------------
+def triage_right(initial, scales, losses):
+    import math
+    if not all(math.isfinite(x) for x in losses):
+        return "forward overflow"
+    before = [initial, *scales[:-1]]
+    if all(a < b for b, a in zip(before, scales, strict=True)):
+        return "backward overflow"
+    return "healthy"
+
+
+def triage_any_skip(initial, scales, losses):
+    before = [initial, *scales[:-1]]
+    return "backward overflow" if any(a < b for b, a in zip(before, scales, strict=True)) else "healthy"
+
+
+def triage_scales_only(initial, scales, losses):
+    before = [initial, *scales[:-1]]
+    return "forward overflow" if all(a < b for b, a in zip(before, scales, strict=True)) else "healthy"
+
+
+TRIAGE_MISTAKES = {
+    "any skip is a problem": (triage_any_skip, "the scaler doing its job"),
+    "scales only, losses ignored": (triage_scales_only, "Look at the losses before the scales|every step is skipped"),
+    "bad label": (lambda i, s, losses: "overflow", "return one of"),
+}
+
+
+def test_triage_right_answer_passes(capsys):
+    lesson07.triage(triage_right)
+    assert capsys.readouterr().out.startswith("✓ Task 4")
+
+
+@pytest.mark.parametrize(("fn", "words"), TRIAGE_MISTAKES.values(), ids=TRIAGE_MISTAKES)
+def test_triage_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson07.triage(fn)

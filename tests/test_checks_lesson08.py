@@ -338,8 +338,8 @@ HOOK_MISTAKES = {
 
 
 def test_bf16_hook_right_answers_pass(capsys):
-    lesson08.bf16_compress(hook())
-    lesson08.bf16_compress(bf16_hook_with_world_size)
+    lesson08.bf16_hook(hook())
+    lesson08.bf16_hook(bf16_hook_with_world_size)
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("✓ Task 3") for line in lines)
 
@@ -347,4 +347,4 @@ def test_bf16_hook_right_answers_pass(capsys):
 @pytest.mark.parametrize(("fn", "words"), HOOK_MISTAKES.values(), ids=HOOK_MISTAKES)
 def test_bf16_hook_mistakes_are_named(fn, words):
     with pytest.raises(CheckFailed, match=words):
-        lesson08.bf16_compress(fn)
+        lesson08.bf16_hook(fn)

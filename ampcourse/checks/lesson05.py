@@ -236,6 +236,60 @@ def checkpoint(save_fn, load_fn) -> None:
     passed(task, "6 steps + save + load + 6 steps gave the same parameters and scale, bit for bit, as 12 steps "
                  "without stopping.")
 
+# --- Task 4: diagnose clipping from the norms ----------------------------------------------------------------------
+
+def _clipping_evidence(device) -> list[tuple[float, float, float, float, str]]:
+    """(true norm, stepped norm, max_norm, scale, verdict) measured by running the right step and the two classic
+    wrong ones on the tiny model."""
+    cases = []
+    for variant, divisor in (("right", 4), ("not clipped", 4), ("clipped before unscale_", 4), ("right", 0.5)):
+        model = tiny_model(device, seed=7)
+        log: list[str] = []
+        optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
+        scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
+        (x, y), = micro_batches(device, 1, size=8, seed=8)
+        true_norm = grad_norm(window_mean_grads(model, [(x, y)]))
+        max_norm = true_norm / divisor
+        optimizer.zero_grad()
+        with torch.autocast(device_type=device.type, dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        if variant == "right":
+            scaler.unscale_(optimizer)
+        if variant != "not clipped":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        cases.append((true_norm, grad_norm(optimizer.grads_at_step[0]), max_norm, SCALE, variant))
+    return cases
+
+
+def diagnose_clipping(fn) -> None:
+    """Task 4: ``diagnose_clipping(true_norm, stepped_norm, max_norm, scale)`` names what a clipped step did."""
+    task = "Task 4 (diagnose_clipping)"
+    require_callable(task, fn, "diagnose_clipping")
+    labels = ("right", "not clipped", "clipped before unscale_")
+    for true_norm, stepped, max_norm, scale, want in _clipping_evidence(pick_device()):
+        got = call(task, fn, "diagnose_clipping", true_norm, stepped, max_norm, scale)
+        if got not in labels:
+            raise fail(task, f"return one of {', '.join(map(repr, labels))} (you returned {got!r}).")
+        if got == want:
+            continue
+        context = (f"true norm {true_norm:.4g}, the optimizer stepped with {stepped:.4g}, max_norm {max_norm:.4g}, "
+                   f"scale {scale:g}: you said {got!r}, the run was {want!r}")
+        if want == "right" and true_norm < max_norm:
+            raise fail(task, f"{context}. When the true norm is already below max_norm, clipping leaves the gradients "
+                             "alone: stepping with the true norm is right.")
+        if want == "right":
+            raise fail(task, f"{context}. The stepped norm equals max_norm up to rounding: compare with a tolerance "
+                             "(a few %), never with ==.")
+        if want == "clipped before unscale_":
+            raise fail(task, f"{context}. The stepped norm is max_norm / scale: the threshold was applied to "
+                             "gradients still multiplied by the scale.")
+        raise fail(task, f"{context}. The stepped norm equals the true norm, above max_norm: nothing clipped.")
+    passed(task, "four measured steps diagnosed right from their norms: clipped right, not clipped, clipped before "
+                 "unscale_ (norm max_norm / scale), and a step that needed no clipping.")
+
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
@@ -265,6 +319,15 @@ HINTS = {
          '`state_dict()` and `load_state_dict()`.'),
         ("save: torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': "
          'scaler.state_dict()}, path); load: torch.load(path), then load_state_dict on each.'),
+    ],
+    'diagnose_clipping': [
+        ('For each verdict, what stepped norm would you expect? Express it with true_norm, max_norm and '
+         'scale.'),
+        ('Right: min(true_norm, max_norm). Clipped before unscale_: the threshold met gradients × scale, '
+         'so the step ends at max_norm / scale. Not clipped: true_norm although it is above max_norm. '
+         'Compare with a relative tolerance.'),
+        ("close(a, b) = abs(a - b) <= 0.05 * b; 'right' if close(stepped, min(true, max_norm)); 'clipped "
+         "before unscale_' if close(stepped, max_norm / scale); else 'not clipped'."),
     ],
 }
 hint = hints(__name__, HINTS)

@@ -195,6 +195,39 @@ def fraction_of_peak(fn) -> None:
         raise fail(task, f"{shown}. The fraction is achieved / dense peak, and the dense peak is half a sparse figure.")
     passed(task, "achieved / dense peak, with sparse datasheet figures halved, as a fraction.")
 
+# --- Task 3: the MFU of a training step ------------------------------------------------------------------------------
+
+MFU_CASES = [  # (parameters, tokens per step, step seconds, dense peak TFLOP/s)
+    (125e6, 0.5e6, 1.1, 312.0),
+    (7e9, 4e6, 95.0, 989.0),
+    (1.3e9, 1e6, 4.0, 312.0),
+]
+
+
+def training_mfu(fn) -> None:
+    """Task 3: ``training_mfu(n_params, tokens, seconds, peak_tflops)``: model FLOPs utilisation of a step."""
+    task = "Task 3 (training_mfu)"
+    require_callable(task, fn, "training_mfu")
+    for n, tokens, seconds, peak in MFU_CASES:
+        want = 6 * n * tokens / seconds / (peak * 1e12)
+        got = call(task, fn, "training_mfu", n, tokens, seconds, peak)
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise fail(task, f"return a fraction (a float), not {type(got).__name__}.")
+        if math.isclose(got, want, rel_tol=1e-6):
+            continue
+        context = f"for {n:.3g} parameters, {tokens:.3g} tokens in {seconds:g} s on a {peak:g} TFLOP/s GPU"
+        if math.isclose(got, want / 3, rel_tol=1e-6):
+            raise fail(task, f"{context} you counted 2 FLOPs per parameter and token, the forward pass only. A "
+                             "training step also runs the backward pass, about twice the forward: 6 in all.")
+        if math.isclose(got, want * 100, rel_tol=1e-6):
+            raise fail(task, f"{context}: return a fraction (0.42), not a percentage.")
+        if math.isclose(got, want * 2 / 3, rel_tol=1e-6) or math.isclose(got, want * 4 / 6 * 1.5, rel_tol=1e-6):
+            raise fail(task, f"{context}: forward 2 and backward 4 FLOPs per parameter and token make 6.")
+        raise fail(task, f"{context} you returned {got:.4g}, expected {want:.4g}: the step's model FLOPs (per "
+                         "parameter and token, forward and backward) per second, divided by the peak in FLOP/s.")
+    passed(task, f"MFU right for {len(MFU_CASES)} training steps: 6 FLOPs per parameter and token (forward 2, "
+                 "backward 4), per second, over the dense peak.")
+
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
@@ -220,6 +253,13 @@ HINTS = {
         ('The sparse figure is twice the dense peak. The fraction is achieved over the dense peak, as a '
          'number between 0 and 1.'),
         'peak = datasheet_tflops / 2 if sparse else datasheet_tflops; return achieved_tflops / peak.',
+    ],
+    'training_mfu': [
+        ('How many FLOPs does one weight cost per token in the forward pass, and how many in the backward '
+         'pass?'),
+        ('Forward: one multiply-add = 2 FLOPs per parameter and token. Backward: two matrix products per '
+         'forward one (input gradient and weight gradient), 4 FLOPs. The peak is in TFLOP/s: × 1e12.'),
+        'return 6 * n_params * tokens / seconds / (peak_tflops * 1e12).',
     ],
 }
 hint = hints(__name__, HINTS)

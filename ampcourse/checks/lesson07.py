@@ -257,6 +257,45 @@ def loss_in_fp32(fn) -> None:
         raise fail(task, f"the loss is {float(loss.detach()):.6g}, the FP32 reference {float(reference):.6g}.")
     passed(task, "logits float32, class indices int64, autocast off inside; the loss equals the FP32 reference.")
 
+# --- Task 4: triage from a run's log ---------------------------------------------------------------------------------
+
+TRIAGE_CASES = [  # (what, initial scale, scales after each update, losses, verdict)
+    ("a run with two skips in 12 steps", 65536.0,
+     [65536.0] * 4 + [32768.0] + [32768.0] * 5 + [16384.0, 16384.0], [2.1, 2.0, 1.9, 1.9, 1.8, 1.7, 1.7, 1.6, 1.5,
+                                                                         1.5, 1.4, 1.4], "healthy"),
+    ("a run whose loss turns inf", 65536.0, [32768.0, 16384.0, 8192.0, 4096.0, 2048.0, 1024.0],
+     [2.3, float("inf"), float("inf"), float("nan"), float("inf"), float("inf")], "forward overflow"),
+    ("a finite loss but every step skipped", 65536.0, [32768.0 / 2**i for i in range(10)],
+     [2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3], "backward overflow"),
+    ("one step with a NaN loss, then recovery", 1024.0, [1024.0, 512.0, 512.0, 512.0, 512.0, 512.0],
+     [1.2, float("nan"), 1.1, 1.0, 1.0, 0.9], "forward overflow"),
+    ("a clean run", 1024.0, [1024.0, 1024.0, 2048.0, 2048.0], [0.9, 0.8, 0.8, 0.7], "healthy"),
+]
+VERDICTS = ("healthy", "forward overflow", "backward overflow")
+
+
+def triage(fn) -> None:
+    """Task 4: ``triage(initial_scale, scales, losses)`` reads a run's log and says where the trouble is."""
+    task = "Task 4 (triage)"
+    require_callable(task, fn, "triage")
+    for what, initial, scales, losses, want in TRIAGE_CASES:
+        got = call(task, fn, "triage", initial, list(scales), list(losses))
+        if got not in VERDICTS:
+            raise fail(task, f"return one of {', '.join(map(repr, VERDICTS))} (you returned {got!r}).")
+        if got == want:
+            continue
+        context = f"for {what} you said {got!r}, it is {want!r}"
+        if want == "healthy":
+            raise fail(task, f"{context}: a few skipped steps are the scaler doing its job — it probes a higher scale "
+                             "and backs off. Only a non-finite loss, or every step skipped, is a problem.")
+        if want == "forward overflow":
+            raise fail(task, f"{context}: the loss itself is inf or NaN, so the overflow happened in the forward pass "
+                             "(no loss scale is involved there). Look at the losses before the scales.")
+        raise fail(task, f"{context}: the loss is finite, yet every step is skipped while the scale keeps halving. "
+                         "The inf appears in the backward pass and does not come from the scale.")
+    passed(task, f"{len(TRIAGE_CASES)} run logs triaged right: occasional skips are healthy, a non-finite loss means a "
+                 "forward overflow, a finite loss with every step skipped a backward one.")
+
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
@@ -283,6 +322,14 @@ HINTS = {
          'floating point (soft targets); class indices must stay int64.'),
         ('with torch.autocast(device_type=logits.device.type, enabled=False): target = target.float() if '
          'target.is_floating_point() else target; return loss_fn(logits.float(), target).'),
+    ],
+    'triage': [
+        'Which number in the log is computed before any loss scaling happens? Start there.',
+        ('A non-finite loss means the forward pass overflowed. With finite losses, a skip is a scale '
+         'decrease: occasional ones are normal; a decrease at every step means the backward overflows '
+         'whatever the scale.'),
+        ("if any loss is not finite: 'forward overflow'; elif every scales[i] < the scale before it: "
+         "'backward overflow'; else 'healthy'."),
     ],
 }
 hint = hints(__name__, HINTS)

@@ -466,7 +466,7 @@ def _simulated_two_ranks(record: list[torch.dtype]):
         dist.all_reduce, dist.get_world_size = real_all_reduce, real_world_size
 
 
-def bf16_compress(fn) -> None:
+def bf16_hook(fn) -> None:
     """Task 3: ``bf16_hook(process_group, bucket)``: a DDP communication hook that all-reduces in bfloat16."""
     from torch.nn.parallel import DistributedDataParallel
 
