@@ -71,6 +71,26 @@ def test_benchmark_mistakes_are_named(wrong, words):
     assert not isinstance(info.value, NotStarted)
 
 
+def test_benchmark_with_another_clock_is_named():
+    import statistics
+    import time
+
+    def benchmark(fn, warmup, repeats, sync, clock):
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(repeats):
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    with pytest.raises(CheckFailed, match="the `clock` you were given was never read"):
+        lesson06.benchmark(benchmark)
+
+
 def test_benchmark_odd_returns_and_stub():
     with pytest.raises(CheckFailed, match="returned NoneType"):
         lesson06.benchmark(lambda fn, warmup, repeats, sync, clock: None)

@@ -45,10 +45,16 @@ def island(disable=True, cast=True, output_half=False):
     return fp32_block
 
 
-def loss_wrapper(cast_target=False, cast_logits=True, disable=True):
+def loss_wrapper(cast_target="if float", cast_logits=True, disable=True):
     def loss_in_fp32(loss_fn, logits, target):
+        if cast_target is True:
+            target = target.float()
+        elif cast_target == "long":
+            target = target.long()
+        elif cast_target == "if float" and target.is_floating_point():
+            target = target.float()
         with torch.autocast(device_type=logits.device.type, enabled=not disable):
-            return loss_fn(logits.float() if cast_logits else logits, target.float() if cast_target else target)
+            return loss_fn(logits.float() if cast_logits else logits, target)
     return loss_in_fp32
 
 
@@ -85,6 +91,9 @@ LOSS_MISTAKES = {
                                                           "cast the class-index targets"),
     "logits not cast": (loss_wrapper(cast_logits=False), "logits reached the loss as torch.float16"),
     "autocast left on": (loss_wrapper(disable=False), "autocast was still on inside the loss"),
+    "soft targets left in float16": (loss_wrapper(cast_target="never"), "soft targets .* reached the loss as "
+                                                                         "torch.float16"),
+    "every target made long": (loss_wrapper(cast_target="long"), "you turned them into int64"),
 }
 
 

@@ -136,7 +136,7 @@ def largest_safe_scale(fn) -> None:
                              f"2**{got:g} = {want:g}.")
         if math.isclose(got, FP16_MAX / peak, rel_tol=1e-6):
             raise fail(task, f"for {what} you returned {got:g} = 65504 / max|g|, not a power of two. Round "
-                             f"down to a power of two (multiplying by one is exact): {want:g}.")
+                             f"down to a power of two (multiplying by a power of two is exact): {want:g}.")
         if grads.max().item() < peak and math.isclose(got, safe_scale(grads.clamp(min=0)), rel_tol=0):
             raise fail(task, f"for {what} you used the largest gradient, not the largest magnitude: "
                              f"max|g| = {peak:g} comes from a negative value. Use grads.abs().max().")

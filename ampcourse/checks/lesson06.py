@@ -98,6 +98,10 @@ def benchmark(fn) -> None:
         if device.calls != warmup + repeats:
             raise fail(task, f"wrong number of calls: with warmup={warmup} and repeats={repeats}, `fn` must run "
                              f"warmup + repeats = {warmup + repeats} times; it ran {device.calls} times.")
+        if not reads:
+            raise fail(task, "the `clock` you were given was never read: you timed with another clock (e.g. "
+                             "`time.perf_counter`). Use the `clock` argument — on a GPU it can be a CUDA-event "
+                             "clock, and here it is the fake device's time.")
         if len(reads) <= 2:
             raise fail(task, f"you timed the whole loop once and divided by {repeats}: that is the mean, and one "
                              f"slow run (an outlier: {_fmt(max(timed))} here) drags it. Time each call on its own "

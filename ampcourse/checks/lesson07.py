@@ -255,7 +255,28 @@ def loss_in_fp32(fn) -> None:
         raise fail(task, f"return the loss as a float32 tensor (got {getattr(loss, 'dtype', type(loss).__name__)}).")
     if not torch.allclose(loss.detach(), reference, rtol=1e-6, atol=1e-6):
         raise fail(task, f"the loss is {float(loss.detach()):.6g}, the FP32 reference {float(reference):.6g}.")
-    passed(task, "logits float32, class indices int64, autocast off inside; the loss equals the FP32 reference.")
+    # Soft targets (class probabilities, float16 like the logits): the other legal form; they must reach the loss
+    # as float32, not be left in float16 nor turned into indices.
+    soft = torch.softmax(torch.randn(6, 5, generator=generator), dim=-1).to(device).half()
+    seen.clear()
+    try:
+        with _autocast(device):
+            soft_loss = call(task, fn, "loss_in_fp32", spy_loss, logits, soft)
+    except CheckFailed:
+        if seen.get("tgt") == torch.int64:
+            raise fail(task, "with soft targets (float16 class probabilities) you turned them into int64: only "
+                             "class indices are integers. Cast a floating-point target with `.float()`, leave an "
+                             "integer one alone.") from None
+        raise
+    if seen.get("tgt") != torch.float32:
+        raise fail(task, f"soft targets (float16 class probabilities) reached the loss as {seen.get('tgt')}: cast a "
+                         "floating-point target to float32 too, `target.float() if target.is_floating_point()`.")
+    soft_reference = nn.functional.cross_entropy(logits.float(), soft.float())
+    if not torch.allclose(soft_loss.detach().float(), soft_reference, rtol=1e-6, atol=1e-6):
+        raise fail(task, f"with soft targets the loss is {float(soft_loss.detach()):.6g}, the FP32 reference "
+                         f"{float(soft_reference):.6g}.")
+    passed(task, "logits float32, class indices kept int64 and soft targets cast to float32, autocast off inside; "
+                 "both losses equal the FP32 reference.")
 
 # --- Task 4: triage from a run's log ---------------------------------------------------------------------------------
 
