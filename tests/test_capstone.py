@@ -251,7 +251,9 @@ def test_compare_reports_both_runs_and_a_computed_verdict():
     text = comparison.table().text()
     assert "FP32" in text and "AMP bfloat16" in text and "±" in text
     verdict = comparison.verdict()
-    assert "AMP − FP32" in verdict and "noise" in verdict
+    assert verdict.startswith("AMP within 1 percentage point of FP32 on each of the 2 seeds: ")
+    assert "within seed-to-seed noise" in verdict
+    assert "AMP − FP32" in comparison.summary()
     diffs = comparison.differences
     assert diffs == [a.final_accuracy - f.final_accuracy for a, f in zip(comparison.amp, comparison.fp32,
                                                                           strict=True)]
@@ -262,9 +264,38 @@ def test_verdict_says_when_a_difference_is_not_noise():
         return type("R", (), {"final_accuracy": accuracy})()
     comparison = capstone.Comparison(seeds=(0, 1, 2), fp32=tuple(fake(a) for a in (0.90, 0.91, 0.92)),
                                      amp=tuple(fake(a) for a in (0.80, 0.82, 0.81)), device="cpu")
-    assert "larger than 2 standard errors" in comparison.verdict()
+    assert comparison.verdict() == (
+        "AMP within 1 percentage point of FP32 on each of the 3 seeds: False\n"
+        "mean AMP − FP32 difference within seed-to-seed noise (2 standard errors, or FP32's spread between seeds): "
+        "False")
     same = capstone.Comparison(seeds=(0, 1), fp32=(fake(0.9), fake(0.8)), amp=(fake(0.9), fake(0.8)), device="cpu")
-    assert "identical final accuracy on all 2 seeds" in same.verdict()
+    assert "identical final accuracy on all 2 seeds" in same.summary()
+    assert same.verdict().count("True") == 2
+
+
+def test_verdict_wording_does_not_depend_on_which_way_the_noise_falls():
+    """The issue-12 rule: a verdict printed in a compared cell reads the same on every machine."""
+    def fake(accuracy):
+        return type("R", (), {"final_accuracy": accuracy})()
+    fp32 = (0.9721, 0.9805, 0.9777, 0.9777, 0.9749)
+    image = 1 / 359
+    variants = [fp32,                                                   # identical (one CPU)
+                (fp32[0] - image, *fp32[1:]),                           # one image worse on one seed (another)
+                tuple(a + image for a in fp32),                         # one image better on every seed
+                (fp32[0] - 2 * image, fp32[1] + image, *fp32[2:])]      # mixed
+    verdicts = {capstone.Comparison(seeds=tuple(range(5)), fp32=tuple(map(fake, fp32)),
+                                    amp=tuple(map(fake, amp)), device="cpu").verdict() for amp in variants}
+    assert len(verdicts) == 1, verdicts
+    assert verdicts.pop().count("True") == 2
+
+
+def test_verdict_validates_its_tolerance():
+    def fake(accuracy):
+        return type("R", (), {"final_accuracy": accuracy})()
+    comparison = capstone.Comparison(seeds=(0,), fp32=(fake(0.9),), amp=(fake(0.9),), device="cpu")
+    with pytest.raises(ValueError, match="tolerance"):
+        comparison.verdict(tolerance=-1)
+    assert "cannot tell from one seed" in comparison.verdict()
 
 
 def test_compare_reuses_a_finished_run_with_the_same_config():
