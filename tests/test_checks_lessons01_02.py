@@ -220,3 +220,28 @@ def test_update_is_lost_mistakes_are_named(fn, words):
 def test_flushed_fraction_mistakes_are_named(fn, words):
     with pytest.raises(CheckFailed, match=words):
         lesson02.flushed_fraction(fn)
+
+
+# --- Task 4 of exercise 02: better_dtype ------------------------------------------------------------------------
+def better_right(values):
+    return torch.float16 if all(2.0**-14 <= abs(v) <= 65504 for v in values) else torch.bfloat16
+
+
+BETTER_MISTAKES = {
+    "always bfloat16 (range is all that matters)": (lambda v: torch.bfloat16, "8 times finer"),
+    "always float16 (more mantissa bits)": (lambda v: torch.float16, "Outside float16's normal range"),
+    "overflow only, subnormals forgotten": (lambda v: torch.float16 if all(abs(x) <= 65504 for x in v)
+                                            else torch.bfloat16, "loses its precision in subnormals"),
+    "a string": (lambda v: "float16", "return torch.float16 or torch.bfloat16"),
+}
+
+
+def test_better_dtype_right_answer_passes(capsys):
+    lesson02.better_dtype(better_right)
+    assert capsys.readouterr().out.startswith("✓ Task 4")
+
+
+@pytest.mark.parametrize(("fn", "words"), BETTER_MISTAKES.values(), ids=BETTER_MISTAKES)
+def test_better_dtype_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson02.better_dtype(fn)

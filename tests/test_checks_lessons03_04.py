@@ -341,3 +341,32 @@ def test_predict_cuda_dtypes_mistakes_are_named(answer, words):
 def test_skipped_steps_mistakes_are_named(fn, words):
     with pytest.raises(CheckFailed, match=words):
         lesson04.skipped_steps(fn)
+
+
+# --- Task 4 of exercise 04: unscale_by_hand -------------------------------------------------------------------------
+def unscale_right(grads, scale):
+    inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float()
+    return [g * inv for g in grads], not all(torch.isfinite(g).all() for g in grads)
+
+
+UNSCALE_MISTAKES = {
+    "divides by the scale": (lambda g, s: ([t / s for t in g], not all(torch.isfinite(t).all() for t in g)),
+                             "you divided by the scale"),
+    "inf only, NaN missed": (lambda g, s: (unscale_right(g, s)[0], any(torch.isinf(t).any().item() for t in g)),
+                             "A NaN is as fatal as an inf"),
+    "not unscaled": (lambda g, s: (list(g), not all(torch.isfinite(t).all() for t in g)), "came back unchanged"),
+    "found_inf as a tensor of several values": (lambda g, s: (unscale_right(g, s)[0], torch.zeros(2)),
+                                                "found_inf must be a bool"),
+    "only the gradients": (lambda g, s: unscale_right(g, s)[0], "return a tuple"),
+}
+
+
+def test_unscale_by_hand_right_answer_passes(capsys):
+    lesson04.unscale_by_hand(unscale_right)
+    assert capsys.readouterr().out.startswith("✓ Task 4")
+
+
+@pytest.mark.parametrize(("fn", "words"), UNSCALE_MISTAKES.values(), ids=UNSCALE_MISTAKES)
+def test_unscale_by_hand_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson04.unscale_by_hand(fn)

@@ -201,6 +201,45 @@ def flushed_fraction(fn) -> None:
     passed(task, "flushed fractions right with and without a loss scale (zeros excluded, the 2**-25 tie included): "
                  "the scale moves the gradients out of the flush zone.")
 
+# --- Task 4: which 16-bit dtype stores these values better? -----------------------------------------------------
+
+def _max_rel_error(values: list[float], dtype: torch.dtype) -> float:
+    x = torch.tensor(values, dtype=torch.float64)
+    stored = x.to(dtype).double()
+    return ((stored - x).abs() / x.abs()).max().item()
+
+
+DTYPE_CASES = [  # (values, what they are)
+    ([0.1, 1.5, 300.0, -2.75], "activations of ordinary size"),
+    ([1.0e5, 3.0, 0.5], "a value above float16's largest"),
+    ([1.0e-6, 1.0e-7, 3.0e-7], "tiny gradients, below float16's smallest normal"),
+    ([1.0e-3, 0.5, -60.0], "values inside float16's normal range"),
+    ([7.0e4, 1.0e-9], "both ends out of float16's range"),
+]
+
+
+def better_dtype(fn) -> None:
+    """Task 4: ``better_dtype(values)`` picks float16 or bfloat16, whichever stores the values more precisely."""
+    task = "Task 4 (better_dtype)"
+    require_callable(task, fn, "better_dtype")
+    for values, what in DTYPE_CASES:
+        errors = {d: _max_rel_error(values, d) for d in (torch.float16, torch.bfloat16)}
+        want = min(errors, key=lambda d: (errors[d], d != torch.float16))
+        got = call(task, fn, "better_dtype", list(values))
+        if got not in (torch.float16, torch.bfloat16):
+            raise fail(task, f"return torch.float16 or torch.bfloat16 (you returned {got!r}).")
+        if got == want:
+            continue
+        context = (f"for {values} ({what}) you chose {str(got).removeprefix('torch.')}; the largest relative error "
+                   f"is {errors[torch.float16]:.2g} in float16 and {errors[torch.bfloat16]:.2g} in bfloat16")
+        if want == torch.float16:
+            raise fail(task, f"{context}. Inside float16's normal range float16 wins: 10 mantissa bits against "
+                             "bfloat16's 7, so 8 times finer.")
+        raise fail(task, f"{context}. Outside float16's normal range (above 65504, below 2**-14) float16 overflows "
+                         "or loses its precision in subnormals, while bfloat16 keeps 8 significant bits.")
+    passed(task, f"{len(DTYPE_CASES)} value sets judged right: float16 is finer inside its range, bfloat16 wins as "
+                 "soon as a value leaves it.")
+
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
@@ -227,6 +266,14 @@ HINTS = {
          'gradients that were nonzero before the cast, and divide by their number.'),
         ('scaled = grads.double().abs() * scale; nonzero = grads != 0; return (nonzero & (scaled <= '
          '2**-25)).sum().item() / nonzero.sum().item().'),
+    ],
+    'better_dtype': [
+        ('Two properties decide: which values each format can hold as normal numbers, and how many '
+         'mantissa bits it has there.'),
+        ("float16: normal from 2**-14 to 65504, 10 mantissa bits. bfloat16: float32's range, 7 mantissa "
+         "bits. Inside float16's normal range float16 is 8× finer; outside it, float16 overflows or drops "
+         'into subnormals.'),
+        'return torch.float16 if every |v| lies in [2**-14, 65504], else torch.bfloat16.',
     ],
 }
 hint = hints(__name__, HINTS)

@@ -245,6 +245,70 @@ def skipped_steps(fn) -> None:
     passed(task, f"the skipped steps of {len(_scale_logs())} scale logs read right — including an overflow right "
                  "after a growth and a run where every step is skipped (an inf in the forward pass).")
 
+# --- Task 4: unscale_ and the inf check, by hand ------------------------------------------------------------------
+
+def _torch_unscale(grads: list[torch.Tensor], scale: float) -> tuple[list[torch.Tensor], bool]:
+    """What GradScaler.unscale_ leaves in the gradients, and whether it found an inf/NaN (a real scaler, real SGD)."""
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.clone()
+    optimizer = torch.optim.SGD(params, lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+    scaler.scale(torch.ones(()))  # creates the scale tensor (GradScaler makes it lazily)
+    scaler.unscale_(optimizer)
+    found = sum(v.item() for v in scaler._found_inf_per_device(optimizer).values()) > 0
+    return [p.grad for p in params], found
+
+
+def _unscale_cases() -> list[tuple[str, list[torch.Tensor], float]]:
+    g = torch.Generator().manual_seed(3)
+    clean = [torch.randn(5, 4, generator=g) * 3000, torch.randn(7, generator=g) * 40]
+    with_inf = [clean[0].clone(), clean[1].clone()]
+    with_inf[1][3] = float("inf")
+    with_nan = [clean[0].clone(), clean[1].clone()]
+    with_nan[0][2, 1] = float("nan")
+    return [("clean gradients, scale 2**16", clean, 2.0**16),
+            ("clean gradients, a scale that is not a power of two (3 × 2**10)", clean, 3.0 * 2**10),
+            ("an inf in the second gradient", with_inf, 2.0**16),
+            ("a NaN in the first gradient", with_nan, 2.0**16)]
+
+
+def unscale_by_hand(fn) -> None:
+    """Task 4: ``unscale_by_hand(grads, scale)`` returns ``(unscaled grads, found_inf)`` exactly as GradScaler."""
+    task = "Task 4 (unscale_by_hand)"
+    require_callable(task, fn, "unscale_by_hand")
+    for what, grads, scale in _unscale_cases():
+        want, want_inf = _torch_unscale(grads, scale)
+        got = call(task, fn, "unscale_by_hand", [t.clone() for t in grads], scale)
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (list, tuple))
+                and len(got[0]) == len(grads) and all(isinstance(t, torch.Tensor) for t in got[0])):
+            raise fail(task, "return a tuple (list of unscaled gradient tensors, found_inf as a bool).")
+        got_grads, got_inf = got
+        if isinstance(got_inf, torch.Tensor) and got_inf.numel() == 1:
+            got_inf = bool(got_inf.item())
+        if not isinstance(got_inf, bool):
+            raise fail(task, f"found_inf must be a bool (you returned {type(got_inf).__name__}).")
+        if got_inf != want_inf:
+            if want_inf and "NaN" in what:
+                raise fail(task, f"{what}: you missed it. A NaN is as fatal as an inf: test with "
+                                 "`torch.isfinite`, which is False for both.")
+            raise fail(task, f"{what}: you said found_inf={got_inf}. found_inf is True exactly when some gradient "
+                             "holds an inf or a NaN.")
+        if want_inf:
+            continue  # the step is skipped: GradScaler's unscaled values do not matter then
+        if all(torch.equal(a, b) for a, b in zip(got_grads, grads, strict=True)):
+            raise fail(task, f"{what}: the gradients came back unchanged: divide them by the scale.")
+        if any(not torch.equal(a, b) for a, b in zip(got_grads, want, strict=True)):
+            division = [t / scale for t in grads]
+            if all(torch.equal(a, b) for a, b in zip(got_grads, division, strict=True)):
+                raise fail(task, f"{what}: you divided by the scale; GradScaler multiplies by its float32 "
+                                 "reciprocal, `1 / scale` computed in float64 and rounded to float32 — for a scale "
+                                 "that is not a power of two the results differ in the last bit.")
+            raise fail(task, f"{what}: the unscaled gradients differ from GradScaler's: multiply each by "
+                             "inv_scale = float32(1 / scale).")
+    passed(task, "unscaled gradients bit-identical to GradScaler's (float32 reciprocal of the scale), inf and NaN "
+                 "both found.")
+
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
@@ -273,6 +337,14 @@ HINTS = {
          'scales[i] is the scale after step i: compare it with the scale before step i.'),
         ('before = [initial_scale, *scales[:-1]]; return [i for i, (b, a) in enumerate(zip(before, '
          'scales)) if a < b].'),
+    ],
+    'unscale_by_hand': [
+        ('Two results: the gradients divided by the scale, and a flag. Which values should raise the flag?'
+         ' (Lesson 04: what makes scaler.step skip?)'),
+        ('GradScaler does not divide: it multiplies by inv_scale, the reciprocal computed in float64 and '
+         'rounded to float32. The flag is True when any gradient holds an inf *or* a NaN.'),
+        ('inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float(); return [g * inv for g in '
+         'grads], not all(torch.isfinite(g).all() for g in grads).'),
     ],
 }
 hint = hints(__name__, HINTS)
