@@ -58,7 +58,7 @@ def test_grade_table_for_untouched_and_answered(tmp_path, figures):
     finally:
         answered.unlink()
     assert code == 0, table
-    assert re.search(r"zz_answered_copy\s+2/2\s+passed", table), table
+    assert re.search(r"zz_answered_copy\s+3/3\s+passed", table), table
     figures("python -m ampcourse grade:\n" + table)
 
 
@@ -73,7 +73,7 @@ def test_grade_reports_a_wrong_answer_as_failed(tmp_path):
     finally:
         wrong.unlink()
     assert code == 1
-    assert re.search(r"zz_wrong_copy\s+1/2\s+failed", table), table
+    assert re.search(r"zz_wrong_copy\s+2/3\s+failed", table), table
     assert "the number of elements" in table
 
 
