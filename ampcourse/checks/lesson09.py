@@ -231,11 +231,11 @@ def train_window(fn) -> None:
     _clipping(fn, device)
     _growth(fn, device)
     _skip(fn, device)
-    accuracy = _accuracy(fn, device)
+    _accuracy(fn, device)  # the accuracy itself varies by machine: only the verdict is printed
     passed(TASK, "zero_grad → scaled backward of loss / window length per micro-batch → unscale_ → clip → "
                  "scaler.step → update → scheduler.step only when the step was applied (a float16 overflow was "
                  "skipped and the schedule waited; on a growing scale it moved); your step trained the digits model "
-                 f"to {accuracy:.1%}.")
+                 f"past {ACCURACY:.0%} validation accuracy.")
 
 # --- Task 2: every sample weighs the same (unequal micro-batches) --------------------------------------------------
 
