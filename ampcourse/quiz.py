@@ -1,17 +1,22 @@
 """The quick-check quiz at the end of each lesson: multiple choice, immediate feedback.
 
-``feedback`` is the pure part (tested); :class:`Quiz` is the ipywidgets front.
+``feedback`` is the pure part (tested); :class:`Quiz` is the ipywidgets front. Each lesson's questions
+live in the package (``ampcourse/quizzes/lessonNN.py``), so the answer key is not in the learner's view:
+the lesson's quiz cell is only ``lesson_quiz("NN")``.
 
     Quiz([
         Question("Which dtype keeps FP32's exponent range?", ["float16", "bfloat16"], answer=1,
                  why="bfloat16 has 8 exponent bits, like float32."),
     ])
+
+Feedback is readable without an emoji font: a coloured word (*Correct* / *Not quite*) and the reason.
 """
 
 from __future__ import annotations
 
 import functools
 import html
+import importlib
 from dataclasses import dataclass
 
 import ipywidgets as widgets
@@ -23,6 +28,7 @@ class Question:
     options: list[str]
     answer: int  # index into options
     why: str  # shown after any answer: the reason, not just "correct"
+    kind: str = "recall"  # recall | transfer (apply to a new case) | diagnosis (a symptom: what is wrong?)
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
@@ -37,6 +43,12 @@ class Question:
             raise ValueError(f"answer must be an index from 0 to {len(self.options) - 1} (got {self.answer!r})")
         if not isinstance(self.why, str) or not self.why.strip():
             raise ValueError("why must explain the answer (a non-empty string)")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS} (got {self.kind!r})")
+
+
+KINDS = ("recall", "transfer", "diagnosis")
+COLOURS = {True: "#1a7f37", False: "#b42318", None: "#6b4f00"}  # green, red, amber (WCAG AA on white)
 
 
 def feedback(question: Question, choice: int | None) -> tuple[bool, str]:
@@ -87,8 +99,7 @@ class Quiz(widgets.VBox):
                              f"question(s) (got {i})")
         chosen = self.choices[i].index
         correct, message = feedback(self.questions[i], chosen)
-        mark = "✅" if correct else ("❌" if chosen is not None else "👉")
-        self.results[i].value = f"{mark} {html.escape(message)}"
+        self.results[i].value = feedback_html(correct if chosen is not None else None, message)
         return correct
 
     def _repr_mimebundle_(self, **kwargs):
@@ -99,3 +110,29 @@ class Quiz(widgets.VBox):
             lines += [f"  ( ) {option}" for option in q.options]
         bundle["text/plain"] = "\n".join(lines)
         return bundle
+
+
+def feedback_html(correct: bool | None, message: str) -> str:
+    """The feedback as HTML: its leading word (Correct / Not quite / Pick an answer first) in bold, all of it
+    in a colour that says the same (green, red, amber), so it reads without colour and without emoji fonts."""
+    if correct not in COLOURS:
+        raise ValueError(f"correct must be True, False or None (got {correct!r})")
+    head = next((w for w in ("Correct", "Not quite", "Pick an answer first") if message.startswith(w)), "")
+    return (f'<span style="color:{COLOURS[correct]}"><b>{html.escape(head)}</b>'
+            f'{html.escape(message[len(head):])}</span>')
+
+
+def lesson_questions(number: str) -> list[Question]:
+    """The questions of lesson ``number`` ("00" to "09"), from ``ampcourse/quizzes/lessonNN.py``."""
+    if not isinstance(number, str) or len(number) != 2 or not number.isdigit():
+        raise ValueError(f"number must be a lesson number such as '03' (got {number!r})")
+    try:
+        module = importlib.import_module(f"ampcourse.quizzes.lesson{number}")
+    except ModuleNotFoundError:
+        raise ValueError(f"lesson {number} has no quiz (no ampcourse/quizzes/lesson{number}.py)") from None
+    return module.questions()
+
+
+def lesson_quiz(number: str) -> Quiz:
+    """The quiz at the end of lesson ``number``: the answers stay in the package, out of the lesson's cells."""
+    return Quiz(lesson_questions(number))

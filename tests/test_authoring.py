@@ -248,7 +248,8 @@ def test_every_lesson_has_objectives_prerequisites_recap_and_quiz():
             previous = LESSONS[index - 1]
             assert f"({previous.filename})" in first, f"{lesson.filename}: prerequisites must link {previous.filename}"
         assert any(c.cell_type == "markdown" and "## Recap" in c.source for c in cells), f"{lesson.filename}: recap"
-        assert any(c.cell_type == "code" and "Quiz([" in c.source for c in cells), f"{lesson.filename}: quiz"
+        assert any(c.cell_type == "code" and f'lesson_quiz("{lesson.number}")' in c.source
+                   for c in cells), f"{lesson.filename}: quiz (answers in ampcourse/quizzes, not in the cell)"
 
 
 def test_generated_exercises_pass_ruff():

@@ -99,3 +99,38 @@ def test_stub_is_not_started_and_non_function_is_explained(run):
         run(stub)
     with pytest.raises(CheckFailed, match="should be a function"):
         run(42)
+
+
+# --- Task 3: choose_recipe ---------------------------------------------------------------------------------------
+def recipe_right(capability):
+    return (torch.bfloat16, False) if capability >= (8, 0) else (torch.float16, True)
+
+
+RECIPE_MISTAKES = {
+    "bfloat16 everywhere": (lambda c: (torch.bfloat16, False), "no bfloat16 Tensor Cores"),
+    "float16 + scaler everywhere": (lambda c: (torch.float16, True), "runs bfloat16 as fast"),
+    "float16 without a scaler": (lambda c: (torch.float16, False) if c < (8, 0) else (torch.bfloat16, False),
+                                 "float16 without a GradScaler"),
+    "bfloat16 with a scaler": (lambda c: (torch.bfloat16, True) if c >= (8, 0) else (torch.float16, True),
+                               "only costs time"),
+    "float32 on old GPUs": (lambda c: (torch.float32, False) if c < (7, 0) else recipe_right(c), "chose float32"),
+    "dtype as a string": (lambda c: ("bfloat16", False), "return a tuple \\(torch dtype, bool\\)"),
+    "cutoff at Volta": (lambda c: (torch.bfloat16, False) if c >= (7, 0) else (torch.float16, True),
+                        "no bfloat16 Tensor Cores"),
+}
+
+
+def test_choose_recipe_right_answer_passes(capsys):
+    check.choose_recipe(recipe_right)
+    assert capsys.readouterr().out.startswith("✓ Task 3")
+
+
+@pytest.mark.parametrize(("fn", "words"), RECIPE_MISTAKES.values(), ids=RECIPE_MISTAKES)
+def test_choose_recipe_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        check.choose_recipe(fn)
+
+
+def test_tensor_bytes_storage_of_a_view_is_named():
+    with pytest.raises(CheckFailed, match="size of the whole storage"):
+        check.tensor_bytes(lambda t: t.untyped_storage().nbytes())

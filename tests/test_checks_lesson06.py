@@ -71,6 +71,26 @@ def test_benchmark_mistakes_are_named(wrong, words):
     assert not isinstance(info.value, NotStarted)
 
 
+def test_benchmark_with_another_clock_is_named():
+    import statistics
+    import time
+
+    def benchmark(fn, warmup, repeats, sync, clock):
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(repeats):
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    with pytest.raises(CheckFailed, match="the `clock` you were given was never read"):
+        lesson06.benchmark(benchmark)
+
+
 def test_benchmark_odd_returns_and_stub():
     with pytest.raises(CheckFailed, match="returned NoneType"):
         lesson06.benchmark(lambda fn, warmup, repeats, sync, clock: None)
@@ -152,3 +172,27 @@ def test_stubs_are_not_started():
             check(stub)
     with pytest.raises(CheckFailed, match="returned str"):
         lesson06.achieved_tflops(lambda m, k, n, ms: "fast")
+
+
+# --- Task 3: training_mfu -----------------------------------------------------------------------------------------
+def mfu_right(n, tokens, seconds, peak):
+    return 6 * n * tokens / seconds / (peak * 1e12)
+
+
+MFU_MISTAKES = {
+    "forward only": (lambda n, t, s, p: 2 * n * t / s / (p * 1e12), "the forward pass only"),
+    "a percentage": (lambda n, t, s, p: 100 * mfu_right(n, t, s, p), "not a percentage"),
+    "backward = forward": (lambda n, t, s, p: 4 * n * t / s / (p * 1e12), "forward 2 and backward 4"),
+    "peak not in FLOP/s": (lambda n, t, s, p: 6 * n * t / s / p, "divided by the peak in FLOP/s"),
+}
+
+
+def test_training_mfu_right_answer_passes(capsys):
+    lesson06.training_mfu(mfu_right)
+    assert capsys.readouterr().out.startswith("✓ Task 3")
+
+
+@pytest.mark.parametrize(("fn", "words"), MFU_MISTAKES.values(), ids=MFU_MISTAKES)
+def test_training_mfu_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson06.training_mfu(fn)

@@ -45,10 +45,16 @@ def island(disable=True, cast=True, output_half=False):
     return fp32_block
 
 
-def loss_wrapper(cast_target=False, cast_logits=True, disable=True):
+def loss_wrapper(cast_target="if float", cast_logits=True, disable=True):
     def loss_in_fp32(loss_fn, logits, target):
+        if cast_target is True:
+            target = target.float()
+        elif cast_target == "long":
+            target = target.long()
+        elif cast_target == "if float" and target.is_floating_point():
+            target = target.float()
         with torch.autocast(device_type=logits.device.type, enabled=not disable):
-            return loss_fn(logits.float() if cast_logits else logits, target.float() if cast_target else target)
+            return loss_fn(logits.float() if cast_logits else logits, target)
     return loss_in_fp32
 
 
@@ -85,6 +91,9 @@ LOSS_MISTAKES = {
                                                           "cast the class-index targets"),
     "logits not cast": (loss_wrapper(cast_logits=False), "logits reached the loss as torch.float16"),
     "autocast left on": (loss_wrapper(disable=False), "autocast was still on inside the loss"),
+    "soft targets left in float16": (loss_wrapper(cast_target="never"), "soft targets .* reached the loss as "
+                                                                         "torch.float16"),
+    "every target made long": (loss_wrapper(cast_target="long"), "you turned them into int64"),
 }
 
 
@@ -135,3 +144,42 @@ def test_not_callable_and_stubs():
             check(stub)
         with pytest.raises(CheckFailed, match="should be a function"):
             check(42)
+
+
+# --- Task 4: triage -------------------------------------------------------------------------------------------------
+def triage_right(initial, scales, losses):
+    import math
+    if not all(math.isfinite(x) for x in losses):
+        return "forward overflow"
+    before = [initial, *scales[:-1]]
+    if all(a < b for b, a in zip(before, scales, strict=True)):
+        return "backward overflow"
+    return "healthy"
+
+
+def triage_any_skip(initial, scales, losses):
+    before = [initial, *scales[:-1]]
+    return "backward overflow" if any(a < b for b, a in zip(before, scales, strict=True)) else "healthy"
+
+
+def triage_scales_only(initial, scales, losses):
+    before = [initial, *scales[:-1]]
+    return "forward overflow" if all(a < b for b, a in zip(before, scales, strict=True)) else "healthy"
+
+
+TRIAGE_MISTAKES = {
+    "any skip is a problem": (triage_any_skip, "the scaler doing its job"),
+    "scales only, losses ignored": (triage_scales_only, "Look at the losses before the scales|every step is skipped"),
+    "bad label": (lambda i, s, losses: "overflow", "return one of"),
+}
+
+
+def test_triage_right_answer_passes(capsys):
+    lesson07.triage(triage_right)
+    assert capsys.readouterr().out.startswith("✓ Task 4")
+
+
+@pytest.mark.parametrize(("fn", "words"), TRIAGE_MISTAKES.values(), ids=TRIAGE_MISTAKES)
+def test_triage_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson07.triage(fn)

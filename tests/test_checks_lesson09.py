@@ -37,7 +37,8 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
         else:
             optimizer.step()
         scaler.update()
-        if scheduler_on == "always" or (scheduler_on == "applied" and scaler.get_scale() >= before):
+        if scheduler_on == "always" or (scheduler_on == "applied" and scaler.get_scale() >= before) or (
+                scheduler_on == "scale unchanged" and scaler.get_scale() == before):
             scheduler.step()
     return train_window
 
@@ -70,6 +71,7 @@ MISTAKES = {
     "scheduler never stepped": (step(scheduler_on="never"), "scheduler was not stepped"),
     "no unscale_": (step(unscale=False), "never called `scaler.unscale_"),
     "no clipping": (step(clip="never"), "above max_norm"),
+    "scheduler frozen when the scale grows": (step(scheduler_on="scale unchanged"), "the scale \\*grew\\*"),
 }
 
 
@@ -97,3 +99,85 @@ def test_odd_answers_fail_readably(bad):
         lesson09.train_window(bad)
     with pytest.raises(CheckFailed, match="should be a function"):
         lesson09.train_window("train_window")
+
+
+# --- Task 2: sample_weighted_window ----------------------------------------------------------------------------
+def weighted(divide="rows", reduction="sum", autocast=torch.float16, one_backward=False):
+    def sample_weighted_window(model, optimizer, scaler, micro_batches):
+        rows = sum(len(y) for _, y in micro_batches)
+        optimizer.zero_grad()
+        losses = []
+        for x, y in micro_batches:
+            with torch.autocast(device_type=x.device.type, dtype=autocast, enabled=autocast is not None):
+                loss = F.cross_entropy(model(x), y, reduction=reduction)
+            loss = {"rows": loss / rows, "count": loss / len(micro_batches), "none": loss,
+                    "weighted mean": loss * len(y) / rows}[divide]
+            if one_backward:
+                losses.append(loss)
+            else:
+                scaler.scale(loss).backward()
+        if one_backward:
+            scaler.scale(sum(losses)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return sample_weighted_window
+
+
+WEIGHTED_MISTAKES = {
+    "mean of the micro-batch means": (weighted(divide="count", reduction="mean"), "you averaged the micro-batch means"),
+    "sum not divided": (weighted(divide="none"), "did not\\s+divide by the window's total number of rows"),
+    "bfloat16": (weighted(autocast=torch.bfloat16), "float16 autocast"),
+    "one backward for the window": (weighted(one_backward=True), "one scaled backward per micro-batch"),
+}
+
+
+def test_sample_weighted_window_passes_both_right_forms(capsys):
+    lesson09.sample_weighted_window(weighted())
+    lesson09.sample_weighted_window(weighted(divide="weighted mean", reduction="mean"))  # mean × rows / total
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("✓ Task 2") for line in lines)
+
+
+@pytest.mark.parametrize(("fn", "words"), WEIGHTED_MISTAKES.values(), ids=WEIGHTED_MISTAKES)
+def test_sample_weighted_window_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson09.sample_weighted_window(fn)
+
+
+# --- Task 3: amp_verdict -------------------------------------------------------------------------------------------
+def verdict(paired=True, ddof=1, flip=False):
+    def amp_verdict(fp32, amp):
+        a, f = torch.tensor(amp, dtype=torch.float64), torch.tensor(fp32, dtype=torch.float64)
+        if paired:
+            d = a - f
+            mean, se = d.mean().item(), d.std(correction=ddof).item() / len(d) ** 0.5
+        else:
+            mean = (a.mean() - f.mean()).item()
+            se = ((a.var(correction=ddof) + f.var(correction=ddof)) / len(a)).sqrt().item()
+        if flip:
+            mean = -mean
+        if abs(mean) <= 2 * se:
+            return "within noise"
+        return "amp better" if mean > 0 else "amp worse"
+    return amp_verdict
+
+
+VERDICT_MISTAKES = {
+    "unpaired comparison": (verdict(paired=False), "as if the runs were independent"),
+    "population std": (verdict(ddof=0), "sample standard deviation"),
+    "sign reversed": (verdict(flip=True), "the sign is reversed"),
+    "any difference counts": (lambda f, a: "amp better" if sum(a) > sum(f) else "amp worse",
+                              "The rule: mean of the per-seed differences|as if the runs were independent"),
+    "bad label": (lambda f, a: "same", "return 'within noise'"),
+}
+
+
+def test_amp_verdict_right_answer_passes(capsys):
+    lesson09.amp_verdict(verdict())
+    assert capsys.readouterr().out.startswith("✓ Task 3")
+
+
+@pytest.mark.parametrize(("fn", "words"), VERDICT_MISTAKES.values(), ids=VERDICT_MISTAKES)
+def test_amp_verdict_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson09.amp_verdict(fn)

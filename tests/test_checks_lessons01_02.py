@@ -78,7 +78,7 @@ def predict_right(x):
         return "zero"
     if m >= 65520:
         return "inf"
-    return "subnormal" if m < 2.0**-14 else "normal"
+    return "subnormal" if m < 2.0**-14 - 2.0**-25 else "normal"
 
 
 WRONG_PREDICTIONS = {
@@ -91,6 +91,10 @@ WRONG_PREDICTIONS = {
     "no abs": (lambda x: predict_right(x) if x > 0 else "zero", "use the magnitude"),
     "smallest normal as subnormal": (lambda x: "subnormal" if abs(x) == 2.0**-14 else predict_right(x),
                                      "smallest \\*normal\\*"),
+    "subnormal up to 2**-14 (the review's finding 31)": (
+        lambda x: "subnormal" if 2.0**-25 < abs(x) < 2.0**-14 else predict_right(x), "rounds \\*up\\* to it"),
+    "band boundary too low": (lambda x: "normal" if 6.0e-5 < abs(x) < 2.0**-14 else predict_right(x),
+                              "rounds to a subnormal"),
     "bad label": (lambda x: "underflow" if abs(x) < 1e-7 else predict_right(x), "return one of"),
 }
 
@@ -150,3 +154,94 @@ def test_reference_category_agrees_with_torch_on_the_boundaries():
         assert lesson02.fp16_category(x) == predict_right(x)
     g = torch.tensor([1.0, -3.0])
     assert lesson02.safe_scale(g) == 2.0**14  # 3 * 2**14 = 49152 <= 65504 < 3 * 2**15
+
+
+# --- Task 3 of exercise 01: update_is_lost --------------------------------------------------------------------
+def lost_right(w, u, dtype):
+    m = 10 if dtype == torch.float16 else 7
+    spacing = 2.0 ** (math.floor(math.log2(w)) - m)
+    if u != spacing / 2:
+        return u < spacing / 2
+    return int(w / spacing) % 2 == 0
+
+
+def lost_eps_rule(w, u, dtype):  # the spacing at 1.0 for every w
+    return u < (2.0**-10 if dtype == torch.float16 else 2.0**-7) / 2
+
+
+def lost_ties_always(w, u, dtype):
+    m = 10 if dtype == torch.float16 else 7
+    return u <= 2.0 ** (math.floor(math.log2(w)) - m) / 2
+
+
+def lost_ties_never(w, u, dtype):
+    m = 10 if dtype == torch.float16 else 7
+    return u < 2.0 ** (math.floor(math.log2(w)) - m) / 2
+
+
+LOST_MISTAKES = {
+    "machine epsilon for every weight": (lost_eps_rule, "grows with w"),
+    "a tie is always lost": (lost_ties_always, "a tie, and ties round to the\\s+neighbour whose last mantissa bit"),
+    "a tie is never lost": (lost_ties_never, "a tie"),
+    "returns a number": (lambda w, u, d: 0, "return True or False"),
+}
+
+
+# --- Task 3 of exercise 02: flushed_fraction ------------------------------------------------------------------
+def flushed_right(grads, scale):
+    nonzero = grads != 0
+    return (nonzero & (grads.double().abs() * scale <= 2.0**-25)).sum().item() / nonzero.sum().item()
+
+
+FLUSH_MISTAKES = {
+    "ignores the scale": (lambda g, s: flushed_right(g, 1.0), "you ignored the scale"),
+    "threshold 2**-24": (lambda g, s: ((g != 0) & (g.double().abs() * s < 2.0**-24)).sum().item()
+                         / (g != 0).sum().item(), "round \\*up\\* to the smallest\\s+subnormal"),
+    "counts the zeros": (lambda g, s: ((g.double() * s).to(torch.float16) == 0).float().mean().item(),
+                         "count only the gradients that were not zero"),
+    "a percentage": (lambda g, s: 100 * flushed_right(g, s), "not a percentage"),
+}
+
+
+def test_new_tasks_right_answers_pass(capsys):
+    lesson01.update_is_lost(lost_right)
+    lesson02.flushed_fraction(flushed_right)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("✓ Task 3") for line in lines)
+
+
+@pytest.mark.parametrize(("fn", "words"), LOST_MISTAKES.values(), ids=LOST_MISTAKES)
+def test_update_is_lost_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson01.update_is_lost(fn)
+
+
+@pytest.mark.parametrize(("fn", "words"), FLUSH_MISTAKES.values(), ids=FLUSH_MISTAKES)
+def test_flushed_fraction_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson02.flushed_fraction(fn)
+
+
+# --- Task 4 of exercise 02: better_dtype ------------------------------------------------------------------------
+def better_right(values):
+    return torch.float16 if all(2.0**-14 <= abs(v) <= 65504 for v in values) else torch.bfloat16
+
+
+BETTER_MISTAKES = {
+    "always bfloat16 (range is all that matters)": (lambda v: torch.bfloat16, "8 times finer"),
+    "always float16 (more mantissa bits)": (lambda v: torch.float16, "Outside float16's normal range"),
+    "overflow only, subnormals forgotten": (lambda v: torch.float16 if all(abs(x) <= 65504 for x in v)
+                                            else torch.bfloat16, "loses its precision in subnormals"),
+    "a string": (lambda v: "float16", "return torch.float16 or torch.bfloat16"),
+}
+
+
+def test_better_dtype_right_answer_passes(capsys):
+    lesson02.better_dtype(better_right)
+    assert capsys.readouterr().out.startswith("✓ Task 4")
+
+
+@pytest.mark.parametrize(("fn", "words"), BETTER_MISTAKES.values(), ids=BETTER_MISTAKES)
+def test_better_dtype_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson02.better_dtype(fn)

@@ -139,7 +139,69 @@ def step_no_zero_grad(model, loss_fn, optimizer, scaler, x, y):
     scaler.update()
 
 
+def step_forward_outside(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    logits = model(x)  # the review's finding 34: only the loss under autocast
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = loss_fn(logits, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def step_bf16(model, loss_fn, optimizer, scaler, x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=x.device.type):  # the CPU default, bfloat16
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def _step_returning(what):
+    def step(model, loss_fn, optimizer, scaler, x, y):
+        optimizer.zero_grad()
+        with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return {"tensor": loss, "scaled": scaled.item(), "none": None}[what]
+    return step
+
+
+def step_zero_at_end(model, loss_fn, optimizer, scaler, x, y):
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def step_alternative_style(model, loss_fn, optimizer, scaler, x, y):
+    device = x.device
+    optimizer.zero_grad(set_to_none=False)
+    with torch.amp.autocast(device_type=device.type, dtype=torch.float16):
+        logits = model(x)
+        loss = loss_fn(logits, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
 WRONG_STEPS = {
+    "forward outside autocast": (step_forward_outside, "forward pass `model\\(x\\)` ran outside the autocast"),
+    "bfloat16 instead of float16": (step_bf16, "computed in bfloat16: the task asks for float16"),
+    "returns the loss tensor": (_step_returning("tensor"), "you returned a tensor"),
+    "returns the scaled loss": (_step_returning("scaled"), "you returned the scaled loss"),
+    "returns nothing": (_step_returning("none"), "return the loss as a Python float"),
+    "zero_grad at the end": (step_zero_at_end, "clear the gradients at the \\*end\\* of the step"),
     "loss outside autocast": (step_loss_outside, "loss was computed outside the autocast region"),
     "step without update": (step_no_update, "without `scaler.update\\(\\)`"),
     "update before step": (step_update_first, "ran before `scaler.step"),
@@ -195,8 +257,9 @@ def test_right_answers_pass(capsys):
     lesson03.fp32_island(island_right)
     lesson04.amp_step(step_right)
     lesson04.update_scale(update_right)
+    lesson04.amp_step(step_alternative_style)  # torch.amp.autocast, set_to_none=False, device.type, float(loss)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 4 and all(line.startswith("✓ Task") for line in lines)
+    assert len(lines) == 5 and all(line.startswith("✓ Task") for line in lines)
 
 
 CASES = (
@@ -229,3 +292,81 @@ def test_stubs_are_not_started(check):
 
 def test_the_observed_dtypes_are_what_the_fixture_says():
     assert lesson03.observed_dtypes() == RIGHT_DTYPES
+
+
+# --- Task 3 of exercise 03: predict_cuda_dtypes -------------------------------------------------------------------
+CUDA_RIGHT = {"linear": torch.float16, "relu": torch.float16, "softmax": torch.float32, "layer_norm": torch.float32,
+              "sum": torch.float32, "exp": torch.float32, "mse_loss": torch.float32}
+
+CUDA_MISTAKES = {
+    "the CPU's lists": ({**CUDA_RIGHT, "softmax": torch.float16, "sum": torch.float16, "exp": torch.float16},
+                        "on CUDA's FP32 list \\(on the CPU it is not"),
+    "everything float16": ({k: torch.float16 for k in CUDA_RIGHT}, "4 of 7 wrong|5 of 7 wrong"),
+    "relu in float32": ({**CUDA_RIGHT, "relu": torch.float32}, "on no CUDA list, so it follows its float16 input"),
+    "a missing key": ({k: v for k, v in CUDA_RIGHT.items() if k != "exp"}, "exactly the keys"),
+}
+
+
+# --- Task 3 of exercise 04: skipped_steps -------------------------------------------------------------------------
+def skipped_right(initial, scales):
+    before = [initial, *scales[:-1]]
+    return [i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a < b]
+
+
+SKIP_MISTAKES = {
+    "any change is a skip": (lambda i, s: [k for k, (b, a) in enumerate(zip([i, *s[:-1]], s, strict=True)) if a != b],
+                             "a \\*growth\\* also changes the scale"),
+    "off by one": (lambda i, s: [k for k in range(1, len(s)) if s[k] < s[k - 1]] and
+                   [k - 1 for k in range(1, len(s)) if s[k] < s[k - 1]], "off by one"),
+    "step 0 never judged": (lambda i, s: [k for k in range(1, len(s)) if s[k] < s[k - 1]],
+                            "step 0 can be skipped too|off by one"),
+    "a count": (lambda i, s: len(skipped_right(i, s)), "you returned a count"),
+}
+
+
+def test_new_tasks_right_answers_pass(capsys):
+    lesson03.predict_cuda_dtypes(lambda: dict(CUDA_RIGHT))
+    lesson04.skipped_steps(skipped_right)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("✓ Task 3") for line in lines)
+
+
+@pytest.mark.parametrize(("answer", "words"), CUDA_MISTAKES.values(), ids=CUDA_MISTAKES)
+def test_predict_cuda_dtypes_mistakes_are_named(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson03.predict_cuda_dtypes(lambda: dict(answer))
+
+
+@pytest.mark.parametrize(("fn", "words"), SKIP_MISTAKES.values(), ids=SKIP_MISTAKES)
+def test_skipped_steps_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson04.skipped_steps(fn)
+
+
+# --- Task 4 of exercise 04: unscale_by_hand -------------------------------------------------------------------------
+def unscale_right(grads, scale):
+    inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float()
+    return [g * inv for g in grads], not all(torch.isfinite(g).all() for g in grads)
+
+
+UNSCALE_MISTAKES = {
+    "divides by the scale": (lambda g, s: ([t / s for t in g], not all(torch.isfinite(t).all() for t in g)),
+                             "you divided by the scale"),
+    "inf only, NaN missed": (lambda g, s: (unscale_right(g, s)[0], any(torch.isinf(t).any().item() for t in g)),
+                             "A NaN is as fatal as an inf"),
+    "not unscaled": (lambda g, s: (list(g), not all(torch.isfinite(t).all() for t in g)), "came back unchanged"),
+    "found_inf as a tensor of several values": (lambda g, s: (unscale_right(g, s)[0], torch.zeros(2)),
+                                                "found_inf must be a bool"),
+    "only the gradients": (lambda g, s: unscale_right(g, s)[0], "return a tuple"),
+}
+
+
+def test_unscale_by_hand_right_answer_passes(capsys):
+    lesson04.unscale_by_hand(unscale_right)
+    assert capsys.readouterr().out.startswith("✓ Task 4")
+
+
+@pytest.mark.parametrize(("fn", "words"), UNSCALE_MISTAKES.values(), ids=UNSCALE_MISTAKES)
+def test_unscale_by_hand_mistakes_are_named(fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        lesson04.unscale_by_hand(fn)

@@ -78,7 +78,7 @@ def test_grade_table_for_untouched_and_answered(tmp_path, figures):
     (root / "exercises" / "00_start_here.ipynb").write_bytes((ROOT / "solutions" / "00_start_here.ipynb").read_bytes())
     table, code = grade([str(root / "exercises" / "00_start_here.ipynb")], root=root)
     assert code == 0, table
-    assert re.search(r"00_start_here\s+2/2\s+passed", table), table
+    assert re.search(r"00_start_here\s+3/3\s+passed", table), table
     figures("python -m ampcourse grade:\n" + table)
 
 
@@ -89,7 +89,7 @@ def test_grade_reports_a_wrong_answer_as_failed(tmp_path):
     root = _course(tmp_path, {"00_start_here.ipynb": nb})
     table, code = grade([str(root / "exercises" / "00_start_here.ipynb")], root=root)
     assert code == 1
-    assert re.search(r"00_start_here\s+1/2\s+failed", table), table
+    assert re.search(r"00_start_here\s+2/3\s+failed", table), table
     assert "the number of elements" in table
 
 

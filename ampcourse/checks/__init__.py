@@ -14,10 +14,18 @@ turned into a :class:`CheckFailed` too, so a check never ends in an internal tra
 Inside IPython/Jupyter, importing this package installs a display hook for these two exceptions:
 the cell shows the message alone, without a traceback through the grader's code. The cell still
 counts as failed, so ``pytest --nbval`` reports it.
+
+Hints come in tiers and live with the checks, never in the stub: each ``lessonNN`` module defines
+``HINTS = {"function_name": [tier1, tier2, tier3]}`` and ``hint = hints(__name__, HINTS)``. The stub only
+says *what* to write. The first failed check of a task shows tier 1 (a question or a pointer to the
+lesson), each later failure the next tier, and ``check.hint("function_name")`` reveals the next one on
+request. A task that was never attempted shows no hint (``NotStarted`` carries none).
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -26,16 +34,104 @@ FAIL_MARK = "✗"
 
 
 class CheckFailed(AssertionError):
-    """A check saw a mistake. The message says which one and how to fix it."""
+    """A check saw a mistake. The message says which one and how to fix it.
+
+    ``hint_key`` is ``(module, task name)`` when the lesson defines tiered hints for the task: the display
+    hook (or :func:`with_hint`) then adds the next tier to the message.
+    """
+
+    hint_key: tuple[str, str] | None = None
 
 
 class NotStarted(CheckFailed):
     """The task's code still raises the ``NotImplementedError`` stub."""
 
 
+# --- tiered hints ---------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, dict[str, list[str]]] = {}
+_SHOWN: dict[tuple[str, str], int] = {}  # how many tiers of each task's hints the learner has seen
+
+
+def task_key(task: str) -> str:
+    """``"Task 1 (tensor_bytes)"`` → ``"tensor_bytes"``: the name the hints are filed under."""
+    found = re.search(r"\(([^()]+)\)", task)
+    return found.group(1) if found else task
+
+
+def hints(module: str, table: dict[str, list[str]]) -> Callable[..., str]:
+    """Register a lesson's hint tiers and return its ``hint(task)`` function.
+
+    ``table`` maps each task's function name to its tiers, gentlest first (at least two, each a non-empty
+    string). The returned ``hint(task)`` takes the function or its name, shows every tier seen so far plus
+    the next one, prints them and returns the text.
+    """
+    if not isinstance(module, str) or not module:
+        raise ValueError("module must be the checks module's __name__")
+    if not isinstance(table, dict) or not table:
+        raise TypeError("table must be a non-empty dict {task name: [hint tiers]}")
+    for name, tiers in table.items():
+        if not isinstance(tiers, (list, tuple)) or len(tiers) < 2 or not all(
+                isinstance(t, str) and t.strip() for t in tiers):
+            raise ValueError(f"hints for {name!r} must be a list of at least 2 non-empty strings")
+    _REGISTRY[module] = {name: list(tiers) for name, tiers in table.items()}
+
+    def hint(task: object) -> str:
+        name = getattr(task, "__name__", task)
+        if not isinstance(name, str) or name not in _REGISTRY[module]:
+            raise ValueError(f"task must be one of {sorted(_REGISTRY[module])} (or the function itself); "
+                             f"got {task!r}")
+        tiers = _REGISTRY[module][name]
+        key = (module, name)
+        _SHOWN[key] = min(_SHOWN.get(key, 0) + 1, len(tiers))
+        text = "\n".join(f"Hint {i}/{len(tiers)}: {tiers[i - 1]}" for i in range(1, _SHOWN[key] + 1))
+        print(text)
+        return text
+
+    hint.__doc__ = (f"Show the next hint for a task of this exercise ({', '.join(sorted(table))}): "
+                    "pass the function or its name.")
+    return hint
+
+
+def reset_hints() -> None:
+    """Forget which hints were shown (tests use it; a fresh kernel starts this way)."""
+    _SHOWN.clear()
+
+
+def _hint_module() -> str | None:
+    """The registered checks module that is raising (the nearest such frame on the stack)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if name in _REGISTRY:
+            return name
+        frame = frame.f_back
+    return None
+
+
+def with_hint(err: CheckFailed) -> str:
+    """The failure message plus the next tier of its task's hints (counts as one more failed attempt)."""
+    text = str(err)
+    if isinstance(err, NotStarted) or err.hint_key is None:
+        return text
+    module, name = err.hint_key
+    tiers = _REGISTRY.get(module, {}).get(name)
+    if not tiers:
+        return text
+    shown = _SHOWN[err.hint_key] = min(_SHOWN.get(err.hint_key, 0) + 1, len(tiers))
+    text += f"\nHint {shown}/{len(tiers)}: {tiers[shown - 1]}"
+    if shown < len(tiers):
+        text += f" (Stuck? `check.hint({name!r})` shows the next hint.)"
+    return text
+
+
 def fail(task: str, message: str) -> CheckFailed:
     """The exception a check raises: ``raise fail("Task 1", "you returned bits, not bytes ...")``."""
-    return CheckFailed(f"{FAIL_MARK} {task}: {message}")
+    err = CheckFailed(f"{FAIL_MARK} {task}: {message}")
+    module = _hint_module()
+    if module is not None and task_key(task) in _REGISTRY[module]:
+        err.hint_key = (module, task_key(task))
+    return err
 
 
 def passed(task: str, what: str) -> None:
@@ -58,15 +154,13 @@ def call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any
     except NotImplementedError as err:
         raise NotStarted(
             f"{FAIL_MARK} {task}: not started — `{name}` still raises NotImplementedError. "
-            f"Replace the `raise NotImplementedError(...)` line with your code. Hint: {err}"
+            f"Replace the `raise NotImplementedError(...)` line with your code (the task: {err}). "
+            "Hints appear after your first attempt."
         ) from None
     except CheckFailed:
         raise
     except Exception as err:  # noqa: BLE001 - anything the learner's code raises is reported
-        raise fail(
-            task, f"`{name}` raised {type(err).__name__}: {err}. Run it by hand on a small "
-                  "input to see where it breaks."
-        ) from None
+        raise fail(task, raised_message(name, err)) from None
     except KeyboardInterrupt:
         raise fail(task, f"`{name}` was interrupted (KeyboardInterrupt): it ran until it was stopped — a loop "
                          "that never ends? (or your answer raises KeyboardInterrupt itself: don't)") from None
@@ -78,9 +172,35 @@ def call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any
         ) from None
 
 
+def raised_message(name: str, err: BaseException) -> str:
+    """A readable sentence for an exception the learner's code raised (torch's common ones explained)."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    explained = [
+        ("must have the same dtype", "two tensors of different dtypes met in one operation outside autocast "
+                                     "(autocast casts them for you inside its region; outside, cast yourself)"),
+        ("No inf checks were recorded", "`scaler.step` found no inf check: backward ran on a loss that did not "
+                                        "go through `scaler.scale(loss)`, or the gradients were never produced"),
+        ("Attempted unscale_ but _scale is None", "the scaler was asked to unscale (`unscale_` or `step`) but the "
+                                                  "loss never went through `scaler.scale(loss)`"),
+        ("is being called after step()", "`scaler.update()` did not run after the previous `scaler.step`: call "
+                                         "it once per step, right after `scaler.step(optimizer)`"),
+        ("unscale_() has already been called", "`scaler.unscale_(optimizer)` ran twice in one step: call it once, "
+                                               "after the last backward and before clipping"),
+        ("Attempting to unscale FP16 gradients", "the parameters themselves are float16 (`.half()` on the "
+                                                 "model): autocast needs float32 weights"),
+        ("does not require grad", "backward ran on a tensor with no graph: compute the loss from the model's "
+                                  "output, inside the function, without `torch.no_grad()` or `.detach()`"),
+    ]
+    for needle, meaning in explained:
+        if needle in text:
+            return f"`{name}` raised {type(err).__name__}: {meaning}."
+    return (f"`{name}` raised {type(err).__name__}: {text[:200]}. Run it by hand on a small input to see "
+            "where it breaks.")
+
+
 def _show_without_traceback(shell, etype, value, tb, tb_offset=None):
     """IPython custom-exception handler: show the message alone; the cell still fails."""
-    stb = [f"{etype.__name__}: {value}"]
+    stb = [f"{etype.__name__}: {with_hint(value) if isinstance(value, CheckFailed) else value}"]
     shell._showtraceback(etype, value, stb)  # publishes the error output, as a traceback would
     return stb
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ..floats import derive_format, from_bits
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 # (bits, what the case is) — normals first: they show bias and implicit-1 mistakes most plainly.
 FP16_CASES = [
@@ -156,3 +158,83 @@ def format_limits(fn) -> None:
                              "smallest normal = 2**(1 - bias); smallest subnormal = 2**(1 - bias - m).")
     passed(task, f"limits right for {', '.join(n for _, _, n in LAYOUTS)} — e.g. FP16 "
                  f"{derive_format('fp16', 5, 10).max:g}, BF16 {derive_format('bf16', 8, 7).max:.4g}.")
+
+# --- Task 3: is the update lost? --------------------------------------------------------------------------------
+
+def _lost(w: float, u: float, dtype: torch.dtype) -> bool:
+    """torch's answer: does w + u (exact, then rounded to dtype) round back to w?"""
+    return torch.tensor(w + u, dtype=torch.float64).to(dtype).item() == w
+
+
+UPDATE_CASES = [  # (w, u, dtype, what the case is about)
+    (1.0, 1e-3, torch.bfloat16, "a typical small update on a weight near 1 in bfloat16"),
+    (1.0, 1e-3, torch.float16, "the same update in float16"),
+    (1024.0, 0.25, torch.float16, "a weight of 1024 in float16, where values are 1 apart"),
+    (1024.0, 0.6, torch.float16, "just over half the spacing at 1024"),
+    (1.0, 2.0**-11, torch.float16, "exactly half the spacing at 1.0 (a tie; 1.0 is the even neighbour)"),
+    (1.0 + 2.0**-10, 2.0**-11, torch.float16, "a tie from a value whose last mantissa bit is odd"),
+    (0.01171875, 2.0**-16, torch.bfloat16, "a small weight in bfloat16, where the spacing is small too"),
+    (256.0, 1.0, torch.bfloat16, "a tie in bfloat16 at 256, where values are 2 apart"),
+    (3.0, 0.005, torch.float16, "a weight of 3 in float16"),
+]
+
+
+def update_is_lost(fn) -> None:
+    """Task 3: ``update_is_lost(w, u, dtype)`` predicts whether ``w + u`` rounds back to ``w``."""
+    task = "Task 3 (update_is_lost)"
+    require_callable(task, fn, "update_is_lost")
+    for w, u, dtype, what in UPDATE_CASES:
+        want = _lost(w, u, dtype)
+        got = call(task, fn, "update_is_lost", w, u, dtype)
+        if not isinstance(got, bool):
+            raise fail(task, f"for w={w!r}, u={u!r} you returned {got!r}; return True or False.")
+        if got == want:
+            continue
+        name = str(dtype).removeprefix("torch.")
+        m = 10 if dtype == torch.float16 else 7
+        spacing = 2.0 ** (math.floor(math.log2(w)) - m)
+        context = f"w={w!r}, u={u!r} in {name} ({what}): you said {'lost' if got else 'kept'}, torch says " + (
+            "lost" if want else "kept")
+        if u == spacing / 2:
+            raise fail(task, f"{context}. u is exactly half the spacing {spacing:g}: a tie, and ties round to the "
+                             "neighbour whose last mantissa bit is even — that may be w (lost) or the next value "
+                             "(kept).")
+        eps_rule = u < 2.0 ** -m / 2
+        if got == eps_rule and w != 1.0:
+            raise fail(task, f"{context}. The spacing between {name} values grows with w: near {w!r} it is "
+                             f"2**(floor(log2 w) - {m}) = {spacing:g}, not the spacing at 1.0.")
+        raise fail(task, f"{context}. Compare u with half the spacing of {name} values around w.")
+    passed(task, f"{len(UPDATE_CASES)} updates predicted right in float16 and bfloat16, ties included: an update "
+                 "below half the spacing around the weight is lost.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'decode_fp16': [
+        ('Split the string into its three fields first. Which exponent values are special in FP16 (lesson '
+         '01, the bit-toggle widget)?'),
+        ('`int(field, 2)` turns a field into a number. Exponent 0 means subnormal (no implicit 1, exponent'
+         ' 1 - 15); exponent 31 means inf (mantissa 0) or NaN.'),
+        ('normal: (-1)**s × (1 + mantissa/1024) × 2**(exponent - 15); subnormal: (-1)**s × (mantissa/1024)'
+         ' × 2**-14. Multiply by -1.0 (not subtract) so -0.0 keeps its sign.'),
+    ],
+    'format_limits': [
+        ('Start from FP16 (e=5, m=10), whose limits lesson 01 prints: 65504, 2**-14, 2**-24. Which formula'
+         ' gives each from 5 and 10?'),
+        ('The bias is 2**(e-1) - 1. The all-ones exponent is reserved, so the largest usable biased '
+         'exponent is 2**e - 2; the smallest normal uses biased exponent 1.'),
+        ('largest = (2 - 2**-m) × 2**(2**e - 2 - bias); smallest normal = 2**(1 - bias); the smallest '
+         "subnormal is the smallest normal's exponent with only the last mantissa bit set: 2**(1 - bias - "
+         'm).'),
+    ],
+    'update_is_lost': [
+        ('How far apart are the representable values around w? (Lesson 01: in FP16 between 2048 and 4096 '
+         'they are 2 apart.)'),
+        ('The spacing around w is 2**(floor(log2 w) - m), with m = 10 mantissa bits for float16 and 7 for '
+         'bfloat16. The update survives only if it moves w at least halfway to its neighbour.'),
+        ('lost when u < spacing / 2; when u == spacing / 2 (a tie) the sum rounds to the neighbour with an'
+         ' even last mantissa bit: lost exactly when int(w / spacing) is even.'),
+    ],
+}
+hint = hints(__name__, HINTS)

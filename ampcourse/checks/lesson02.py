@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
 FP16_TINY = torch.finfo(torch.float16).tiny  # 2**-14, smallest normal
@@ -29,6 +29,9 @@ CAST_CASES = [
     (1.0, "an ordinary value"),
     (1e-5, "between the smallest subnormal and the smallest normal"),
     (2.0**-14, "exactly the smallest normal"),
+    (6.103e-05, "just below 2**-14, in the band that rounds up to it"),
+    (2.0**-14 - 2.0**-26, "inside the band [2**-14 - 2**-25, 2**-14) that rounds up to the smallest normal"),
+    (6.1e-05, "just below that band: it stays the largest subnormal"),
     (1e-9, "far below the smallest subnormal"),
     (3.0e-8, "just above half the smallest subnormal (2**-25 ≈ 2.98e-8)"),
     (2.0**-25, "exactly half the smallest subnormal"),
@@ -56,6 +59,12 @@ def _cast_mistake(x: float, got: str, want: str) -> str:
     if want == "zero" and got == "subnormal":
         return ("a value at or below half the smallest subnormal (2**-25) rounds to 0 (exactly 2**-25 is "
                 "a tie, and ties go to the even neighbour, 0).")
+    if want == "normal" and got == "subnormal" and m < FP16_TINY:
+        return ("this value is below 2**-14 but rounds *up* to it: the largest subnormal is 2**-14 - 2**-24, and "
+                "values above the halfway point between them, 2**-14 - 2**-25, round to the normal 2**-14.")
+    if want == "subnormal" and got == "normal":
+        return ("this value is below the halfway point 2**-14 - 2**-25 between the largest subnormal and 2**-14, "
+                "so it rounds to a subnormal.")
     if want == "normal" and got == "subnormal":
         return "2**-14 ≈ 6.1e-5 is the smallest *normal* fp16 value: values from there up are normal."
     if want == "normal" and got == "inf":
@@ -63,7 +72,7 @@ def _cast_mistake(x: float, got: str, want: str) -> str:
                 "only from 65520 (halfway to the next binade step, 65536) does the cast give inf.")
     if want == "inf" and got == "normal":
         return "from 65520 up the cast rounds to inf: 65504 is the largest finite fp16 value."
-    return "compare |x| with 2**-25 (zero), 2**-14 (subnormal below it) and 65520 (inf from there)."
+    return "work out where each category starts: every boundary is a halfway point between two fp16 values."
 
 
 def predict_cast(fn) -> None:
@@ -78,7 +87,8 @@ def predict_cast(fn) -> None:
         if got != want:
             raise fail(task, f"for x = {x!r} ({what}) you said {got!r}, but the cast gives {want!r}: "
                              + _cast_mistake(x, got, want))
-    passed(task, f"{len(CAST_CASES)} values predicted right, including the rounding boundaries 2**-25 and 65520.")
+    passed(task, f"{len(CAST_CASES)} values predicted right, including the rounding boundaries 2**-25, "
+                 "2**-14 - 2**-25 and 65520.")
 
 
 def safe_scale(grads: torch.Tensor) -> float:
@@ -126,7 +136,7 @@ def largest_safe_scale(fn) -> None:
                              f"2**{got:g} = {want:g}.")
         if math.isclose(got, FP16_MAX / peak, rel_tol=1e-6):
             raise fail(task, f"for {what} you returned {got:g} = 65504 / max|g|, not a power of two. Round "
-                             f"down to a power of two (multiplying by one is exact): {want:g}.")
+                             f"down to a power of two (multiplying by a power of two is exact): {want:g}.")
         if grads.max().item() < peak and math.isclose(got, safe_scale(grads.clamp(min=0)), rel_tol=0):
             raise fail(task, f"for {what} you used the largest gradient, not the largest magnitude: "
                              f"max|g| = {peak:g} comes from a negative value. Use grads.abs().max().")
@@ -136,3 +146,134 @@ def largest_safe_scale(fn) -> None:
         raise fail(task, f"for {what} you returned {got:g}; the largest safe power of two is {want:g} "
                          f"(max|g| = {peak:g}, and {peak:g} × {2 * want:g} > 65504). Do not give away range.")
     passed(task, "largest safe power-of-two scale right for 5 gradient sets (max|g|·S ≤ 65504, S×2 would overflow).")
+
+# --- Task 3: how much underflows? ------------------------------------------------------------------------------
+
+def flushed(grads: torch.Tensor, scale: float) -> float:
+    """torch's answer: the fraction of the nonzero entries of ``grads`` that are 0 after ``(grads * scale).half()``."""
+    nonzero = grads != 0
+    cast = (grads.double() * scale).to(torch.float16)
+    return ((cast == 0) & nonzero).sum().item() / max(1, nonzero.sum().item())
+
+
+def _flush_cases() -> list[tuple[torch.Tensor, float, str]]:
+    g = torch.Generator().manual_seed(2)
+    magnitudes = 10.0 ** (torch.rand(4000, generator=g, dtype=torch.float64) * 10 - 12)  # 1e-12 .. 1e-2
+    signs = torch.where(torch.rand(4000, generator=g) < 0.5, -1.0, 1.0).double()
+    grads = (magnitudes * signs).float()
+    grads[::10] = 0.0  # a tenth are exactly zero (e.g. dead ReLU units): they were never "flushed"
+    grads[1] = 2.0**-25  # exactly half the smallest subnormal: a tie, rounds to 0
+    grads[2] = 2.0**-25 * 1.0001  # just above it: rounds up to 2**-24
+    return [(grads, 1.0, "no scaling"), (grads, 2.0**16, "GradScaler's default scale 2**16"),
+            (grads, 2.0**8, "a scale of 2**8")]
+
+
+def flushed_fraction(fn) -> None:
+    """Task 3: ``flushed_fraction(grads, scale)``: the share of nonzero gradients that a scaled fp16 cast flushes."""
+    task = "Task 3 (flushed_fraction)"
+    require_callable(task, fn, "flushed_fraction")
+    for grads, scale, what in _flush_cases():
+        want = flushed(grads, scale)
+        got = call(task, fn, "flushed_fraction", grads.clone(), scale)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise fail(task, f"return a number between 0 and 1 (you returned {type(got).__name__}).")
+        if abs(got - want) <= 1e-9:
+            continue
+        context = f"with {what} you returned {got:.4f}, the cast flushes {want:.4f} of the nonzero gradients"
+        if abs(got - 100 * want) < 1e-6:
+            raise fail(task, f"{context}: return a fraction (0.25), not a percentage (25).")
+        if abs(got - flushed(grads, 1.0)) < 1e-9 and scale != 1.0:
+            raise fail(task, f"{context}: you ignored the scale. The loss scale multiplies every gradient before "
+                             "the cast: judge |g × scale|.")
+        total = grads.numel()
+        nonzero = (grads != 0).sum().item()
+        if abs(got - (want * nonzero + (total - nonzero)) / total) < 1e-6 or abs(got - want * nonzero / total) < 1e-6:
+            raise fail(task, f"{context}: count only the gradients that were not zero to begin with, and divide by "
+                             "their number; a zero gradient is not lost to underflow.")
+        below = ((grads.double() * scale).abs() < 2.0**-24) & (grads != 0)
+        if abs(got - below.sum().item() / nonzero) < 1e-9:
+            raise fail(task, f"{context}: values from just above 2**-25 up to 2**-24 round *up* to the smallest "
+                             "subnormal, they are not flushed. The cast gives 0 only at or below 2**-25.")
+        raise fail(task, f"{context}. A scaled gradient is flushed when its magnitude is at most half the smallest "
+                         "subnormal.")
+    passed(task, "flushed fractions right with and without a loss scale (zeros excluded, the 2**-25 tie included): "
+                 "the scale moves the gradients out of the flush zone.")
+
+# --- Task 4: which 16-bit dtype stores these values better? -----------------------------------------------------
+
+def _max_rel_error(values: list[float], dtype: torch.dtype) -> float:
+    x = torch.tensor(values, dtype=torch.float64)
+    stored = x.to(dtype).double()
+    return ((stored - x).abs() / x.abs()).max().item()
+
+
+DTYPE_CASES = [  # (values, what they are)
+    ([0.1, 1.5, 300.0, -2.75], "activations of ordinary size"),
+    ([1.0e5, 3.0, 0.5], "a value above float16's largest"),
+    ([1.0e-6, 1.0e-7, 3.0e-7], "tiny gradients, below float16's smallest normal"),
+    ([1.0e-3, 0.5, -60.0], "values inside float16's normal range"),
+    ([7.0e4, 1.0e-9], "both ends out of float16's range"),
+]
+
+
+def better_dtype(fn) -> None:
+    """Task 4: ``better_dtype(values)`` picks float16 or bfloat16, whichever stores the values more precisely."""
+    task = "Task 4 (better_dtype)"
+    require_callable(task, fn, "better_dtype")
+    for values, what in DTYPE_CASES:
+        errors = {d: _max_rel_error(values, d) for d in (torch.float16, torch.bfloat16)}
+        want = min(errors, key=lambda d: (errors[d], d != torch.float16))
+        got = call(task, fn, "better_dtype", list(values))
+        if got not in (torch.float16, torch.bfloat16):
+            raise fail(task, f"return torch.float16 or torch.bfloat16 (you returned {got!r}).")
+        if got == want:
+            continue
+        context = (f"for {values} ({what}) you chose {str(got).removeprefix('torch.')}; the largest relative error "
+                   f"is {errors[torch.float16]:.2g} in float16 and {errors[torch.bfloat16]:.2g} in bfloat16")
+        if want == torch.float16:
+            raise fail(task, f"{context}. Inside float16's normal range float16 wins: 10 mantissa bits against "
+                             "bfloat16's 7, so 8 times finer.")
+        raise fail(task, f"{context}. Outside float16's normal range (above 65504, below 2**-14) float16 overflows "
+                         "or loses its precision in subnormals, while bfloat16 keeps 8 significant bits.")
+    passed(task, f"{len(DTYPE_CASES)} value sets judged right: float16 is finer inside its range, bfloat16 wins as "
+                 "soon as a value leaves it.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'predict_cast': [
+        ('Casts round to nearest. Where does a value stop rounding to 0, to the largest subnormal, and to '
+         "65504? Lesson 02's slider shows the four regions."),
+        ('The boundaries are halfway points: half of the smallest subnormal 2**-24; halfway between the '
+         'largest subnormal (2**-14 - 2**-24) and 2**-14; halfway between 65504 and the next step 65536.'),
+        ('zero when |x| <= 2**-25 (a tie goes to the even neighbour, 0); inf when |x| >= 65520; normal '
+         'when |x| >= 2**-14 - 2**-25 (that band rounds up to 2**-14); subnormal in between.'),
+    ],
+    'largest_safe_scale': [
+        'Only the largest gradient can overflow. What is the biggest S that keeps it at most 65504?',
+        ('The exact bound is 65504 / max|g|; you want the largest power of two not above it (think log2, '
+         'rounded down).'),
+        ('peak = grads.abs().max().item(); return 2.0 ** math.floor(math.log2(65504 / peak)) — and check '
+         'exact powers of two: a peak of 1.0 gives 2**15, since 2**16 > 65504.'),
+    ],
+    'flushed_fraction': [
+        ("Which gradients does a float16 cast turn into 0? Task 1's thresholds tell you; the scale "
+         'multiplies every gradient first.'),
+        ('A value is flushed when |g × scale| is at most half the smallest subnormal (2**-25). Count only '
+         'gradients that were nonzero before the cast, and divide by their number.'),
+        ('scaled = grads.double().abs() * scale; nonzero = grads != 0; return (nonzero & (scaled <= '
+         '2**-25)).sum().item() / nonzero.sum().item().'),
+    ],
+    'better_dtype': [
+        ('Two properties decide: which values each format can hold as normal numbers, and how many '
+         'mantissa bits it has there.'),
+        ("float16: normal from 2**-14 to 65504, 10 mantissa bits. bfloat16: float32's range, 7 mantissa "
+         "bits. Inside float16's normal range float16 is 8× finer; outside it, float16 overflows or drops "
+         'into subnormals.'),
+        'return torch.float16 if every |v| lies in [2**-14, 65504], else torch.bfloat16.',
+    ],
+}
+hint = hints(__name__, HINTS)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..device import pick_device
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 NAMES = ("hidden", "act", "logits", "loss", "weight", "weight.grad")
 
@@ -103,3 +103,81 @@ def fp32_island(fn) -> None:
     if error > 1e-4 * reference.abs().max().item():
         raise fail(task, f"the result differs from f(x.float()) by {error:.3g}: return f's output for the whole x.")
     passed(task, "f ran in float32 with autocast off, inside an autocast region that stayed on around it.")
+
+# --- Task 3: predict the CUDA dtypes -----------------------------------------------------------------------------
+
+CUDA_OPS = {  # key → (the aten op probed, how the task names it)
+    "linear": ("aten::linear", "F.linear / nn.Linear"),
+    "relu": ("aten::relu", "torch.relu"),
+    "softmax": ("aten::softmax.int", "torch.softmax(x, dim=-1)"),
+    "layer_norm": ("aten::layer_norm", "F.layer_norm"),
+    "sum": ("aten::sum", "x.sum()"),
+    "exp": ("aten::exp", "torch.exp"),
+    "mse_loss": ("aten::mse_loss", "F.mse_loss"),
+}
+
+
+def cuda_dtype(key: str) -> torch.dtype:
+    """The output dtype of op ``key`` for float16 inputs under CUDA float16 autocast, from the probed policy."""
+    from ..autocast_lists import probe
+
+    policy = probe(CUDA_OPS[key][0], "cuda").policy
+    return torch.float32 if policy == "fp32" else torch.float16
+
+
+def predict_cuda_dtypes(fn) -> None:
+    """Task 3: ``predict_cuda_dtypes()`` returns the output dtype of each op under CUDA float16 autocast."""
+    from ..autocast_lists import probe
+
+    task = "Task 3 (predict_cuda_dtypes)"
+    require_callable(task, fn, "predict_cuda_dtypes")
+    got = call(task, fn, "predict_cuda_dtypes")
+    if not isinstance(got, dict) or set(got) != set(CUDA_OPS):
+        keys = sorted(got) if isinstance(got, dict) else type(got).__name__
+        raise fail(task, f"return a dict with exactly the keys {sorted(CUDA_OPS)} (got {keys}).")
+    wrong = []
+    for key, (op, shown) in CUDA_OPS.items():
+        want = cuda_dtype(key)
+        if got[key] != want:
+            cpu = probe(op, "cpu").policy
+            cuda = probe(op, "cuda").policy
+            why = {"fp32": "on CUDA's FP32 list", "lower_precision_fp": "on CUDA's lower-precision list",
+                   "fallthrough": "on no CUDA list, so it follows its float16 input"}.get(cuda, cuda)
+            note = " (on the CPU it is not: the lists differ per device)" if cpu != cuda else ""
+            wrong.append(f"{shown} → {str(want).removeprefix('torch.')}: it is {why}{note}")
+    if wrong:
+        raise fail(task, f"{len(wrong)} of {len(CUDA_OPS)} wrong — " + "; ".join(wrong[:2]) +
+                   ("; …" if len(wrong) > 2 else "") + ". Predict per device: CUDA runs reductions, softmax, "
+                   "norms, exp and losses in float32.")
+    passed(task, f"all {len(CUDA_OPS)} CUDA dtypes predicted right (checked against this torch's CUDA autocast "
+                 "kernels, probed without a GPU).")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'predict_dtypes': [
+        ("For each op, ask: is it on CPU autocast's lower-precision list, on its FP32 list, or on neither?"
+         " Lesson 03's trace table lists them."),
+        ('Linear (addmm) is on the lower-precision list; relu has no rule and follows its input; CPU '
+         'autocast lists cross_entropy for float32. Parameters are never converted.'),
+        ('hidden, act, logits: bfloat16; loss: float32; weight and weight.grad: float32 (a gradient has '
+         "its leaf's dtype)."),
+    ],
+    'fp32_island': [
+        ('Two things keep f out of float32 inside an autocast region: autocast itself, and a low-precision'
+         " x. Lesson 03's FP32-island section handles both."),
+        ('A nested `torch.autocast(..., enabled=False)` turns autocast off for its body only; inside it '
+         'nothing casts for you.'),
+        '`with torch.autocast(device_type=x.device.type, enabled=False): return f(x.float())`.',
+    ],
+    'predict_cuda_dtypes': [
+        ('Lesson 03 showed the lists differ per device. On CUDA, which kinds of op does autocast keep in '
+         'float32?'),
+        ('On CUDA, matmuls and linear layers run in float16; softmax, norms, reductions such as sum, exp '
+         'and the losses are on the FP32 list; ops on no list (relu) follow their input.'),
+        ('linear and relu: float16; softmax, layer_norm, sum, exp, mse_loss: float32. Verify any of them '
+         "with `ampcourse.autocast_lists.probe('aten::softmax.int', 'cuda')`."),
+    ],
+}
+hint = hints(__name__, HINTS)

@@ -1,8 +1,9 @@
 """Checks for exercise 04 (GradScaler): a complete AMP training step; a dynamic loss scaler by hand.
 
 The AMP step is observed with spies: a ``GradScaler`` subclass and an optimizer wrapper record the
-order of the calls and the size of the gradients at each point, and a loss function records whether
-autocast was on when it ran. Nothing reads the learner's source text.
+order of the calls and the size of the gradients at each point, a forward hook on the model's first
+layer records whether autocast was on and in which dtype the layer computed, and the loss function
+records whether autocast was on when it ran. Nothing reads the learner's source text.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 
 from ..device import pick_device
 from ..scaler_sim import simulate_grad_scaler
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 
 SCALE = 2.0**10  # the spy scaler's scale: no overflow in these steps, growth only after 1000
@@ -33,9 +34,12 @@ def _setup(device):
         autocast_seen.append(torch.is_autocast_enabled(device.type))
         return F.cross_entropy(logits, target)
 
+    forward_seen: list[tuple[bool, torch.dtype]] = []  # (autocast on?, the first layer's output dtype)
+    model[0].register_forward_hook(
+        lambda module, inputs, output: forward_seen.append((torch.is_autocast_enabled(device.type), output.dtype)))
     x = torch.randn(6, 8, device=device)
     y = torch.randint(0, 3, (6,), device=device)
-    return model, optimizer, scaler, loss_fn, x, y, log, autocast_seen
+    return model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen
 
 
 def _true_grads(model, x, y):
@@ -51,10 +55,12 @@ def amp_step(fn) -> None:
     task = "Task 1 (amp_step)"
     require_callable(task, fn, "amp_step")
     device = pick_device()
-    model, optimizer, scaler, loss_fn, x, y, log, autocast_seen = _setup(device)
+    model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen = _setup(device)
     initial = copy.deepcopy(model)  # the FP32 reference starts from the same weights
+    initial[0]._forward_hooks.clear()
+    scaler_scale_at_call = scaler.get_scale()
     try:
-        call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
+        returned = call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
     except CheckFailed:
         calls = [e for e in log if e != "zero_grad"]
         if "scale" not in calls and "scaler.step" in calls:
@@ -67,8 +73,17 @@ def amp_step(fn) -> None:
         raise
     order = [e for e in log if e != "zero_grad"]
 
+    if not forward_seen:
+        raise fail(task, "the model's forward pass never ran: compute `loss = loss_fn(model(x), y)`.")
     if not autocast_seen:
         raise fail(task, "loss_fn was never called: compute `loss = loss_fn(model(x), y)`.")
+    if not forward_seen[0][0]:
+        raise fail(task, "the forward pass `model(x)` ran outside the autocast region, so it computed in float32. "
+                         "Run the forward pass *and* the loss inside `with torch.autocast(...)`.")
+    if forward_seen[0][1] != torch.float16:
+        got = str(forward_seen[0][1]).removeprefix("torch.")
+        raise fail(task, f"autocast ran, but the first layer computed in {got}: the task asks for float16. Pass "
+                         "`dtype=torch.float16` to torch.autocast (the CPU's default is bfloat16).")
     if not autocast_seen[0]:
         raise fail(task, "the loss was computed outside the autocast region. PyTorch's recipe puts the forward "
                          "pass *and* the loss inside `with torch.autocast(...)`, and only `backward()` outside.")
@@ -93,6 +108,7 @@ def amp_step(fn) -> None:
                          "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
     if all(torch.equal(a, b.detach()) for a, b in zip(initial.parameters(), model.parameters(), strict=True)):
         raise fail(task, "the parameters did not change: make sure `scaler.step(optimizer)` runs after backward.")
+    zeroed_at_end = log and log[-1] == "zero_grad"
 
     # A second step: the gradients must be fresh (zero_grad), not added to what .grad held before.
     # Left-over gradients are divided by the scale at unscale_, which hides them; a large stale value does not hide.
@@ -103,10 +119,27 @@ def amp_step(fn) -> None:
     seen = optimizer.grads_at_step[-1]
     if any((g - t).abs().max().item() > 0.05 * t.abs().max().item() + 1e-4
            for g, t in zip(seen, second, strict=True)):
+        if zeroed_at_end:
+            raise fail(task, "you clear the gradients at the *end* of the step, so gradients already in `.grad` when "
+                             "the step starts (the check planted some) are added to this step's. The task clears "
+                             "them first: move `optimizer.zero_grad()` to the start of the step.")
         raise fail(task, "in the second call the gradients were the sum of two steps: you forgot "
                          "`optimizer.zero_grad()` (set_to_none=True is the default) at the start of the step.")
-    passed(task, "forward and loss under autocast, scale → backward → scaler.step → update in that order, "
-                 "gradients unscaled before the step and fresh on every call.")
+    with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.float16):
+        want_loss = F.cross_entropy(initial(x), y).item()
+    if isinstance(returned, torch.Tensor):
+        raise fail(task, "you returned a tensor; return the loss as a Python float, `loss.item()` (a tensor would "
+                         "keep the whole autograd graph alive in a training loop).")
+    if isinstance(returned, bool) or not isinstance(returned, (int, float)):
+        raise fail(task, f"return the loss as a Python float (you returned {type(returned).__name__}).")
+    if abs(returned - want_loss * scaler_scale_at_call) < 1e-2 * want_loss * scaler_scale_at_call:
+        raise fail(task, f"you returned the scaled loss ({returned:.4g} = loss × {scaler_scale_at_call:g}); return "
+                         "the loss itself, before `scaler.scale`.")
+    if abs(returned - want_loss) > 1e-2 * max(1.0, abs(want_loss)):
+        raise fail(task, f"you returned {returned:.4g}, but the step's loss was {want_loss:.4g}: return the loss "
+                         "of this step's forward pass.")
+    passed(task, "forward and loss under float16 autocast, scale → backward → scaler.step → update in that order, "
+                 "gradients unscaled before the step and fresh on every call, the loss returned as a float.")
 
 
 
@@ -165,3 +198,153 @@ def update_scale(fn) -> None:
     if not math.isfinite(scale):
         raise fail(task, "the scale became inf.")
     passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns.")
+
+# --- Task 3: read a scale log ------------------------------------------------------------------------------------
+
+def _scale_logs() -> list[tuple[str, float, list[float], list[int]]]:
+    """(what, initial scale, scale after each update, the skipped steps), from torch-exact simulations."""
+    logs = []
+    for what, found, g, n in [
+        ("a healthy run", [False] * 5 + [True] + [False] * 6 + [True, False], 2.0, 3),
+        ("an overflow right after a growth", [False, False, True, False, False, True, True, False], 2.0, 2),
+        ("every step overflows", [True] * 8, 2.0, 2000),
+        ("growth every clean step", [False, True, False, False, True], 2.0, 1),
+        ("a gentle growth factor", [False, False, True, False, False, False], 1.5, 1),
+    ]:
+        trace = simulate_grad_scaler(found, init_scale=1024.0, growth_factor=g, backoff_factor=0.5,
+                                     growth_interval=n)
+        after = [*trace.scales[1:], trace.final_scale]
+        logs.append((what, 1024.0, after, [i for i, f in enumerate(found) if f]))
+    return logs
+
+
+def skipped_steps(fn) -> None:
+    """Task 3: ``skipped_steps(initial_scale, scales)``: which steps GradScaler skipped, read from the scale log."""
+    task = "Task 3 (skipped_steps)"
+    require_callable(task, fn, "skipped_steps")
+    for what, initial, scales, want in _scale_logs():
+        got = call(task, fn, "skipped_steps", initial, list(scales))
+        if isinstance(got, int) and not isinstance(got, bool):
+            raise fail(task, f"you returned a count ({got}); return the list of the skipped steps' indices.")
+        if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) for i in got):
+            raise fail(task, f"return a list of step indices (ints); you returned {got!r}.")
+        got = list(got)
+        if got == want:
+            continue
+        context = f"for {what} (scales {[f'{s:g}' for s in scales]}) you said {got}, the skipped steps were {want}"
+        changed = [i for i, s in enumerate(scales) if s != ([initial, *scales][i])]
+        if got == changed:
+            raise fail(task, f"{context}: a *growth* also changes the scale. Only a decrease means a skipped step "
+                             "(update() backs off after an inf).")
+        if got == [i - 1 for i in want if i > 0] or got == [i + 1 for i in want]:
+            raise fail(task, f"{context}: off by one. scales[i] is the scale after step i's update; compare it with "
+                             "the scale before that step (initial_scale for step 0).")
+        if got == [i for i in want if i > 0]:
+            raise fail(task, f"{context}: step 0 can be skipped too: compare scales[0] with initial_scale.")
+        raise fail(task, f"{context}. A step was skipped exactly when the scale went down at its update().")
+    passed(task, f"the skipped steps of {len(_scale_logs())} scale logs read right — including an overflow right "
+                 "after a growth and a run where every step is skipped (an inf in the forward pass).")
+
+# --- Task 4: unscale_ and the inf check, by hand ------------------------------------------------------------------
+
+def _torch_unscale(grads: list[torch.Tensor], scale: float) -> tuple[list[torch.Tensor], bool]:
+    """What GradScaler.unscale_ leaves in the gradients, and whether it found an inf/NaN (a real scaler, real SGD)."""
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.clone()
+    optimizer = torch.optim.SGD(params, lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+    scaler.scale(torch.ones(()))  # creates the scale tensor (GradScaler makes it lazily)
+    scaler.unscale_(optimizer)
+    found = sum(v.item() for v in scaler._found_inf_per_device(optimizer).values()) > 0
+    return [p.grad for p in params], found
+
+
+def _unscale_cases() -> list[tuple[str, list[torch.Tensor], float]]:
+    g = torch.Generator().manual_seed(3)
+    clean = [torch.randn(5, 4, generator=g) * 3000, torch.randn(7, generator=g) * 40]
+    with_inf = [clean[0].clone(), clean[1].clone()]
+    with_inf[1][3] = float("inf")
+    with_nan = [clean[0].clone(), clean[1].clone()]
+    with_nan[0][2, 1] = float("nan")
+    return [("clean gradients, scale 2**16", clean, 2.0**16),
+            ("clean gradients, a scale that is not a power of two (3 × 2**10)", clean, 3.0 * 2**10),
+            ("an inf in the second gradient", with_inf, 2.0**16),
+            ("a NaN in the first gradient", with_nan, 2.0**16)]
+
+
+def unscale_by_hand(fn) -> None:
+    """Task 4: ``unscale_by_hand(grads, scale)`` returns ``(unscaled grads, found_inf)`` exactly as GradScaler."""
+    task = "Task 4 (unscale_by_hand)"
+    require_callable(task, fn, "unscale_by_hand")
+    for what, grads, scale in _unscale_cases():
+        want, want_inf = _torch_unscale(grads, scale)
+        got = call(task, fn, "unscale_by_hand", [t.clone() for t in grads], scale)
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (list, tuple))
+                and len(got[0]) == len(grads) and all(isinstance(t, torch.Tensor) for t in got[0])):
+            raise fail(task, "return a tuple (list of unscaled gradient tensors, found_inf as a bool).")
+        got_grads, got_inf = got
+        if isinstance(got_inf, torch.Tensor) and got_inf.numel() == 1:
+            got_inf = bool(got_inf.item())
+        if not isinstance(got_inf, bool):
+            raise fail(task, f"found_inf must be a bool (you returned {type(got_inf).__name__}).")
+        if got_inf != want_inf:
+            if want_inf and "NaN" in what:
+                raise fail(task, f"{what}: you missed it. A NaN is as fatal as an inf: test with "
+                                 "`torch.isfinite`, which is False for both.")
+            raise fail(task, f"{what}: you said found_inf={got_inf}. found_inf is True exactly when some gradient "
+                             "holds an inf or a NaN.")
+        if want_inf:
+            continue  # the step is skipped: GradScaler's unscaled values do not matter then
+        if all(torch.equal(a, b) for a, b in zip(got_grads, grads, strict=True)):
+            raise fail(task, f"{what}: the gradients came back unchanged: divide them by the scale.")
+        if any(not torch.equal(a, b) for a, b in zip(got_grads, want, strict=True)):
+            division = [t / scale for t in grads]
+            if all(torch.equal(a, b) for a, b in zip(got_grads, division, strict=True)):
+                raise fail(task, f"{what}: you divided by the scale; GradScaler multiplies by its float32 "
+                                 "reciprocal, `1 / scale` computed in float64 and rounded to float32 — for a scale "
+                                 "that is not a power of two the results differ in the last bit.")
+            raise fail(task, f"{what}: the unscaled gradients differ from GradScaler's: multiply each by "
+                             "inv_scale = float32(1 / scale).")
+    passed(task, "unscaled gradients bit-identical to GradScaler's (float32 reciprocal of the scale), inf and NaN "
+                 "both found.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'amp_step': [
+        ("Lesson 04's recipe has five calls in a fixed order around one autocast region. Which parts go "
+         'inside the region, and which outside?'),
+        ('Clear the gradients first; run the forward pass and the loss under float16 autocast; backward on'
+         ' the scaled loss; then two scaler calls.'),
+        ('optimizer.zero_grad(); with torch.autocast(device_type=x.device.type, dtype=torch.float16): loss'
+         ' = loss_fn(model(x), y); scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update();'
+         ' return loss.item().'),
+    ],
+    'update_scale': [
+        ("There are two cases: the step found an inf, or it did not. Lesson 04's scale trajectory shows "
+         'what happens in each.'),
+        ('On inf: back off and start counting again. Otherwise: count one more clean step, and grow only '
+         'when the count reaches growth_interval.'),
+        ('if found_inf: return scale × backoff_factor, 0; tracker + 1; if it equals growth_interval: '
+         'return scale × growth_factor, 0; else return scale, tracker + 1.'),
+    ],
+    'skipped_steps': [
+        ('What does update() do to the scale after a skipped step, and what after a clean one? (Lesson '
+         "04's scale trajectory.)"),
+        ('A skipped step is the only thing that makes the scale go *down*; growth makes it go up. '
+         'scales[i] is the scale after step i: compare it with the scale before step i.'),
+        ('before = [initial_scale, *scales[:-1]]; return [i for i, (b, a) in enumerate(zip(before, '
+         'scales)) if a < b].'),
+    ],
+    'unscale_by_hand': [
+        ('Two results: the gradients divided by the scale, and a flag. Which values should raise the flag?'
+         ' (Lesson 04: what makes scaler.step skip?)'),
+        ('GradScaler does not divide: it multiplies by inv_scale, the reciprocal computed in float64 and '
+         'rounded to float32. The flag is True when any gradient holds an inf *or* a NaN.'),
+        ('inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float(); return [g * inv for g in '
+         'grads], not all(torch.isfinite(g).all() for g in grads).'),
+    ],
+}
+hint = hints(__name__, HINTS)

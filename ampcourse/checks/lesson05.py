@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from ..device import pick_device
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
-from .tiny import grad_norm, micro_batches, require_clipped, tiny_model, window_mean_grads
+from .tiny import cosine, grad_norm, micro_batches, require_clipped, tiny_model, window_mean_grads
 
 SCALE = 2.0**10
 
@@ -38,6 +38,9 @@ def _run_epoch(fn, task, device, n_micro, accum):
     scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
     batches = micro_batches(device, n_micro)
     params_before_each_step = []
+    forward_dtypes: list[torch.dtype | None] = []
+    model[0].register_forward_hook(lambda module, inputs, output: forward_dtypes.append(
+        output.dtype if torch.is_autocast_enabled(device.type) else None))
 
     original_step = optimizer.step
 
@@ -59,7 +62,16 @@ def _run_epoch(fn, task, device, n_micro, accum):
                              "unscale_ before update(). Unscale once per window, just before the optimizer "
                              "step.") from None
         raise
-    return log, optimizer, batches, params_before_each_step
+    for m in params_before_each_step:
+        m[0]._forward_hooks.clear()
+    return log, optimizer, batches, params_before_each_step, forward_dtypes
+
+
+def _zero_grad_inside(log: list[str]) -> bool:
+    """zero_grad between two backward passes (``scale`` calls) with no optimizer step between them."""
+    calls = [e for e in log if e in ("scale", "zero_grad", "scaler.step", "optimizer.step (direct)")]
+    return any(c == "zero_grad" and calls[i - 1] == "scale" and calls[i + 1] == "scale"
+               for i, c in enumerate(calls[1:-1], 1))
 
 
 def train_epoch(fn) -> None:
@@ -68,10 +80,24 @@ def train_epoch(fn) -> None:
     require_callable(task, fn, "train_epoch")
     device = pick_device()
     n_micro, accum = 10, 4  # windows of 4, 4 and a remainder of 2
-    log, optimizer, batches, models = _run_epoch(fn, task, device, n_micro, accum)
+    log, optimizer, batches, models, forward_dtypes = _run_epoch(fn, task, device, n_micro, accum)
     windows = [batches[i:i + accum] for i in range(0, n_micro, accum)]
     steps = optimizer.grads_at_step
     calls = [e for e in log if e != "zero_grad"]
+    if forward_dtypes and any(d is None for d in forward_dtypes):
+        raise fail(task, "a forward pass ran outside autocast: run each micro-batch's forward pass and loss inside "
+                         "`with torch.autocast(device_type=x.device.type, dtype=torch.float16)`.")
+    if forward_dtypes and any(d != torch.float16 for d in forward_dtypes):
+        raise fail(task, "autocast ran, but not in float16 (the CPU's default is bfloat16): pass "
+                         "`dtype=torch.float16`, as the exercise asks.")
+    if 0 < calls.count("scale") == len(steps) < n_micro:
+        raise fail(task, f"{calls.count('scale')} backward passes for {n_micro} micro-batches: you summed a window's "
+                         "losses and ran one backward. Accumulation exists so that only one micro-batch's activations "
+                         "are alive at a time: run `scaler.scale(loss).backward()` once per micro-batch.")
+    if _zero_grad_inside(log):
+        raise fail(task, "`optimizer.zero_grad()` ran between the micro-batches of a window: it wipes the gradients "
+                         "accumulated so far, so each step sees only the last micro-batch. Zero once per window, "
+                         "before its first backward (or after its step).")
     if "optimizer.step (direct)" in calls:
         raise fail(task, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`.")
     if len(steps) == n_micro:
@@ -90,8 +116,12 @@ def train_epoch(fn) -> None:
             raise fail(task, "gradients from before this window were still there: call `optimizer.zero_grad()` "
                              "after each optimizer step (or before each window).")
         last = number == len(windows) - 1
-        if abs(ratio - 1) < 0.05:
+        if abs(ratio - 1) < 0.05 and cosine(seen, window_mean_grads(model, window)) > 0.99:
             continue
+        if abs(ratio - 1) < 0.05:
+            raise fail(task, f"window {number + 1}: the step gradient has the right size but points elsewhere "
+                             "(cosine < 0.99): it is not the mean gradient of the window's micro-batches. Run one "
+                             "backward per micro-batch of the window, on that micro-batch's loss.")
         if abs(ratio - len(window)) < 0.05 * len(window):
             raise fail(task, f"the step gradient is {ratio:.2f}× too large: you did not divide each micro-batch "
                              "loss by the number of micro-batches in the window.")
@@ -136,7 +166,11 @@ def clipped_step(fn) -> None:
         raise fail(task, "the optimizer never stepped: call `scaler.step(optimizer)` after clipping.")
     if "update" not in log:
         raise fail(task, "you forgot `scaler.update()` after `scaler.step(optimizer)`.")
-    require_clipped(task, optimizer.grads_at_step[0], max_norm, SCALE)
+    require_clipped(task, optimizer.grads_at_step[0], max_norm, SCALE, log)
+    if cosine(optimizer.grads_at_step[0], true) < 0.99:
+        raise fail(task, "the clipped gradients point in another direction than the true ones: "
+                         "`clip_grad_norm_` scales all of them by one factor; clipping each parameter (or each "
+                         "value) separately changes the direction.")
     passed(task, "the true (unscaled) gradients were clipped to max_norm — after unscale_, before the step; the "
                  "step and the scale update followed.")
 
@@ -201,3 +235,99 @@ def checkpoint(save_fn, load_fn) -> None:
                          "`scaler.state_dict()` (it includes the growth tracker).")
     passed(task, "6 steps + save + load + 6 steps gave the same parameters and scale, bit for bit, as 12 steps "
                  "without stopping.")
+
+# --- Task 4: diagnose clipping from the norms ----------------------------------------------------------------------
+
+def _clipping_evidence(device) -> list[tuple[float, float, float, float, str]]:
+    """(true norm, stepped norm, max_norm, scale, verdict) measured by running the right step and the two classic
+    wrong ones on the tiny model."""
+    cases = []
+    for variant, divisor in (("right", 4), ("not clipped", 4), ("clipped before unscale_", 4), ("right", 0.5)):
+        model = tiny_model(device, seed=7)
+        log: list[str] = []
+        optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
+        scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
+        (x, y), = micro_batches(device, 1, size=8, seed=8)
+        true_norm = grad_norm(window_mean_grads(model, [(x, y)]))
+        max_norm = true_norm / divisor
+        optimizer.zero_grad()
+        with torch.autocast(device_type=device.type, dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        if variant == "right":
+            scaler.unscale_(optimizer)
+        if variant != "not clipped":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        cases.append((true_norm, grad_norm(optimizer.grads_at_step[0]), max_norm, SCALE, variant))
+    return cases
+
+
+def diagnose_clipping(fn) -> None:
+    """Task 4: ``diagnose_clipping(true_norm, stepped_norm, max_norm, scale)`` names what a clipped step did."""
+    task = "Task 4 (diagnose_clipping)"
+    require_callable(task, fn, "diagnose_clipping")
+    labels = ("right", "not clipped", "clipped before unscale_")
+    for true_norm, stepped, max_norm, scale, want in _clipping_evidence(pick_device()):
+        got = call(task, fn, "diagnose_clipping", true_norm, stepped, max_norm, scale)
+        if got not in labels:
+            raise fail(task, f"return one of {', '.join(map(repr, labels))} (you returned {got!r}).")
+        if got == want:
+            continue
+        context = (f"true norm {true_norm:.4g}, the optimizer stepped with {stepped:.4g}, max_norm {max_norm:.4g}, "
+                   f"scale {scale:g}: you said {got!r}, the run was {want!r}")
+        if want == "right" and true_norm < max_norm:
+            raise fail(task, f"{context}. When the true norm is already below max_norm, clipping leaves the gradients "
+                             "alone: stepping with the true norm is right.")
+        if want == "right":
+            raise fail(task, f"{context}. The stepped norm equals max_norm up to rounding: compare with a tolerance "
+                             "(a few %), never with ==.")
+        if want == "clipped before unscale_":
+            raise fail(task, f"{context}. The stepped norm is max_norm / scale: the threshold was applied to "
+                             "gradients still multiplied by the scale.")
+        raise fail(task, f"{context}. The stepped norm equals the true norm, above max_norm: nothing clipped.")
+    passed(task, "four measured steps diagnosed right from their norms: clipped right, not clipped, clipped before "
+                 "unscale_ (norm max_norm / scale), and a step that needed no clipping.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'train_epoch': [
+        ('How many micro-batches does the last window hold when len(batches) is not a multiple of '
+         "accum_steps? Lesson 05's remainder report measures the error of getting it wrong."),
+        ("Zero the gradients once per window, not per micro-batch; divide each micro-batch's loss by the "
+         'length of its own window; step and update once per window.'),
+        ('for start in range(0, len(batches), accum_steps): window = batches[start:start + accum_steps]; '
+         'zero_grad; per (x, y): autocast float16, loss / len(window), scaler.scale(loss).backward(); then'
+         ' scaler.step, scaler.update.'),
+    ],
+    'clipped_step': [
+        ('After backward the gradients are multiplied by the scale. What must happen before a threshold '
+         'about the true gradients makes sense? (lesson 05, clipping)'),
+        ('The scaler has a method that divides the gradients by the scale in place before the step, and '
+         'tells `scaler.step` not to do it again.'),
+        ('scale(loss).backward(); scaler.unscale_(optimizer); '
+         'torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.step(optimizer); '
+         'scaler.update().'),
+    ],
+    'checkpoint': [
+        ("Three objects carry state that changes during training. Which three? (Lesson 05's resume "
+         'section.)'),
+        ('Each of model, optimizer (momentum buffers) and scaler (scale, growth tracker) has '
+         '`state_dict()` and `load_state_dict()`.'),
+        ("save: torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': "
+         'scaler.state_dict()}, path); load: torch.load(path), then load_state_dict on each.'),
+    ],
+    'diagnose_clipping': [
+        ('For each verdict, what stepped norm would you expect? Express it with true_norm, max_norm and '
+         'scale.'),
+        ('Right: min(true_norm, max_norm). Clipped before unscale_: the threshold met gradients × scale, '
+         'so the step ends at max_norm / scale. Not clipped: true_norm although it is above max_norm. '
+         'Compare with a relative tolerance.'),
+        ("close(a, b) = abs(a - b) <= 0.05 * b; 'right' if close(stepped, min(true, max_norm)); 'clipped "
+         "before unscale_' if close(stepped, max_norm / scale); else 'not clipped'."),
+    ],
+}
+hint = hints(__name__, HINTS)

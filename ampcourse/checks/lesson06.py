@@ -15,7 +15,7 @@ import math
 import numbers
 import statistics
 
-from . import call, fail, passed, require_callable
+from . import call, fail, hints, passed, require_callable
 
 _LAUNCH = 1e-6  # what queueing one call costs on the fake clock
 
@@ -98,6 +98,10 @@ def benchmark(fn) -> None:
         if device.calls != warmup + repeats:
             raise fail(task, f"wrong number of calls: with warmup={warmup} and repeats={repeats}, `fn` must run "
                              f"warmup + repeats = {warmup + repeats} times; it ran {device.calls} times.")
+        if not reads:
+            raise fail(task, "the `clock` you were given was never read: you timed with another clock (e.g. "
+                             "`time.perf_counter`). Use the `clock` argument — on a GPU it can be a CUDA-event "
+                             "clock, and here it is the fake device's time.")
         if len(reads) <= 2:
             raise fail(task, f"you timed the whole loop once and divided by {repeats}: that is the mean, and one "
                              f"slow run (an outlier: {_fmt(max(timed))} here) drags it. Time each call on its own "
@@ -194,3 +198,72 @@ def fraction_of_peak(fn) -> None:
             raise fail(task, f"{shown}: the fraction is upside down; it is achieved / peak (at most 1).")
         raise fail(task, f"{shown}. The fraction is achieved / dense peak, and the dense peak is half a sparse figure.")
     passed(task, "achieved / dense peak, with sparse datasheet figures halved, as a fraction.")
+
+# --- Task 3: the MFU of a training step ------------------------------------------------------------------------------
+
+MFU_CASES = [  # (parameters, tokens per step, step seconds, dense peak TFLOP/s)
+    (125e6, 0.5e6, 1.1, 312.0),
+    (7e9, 4e6, 95.0, 989.0),
+    (1.3e9, 1e6, 4.0, 312.0),
+]
+
+
+def training_mfu(fn) -> None:
+    """Task 3: ``training_mfu(n_params, tokens, seconds, peak_tflops)``: model FLOPs utilisation of a step."""
+    task = "Task 3 (training_mfu)"
+    require_callable(task, fn, "training_mfu")
+    for n, tokens, seconds, peak in MFU_CASES:
+        want = 6 * n * tokens / seconds / (peak * 1e12)
+        got = call(task, fn, "training_mfu", n, tokens, seconds, peak)
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise fail(task, f"return a fraction (a float), not {type(got).__name__}.")
+        if math.isclose(got, want, rel_tol=1e-6):
+            continue
+        context = f"for {n:.3g} parameters, {tokens:.3g} tokens in {seconds:g} s on a {peak:g} TFLOP/s GPU"
+        if math.isclose(got, want / 3, rel_tol=1e-6):
+            raise fail(task, f"{context} you counted 2 FLOPs per parameter and token, the forward pass only. A "
+                             "training step also runs the backward pass, about twice the forward: 6 in all.")
+        if math.isclose(got, want * 100, rel_tol=1e-6):
+            raise fail(task, f"{context}: return a fraction (0.42), not a percentage.")
+        if math.isclose(got, want * 2 / 3, rel_tol=1e-6) or math.isclose(got, want * 4 / 6 * 1.5, rel_tol=1e-6):
+            raise fail(task, f"{context}: forward 2 and backward 4 FLOPs per parameter and token make 6.")
+        raise fail(task, f"{context} you returned {got:.4g}, expected {want:.4g}: the step's model FLOPs (per "
+                         "parameter and token, forward and backward) per second, divided by the peak in FLOP/s.")
+    passed(task, f"MFU right for {len(MFU_CASES)} training steps: 6 FLOPs per parameter and token (forward 2, "
+                 "backward 4), per second, over the dense peak.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'benchmark': [
+        ("A GPU runs asynchronously: when does `fn()` return, and when is its work done? Lesson 06's four "
+         'timing rules.'),
+        ('Warm up untimed; then for every timed call synchronise before reading the clock, both at the '
+         'start and at the stop; summarise with the median.'),
+        ('for _ in range(warmup): fn(); per repeat: sync(); start = clock(); fn(); sync(); '
+         'times.append(clock() - start); return statistics.median(times).'),
+    ],
+    'achieved_tflops': [
+        ('How many floating-point operations does an (m × k) @ (k × n) product do? Each output element is '
+         'a dot product of length k.'),
+        ('m·n outputs, each k multiplies and k adds: 2·m·k·n FLOPs. The time is in milliseconds; TFLOP/s '
+         'is 1e12 FLOPs per second.'),
+        'return 2 * m * k * n / (milliseconds / 1e3) / 1e12.',
+    ],
+    'fraction_of_peak': [
+        ("What does the asterisk 'with sparsity' on a datasheet mean for an ordinary dense matmul? Lesson "
+         '06 discusses it.'),
+        ('The sparse figure is twice the dense peak. The fraction is achieved over the dense peak, as a '
+         'number between 0 and 1.'),
+        'peak = datasheet_tflops / 2 if sparse else datasheet_tflops; return achieved_tflops / peak.',
+    ],
+    'training_mfu': [
+        ('How many FLOPs does one weight cost per token in the forward pass, and how many in the backward '
+         'pass?'),
+        ('Forward: one multiply-add = 2 FLOPs per parameter and token. Backward: two matrix products per '
+         'forward one (input gradient and weight gradient), 4 FLOPs. The peak is in TFLOP/s: × 1e12.'),
+        'return 6 * n_params * tokens / seconds / (peak_tflops * 1e12).',
+    ],
+}
+hint = hints(__name__, HINTS)

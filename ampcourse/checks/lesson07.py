@@ -16,7 +16,7 @@ from torch import nn
 
 from ..device import pick_device
 from ..troubleshoot import find_nonfinite
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 
@@ -255,4 +255,102 @@ def loss_in_fp32(fn) -> None:
         raise fail(task, f"return the loss as a float32 tensor (got {getattr(loss, 'dtype', type(loss).__name__)}).")
     if not torch.allclose(loss.detach(), reference, rtol=1e-6, atol=1e-6):
         raise fail(task, f"the loss is {float(loss.detach()):.6g}, the FP32 reference {float(reference):.6g}.")
-    passed(task, "logits float32, class indices int64, autocast off inside; the loss equals the FP32 reference.")
+    # Soft targets (class probabilities, float16 like the logits): the other legal form; they must reach the loss
+    # as float32, not be left in float16 nor turned into indices.
+    soft = torch.softmax(torch.randn(6, 5, generator=generator), dim=-1).to(device).half()
+    seen.clear()
+    try:
+        with _autocast(device):
+            soft_loss = call(task, fn, "loss_in_fp32", spy_loss, logits, soft)
+    except CheckFailed:
+        if seen.get("tgt") == torch.int64:
+            raise fail(task, "with soft targets (float16 class probabilities) you turned them into int64: only "
+                             "class indices are integers. Cast a floating-point target with `.float()`, leave an "
+                             "integer one alone.") from None
+        raise
+    if seen.get("tgt") != torch.float32:
+        raise fail(task, f"soft targets (float16 class probabilities) reached the loss as {seen.get('tgt')}: cast a "
+                         "floating-point target to float32 too, `target.float() if target.is_floating_point()`.")
+    soft_reference = nn.functional.cross_entropy(logits.float(), soft.float())
+    if not torch.allclose(soft_loss.detach().float(), soft_reference, rtol=1e-6, atol=1e-6):
+        raise fail(task, f"with soft targets the loss is {float(soft_loss.detach()):.6g}, the FP32 reference "
+                         f"{float(soft_reference):.6g}.")
+    passed(task, "logits float32, class indices kept int64 and soft targets cast to float32, autocast off inside; "
+                 "both losses equal the FP32 reference.")
+
+# --- Task 4: triage from a run's log ---------------------------------------------------------------------------------
+
+TRIAGE_CASES = [  # (what, initial scale, scales after each update, losses, verdict)
+    ("a run with two skips in 12 steps", 65536.0,
+     [65536.0] * 4 + [32768.0] + [32768.0] * 5 + [16384.0, 16384.0], [2.1, 2.0, 1.9, 1.9, 1.8, 1.7, 1.7, 1.6, 1.5,
+                                                                         1.5, 1.4, 1.4], "healthy"),
+    ("a run whose loss turns inf", 65536.0, [32768.0, 16384.0, 8192.0, 4096.0, 2048.0, 1024.0],
+     [2.3, float("inf"), float("inf"), float("nan"), float("inf"), float("inf")], "forward overflow"),
+    ("a finite loss but every step skipped", 65536.0, [32768.0 / 2**i for i in range(10)],
+     [2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3], "backward overflow"),
+    ("one step with a NaN loss, then recovery", 1024.0, [1024.0, 512.0, 512.0, 512.0, 512.0, 512.0],
+     [1.2, float("nan"), 1.1, 1.0, 1.0, 0.9], "forward overflow"),
+    ("a clean run", 1024.0, [1024.0, 1024.0, 2048.0, 2048.0], [0.9, 0.8, 0.8, 0.7], "healthy"),
+]
+VERDICTS = ("healthy", "forward overflow", "backward overflow")
+
+
+def triage(fn) -> None:
+    """Task 4: ``triage(initial_scale, scales, losses)`` reads a run's log and says where the trouble is."""
+    task = "Task 4 (triage)"
+    require_callable(task, fn, "triage")
+    for what, initial, scales, losses, want in TRIAGE_CASES:
+        got = call(task, fn, "triage", initial, list(scales), list(losses))
+        if got not in VERDICTS:
+            raise fail(task, f"return one of {', '.join(map(repr, VERDICTS))} (you returned {got!r}).")
+        if got == want:
+            continue
+        context = f"for {what} you said {got!r}, it is {want!r}"
+        if want == "healthy":
+            raise fail(task, f"{context}: a few skipped steps are the scaler doing its job — it probes a higher scale "
+                             "and backs off. Only a non-finite loss, or every step skipped, is a problem.")
+        if want == "forward overflow":
+            raise fail(task, f"{context}: the loss itself is inf or NaN, so the overflow happened in the forward pass "
+                             "(no loss scale is involved there). Look at the losses before the scales.")
+        raise fail(task, f"{context}: the loss is finite, yet every step is skipped while the scale keeps halving. "
+                         "The inf appears in the backward pass and does not come from the scale.")
+    passed(task, f"{len(TRIAGE_CASES)} run logs triaged right: occasional skips are healthy, a non-finite loss means a "
+                 "forward overflow, a finite loss with every step skipped a backward one.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'first_nonfinite_module': [
+        ("A forward hook runs after each module's forward, in execution order. Lesson 07's hook table does"
+         ' exactly this for every module.'),
+        ('Register one hook per module (model.modules()), record the name of each module whose tensor '
+         'output is not all finite, and remove every handle in a `finally` block.'),
+        ('names = {m: n for n, m in model.named_modules()}; hook appends names[module] when not '
+         'torch.isfinite(output).all(); handles = [m.register_forward_hook(hook) for m in '
+         'model.modules()]; try: model(x) finally: remove; return found[0] or None.'),
+    ],
+    'fp32_block': [
+        ("Why would `block(x.float())` alone still run in float16 inside the region? (Lesson 07's FP32 "
+         'island.)'),
+        ('autocast casts the inputs of listed ops whatever dtype you give them; turn it off for the block,'
+         ' and give the block a float32 input.'),
+        'with torch.autocast(device_type=x.device.type, enabled=False): return block(x.float()).',
+    ],
+    'loss_in_fp32': [
+        'What dtypes may a cross-entropy target have? Lesson 07 names both legal forms.',
+        ('Cast the logits up, switch autocast off for the call, and cast the target only when it is '
+         'floating point (soft targets); class indices must stay int64.'),
+        ('with torch.autocast(device_type=logits.device.type, enabled=False): target = target.float() if '
+         'target.is_floating_point() else target; return loss_fn(logits.float(), target).'),
+    ],
+    'triage': [
+        'Which number in the log is computed before any loss scaling happens? Start there.',
+        ('A non-finite loss means the forward pass overflowed. With finite losses, a skip is a scale '
+         'decrease: occasional ones are normal; a decrease at every step means the backward overflows '
+         'whatever the scale.'),
+        ("if any loss is not finite: 'forward overflow'; elif every scales[i] < the scale before it: "
+         "'backward overflow'; else 'healthy'."),
+    ],
+}
+hint = hints(__name__, HINTS)

@@ -47,7 +47,8 @@ from ..distributed import (
     train_single_process,
     window_batches,
 )
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, NotStarted, call, fail, hints, passed, require_callable
+from .spies import SpyOptimizer, SpyScaler
 
 TASK = "Task 1 (train)"
 TIMEOUT = 180.0  # seconds for one launch (two processes importing torch take several seconds on a small CPU)
@@ -112,6 +113,90 @@ def simulate(fn: Callable, config: RunConfig = CONFIG) -> dict[str, Any]:
             "allreduces": wrapped.allreduces, "scale": scaler.get_scale()}
 
 
+# ------------------------------------------------------------------------------------ the AMP part, in-process
+@contextlib.contextmanager
+def one_process_group():
+    """A one-process gloo group (in-memory store) for the in-process runs, so that ``torch.distributed.get_rank()``,
+    rank-0 logging, a manual all-reduce or a real ``DistributedDataParallel`` work there as on a rank. Created once
+    per process and kept (tearing a gloo group down and building another in the same Jupyter kernel hung once in
+    testing); an existing group is used as it is."""
+    import torch.distributed as dist
+
+    if dist.is_available() and not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+
+
+INF_WINDOW = 1  # the window (0-based) whose loss the AMP pre-check makes inf: a right answer skips its step
+
+
+def amp_precheck(task: str, fn: Callable, config: RunConfig = CONFIG) -> None:
+    """Run ``fn`` in this process with spies and an inf injected into one window's loss; name any AMP mistake.
+
+    Verifies what the DDP analysis cannot see: the forward pass ran under float16 autocast, the loss went through
+    ``scaler.scale``, the optimizer stepped only through ``scaler.step`` (so the inf window was skipped), and
+    ``scaler.update`` ran once per window.
+    """
+    model = make_model(config)
+    wrapped = LocalDDP(model)
+    log: list[str] = []
+    optimizer = SpyOptimizer(wrapped.parameters(), log, lr=config.lr)
+    scaler = SpyScaler(log, config.device, init_scale=config.init_scale, growth_interval=config.growth_interval)
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    forward: list[tuple[bool, torch.dtype]] = []
+    first.register_forward_hook(lambda m, i, out: forward.append((torch.is_autocast_enabled(out.device.type),
+                                                                   out.dtype)))
+    calls = [0]
+
+    def loss_fn(out, target):
+        window = calls[0] // config.accum_steps
+        calls[0] += 1
+        loss = F.mse_loss(out, target)
+        return loss * math.inf if window == INF_WINDOW else loss
+
+    def diagnose() -> None:
+        if not forward and not log:
+            return  # nothing ran in this process (e.g. rank-dependent code): the launch and its analysis judge it
+        if not forward:
+            raise fail(task, "the model's forward pass never ran: compute each micro-batch's loss from `model(x)`.")
+        if not all(on for on, _ in forward):
+            raise fail(task, "a forward pass ran outside autocast: run each micro-batch's forward and loss inside "
+                             "`with torch.autocast(device_type=x.device.type, dtype=torch.float16)`.")
+        if any(dtype != torch.float16 for _, dtype in forward):
+            raise fail(task, "autocast ran, but not in float16 (the CPU's default is bfloat16): pass "
+                             "`dtype=torch.float16`.")
+        if "scale" not in log:
+            raise fail(task, "`scaler.scale(loss)` was never called: backward must run on the scaled loss "
+                             "(`scaler.scale(loss).backward()`), or small float16 gradients underflow and "
+                             "`scaler.step` has no inf check to act on.")
+        if "scaler.step" in log and "update" not in log:
+            raise fail(task, f"`scaler.update()` ran 0 times for {config.windows} windows: call it once per window, "
+                             "after `scaler.step(optimizer)`, so the scale backs off after an inf.")
+        if "optimizer.step (direct)" in log:
+            raise fail(task, f"you called `optimizer.step()` yourself, so window {INF_WINDOW + 1}, whose loss the "
+                             "check made inf, was applied anyway: step through `scaler.step(optimizer)`, which skips "
+                             "a step whose gradients hold inf/NaN (an `unscale_` before it does not change that).")
+
+    try:
+        call(task, fn, "train", wrapped, loss_fn, optimizer, scaler, window_batches(config, None),
+             config.accum_steps, config.max_norm)
+    except NotStarted:
+        raise
+    except CheckFailed:
+        diagnose()
+        raise
+    if not forward and not log:
+        return  # nothing ran in this process (e.g. rank-dependent code): the launch and its analysis judge it
+    diagnose()
+    if log.count("update") != config.windows:
+        raise fail(task, f"`scaler.update()` ran {log.count('update')} times for {config.windows} windows: once per "
+                         "window, after `scaler.step(optimizer)`, so the scale backs off after an inf.")
+    applied = log.count("optimizer.step")
+    if applied != config.windows - 1:
+        raise fail(task, f"{applied} optimizer steps were applied for {config.windows} windows, one of them with inf "
+                         "gradients (the check injected it): that one must be skipped by `scaler.step`.")
+
+
 # ---------------------------------------------------------------------------------------------------- analysis
 def _reference_step(config: RunConfig, params: list[float], window: int) -> tuple[torch.Tensor, float]:
     """The clipped FP32 gradient of window ``window``'s mean loss over the global batch, at ``params``."""
@@ -165,6 +250,10 @@ def analyse(task: str, config: RunConfig, done: dict[int, dict[str, Any]], refer
             raise fail(task, f"window {k + 1}: the optimizer stepped with gradients still multiplied by the scale "
                              f"({scaled:g}): call `scaler.unscale_(optimizer)` before clipping and step with "
                              "`scaler.step(optimizer)`.")
+        if config.world_size > 1 and abs(ratio - config.world_size) < 0.05 * config.world_size:
+            raise fail(task, f"window {k + 1}: the step gradient is {ratio:.2f}× the right one, about the number of "
+                             "ranks: you all-reduced (summed) the gradients yourself on top of DDP, which already "
+                             "averages them. Remove the manual all-reduce.")
         if seen_norm > config.max_norm * 1.05:
             raise fail(task, f"window {k + 1}: the optimizer stepped with gradients of norm {seen_norm:.3g}, above "
                              f"max_norm = {config.max_norm:g}: clip with `torch.nn.utils.clip_grad_norm_("
@@ -225,8 +314,22 @@ def ddp_train(fn) -> None:
     """Task 1: ``train(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm)`` on a DDP model."""
     task = TASK
     require_callable(task, fn, "train")
-    call(task, simulate, "train", fn)  # quick, in this process: a stub is "not started", errors show at once
-    source = _source(task, fn)
+    try:
+        source = _source(task, fn)
+    except CheckFailed:
+        call(task, simulate, "train", fn)  # an untouched stub is "not started" rather than refused
+        raise
+    # The pre-run, in this process: the shipped source in the ranks' namespace, in a one-process group, so a stub
+    # is "not started" and errors and AMP mistakes show at once, without paying for a launch.
+    namespace: dict[str, Any] = {"torch": torch, "nn": nn, "F": F, "math": math, "contextlib": contextlib}
+    try:
+        exec(compile(source, "<your function>", "exec"), namespace)  # noqa: S102 - the learner's own function
+    except Exception as error:  # noqa: BLE001
+        raise fail(task, f"your function's cell could not run on its own ({type(error).__name__}: {error}).") from None
+    fresh = namespace[fn.__name__]
+    with one_process_group():
+        call(task, simulate, "train", fresh)
+        amp_precheck(task, fresh)
     config = dataclasses.replace(CONFIG, user_fn=fn.__name__)
     with tempfile.TemporaryDirectory(prefix="ampcourse-08-") as folder:
         run_dir = Path(folder)
@@ -253,3 +356,232 @@ def ddp_train(fn) -> None:
     except Exception as error:  # noqa: BLE001 - never an internal traceback
         raise fail(task, f"the ranks' logs could not be read ({type(error).__name__}: {error}).") from None
     passed(task, f"2 processes under torchrun: {summary}.")
+
+# --- Task 2: how many bytes does a window all-reduce? ---------------------------------------------------------------
+
+def _measured_allreduce(accum_steps: int, no_sync: bool) -> tuple[int, torch.dtype, int]:
+    """(elements per all-reduce, the gradient buffer's dtype, all-reduces per window) of a real one-process DDP
+    window under float16 autocast, read by a DDP communication hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    seen: list[tuple[int, torch.dtype]] = []
+
+    def hook(state, bucket):
+        seen.append((bucket.buffer().numel(), bucket.buffer().dtype))
+        return allreduce_hook(state, bucket)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+    with one_process_group():
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(None, hook)
+        for i in range(accum_steps):
+            last = i == accum_steps - 1
+            with contextlib.nullcontext() if (last or not no_sync) else ddp.no_sync():
+                with torch.autocast("cpu", dtype=torch.float16):
+                    loss = ddp(torch.randn(8, 32)).float().pow(2).mean()
+                loss.backward()
+    n_params = sum(p.numel() for p in model.parameters())
+    assert all(n == n_params for n, _ in seen), seen  # one bucket holds every gradient here
+    return n_params, seen[0][1], len(seen)
+
+
+def allreduce_bytes(fn) -> None:
+    """Task 2: ``allreduce_bytes(n_params, accum_steps, no_sync, bf16_compress)``: bytes all-reduced per window."""
+    task = "Task 2 (allreduce_bytes)"
+    require_callable(task, fn, "allreduce_bytes")
+    call(task, fn, "allreduce_bytes", 1000, 4, True, False)  # an untouched stub is "not started" before any DDP run
+    cases = []
+    for accum, no_sync in ((4, True), (4, False), (1, True)):
+        n_params, dtype, count = _measured_allreduce(accum, no_sync)
+        element = torch.tensor([], dtype=dtype).element_size()
+        for compress in (False, True):
+            cases.append((n_params, accum, no_sync, compress, count * n_params * (2 if compress else element)))
+    for n_params, accum, no_sync, compress, want in cases:
+        got = call(task, fn, "allreduce_bytes", n_params, accum, no_sync, compress)
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise fail(task, f"return a number of bytes (you returned {type(got).__name__}).")
+        if got == want:
+            continue
+        context = (f"for {n_params} parameters, {accum} micro-batches per window, no_sync={no_sync}, "
+                   f"bf16_compress={compress} you said {got:g} bytes, a real DDP window all-reduces {want:g}")
+        per = want / (1 if no_sync else accum)
+        if not compress and got == want / 2:
+            raise fail(task, f"{context}: under autocast the parameters and their gradients stay float32 (4 bytes), "
+                             "so AMP does not halve the gradient traffic — only a compression hook does.")
+        if not no_sync and got == per:
+            raise fail(task, f"{context}: without no_sync() every backward of the window all-reduces, "
+                             f"{accum} times per window.")
+        if no_sync and accum > 1 and got == want * accum:
+            raise fail(task, f"{context}: with no_sync() only the last micro-batch's backward all-reduces, once "
+                             "per window.")
+        if got == want * 8:
+            raise fail(task, f"{context}: that is bits; return bytes.")
+        raise fail(task, f"{context}. Bytes per all-reduce = parameters × bytes per gradient element as sent; times "
+                         "the number of all-reduces per window.")
+    passed(task, "bytes per window right with and without no_sync() and bf16 compression, measured on a real DDP "
+                 "window: AMP leaves the gradients float32, so it does not halve the traffic — a bf16 hook does.")
+
+
+# --- Task 3: a bf16 compression hook -------------------------------------------------------------------------------
+
+class TwoRanks:
+    """Stands for the process group given to the hook: two ranks (this process plays both)."""
+
+    def size(self) -> int:
+        return 2
+
+    def rank(self) -> int:
+        return 0
+
+
+@contextlib.contextmanager
+def _simulated_two_ranks(record: list[torch.dtype]):
+    """``dist.all_reduce`` and ``dist.get_world_size`` as on two ranks with identical gradients: the sum doubles."""
+    import torch.distributed as dist
+
+    real_all_reduce, real_world_size = dist.all_reduce, dist.get_world_size
+
+    class Work:
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def wait(self):
+            return True
+
+        def get_future(self):
+            future = torch.futures.Future()
+            future.set_result([self.tensor])
+            return future
+
+    def all_reduce(tensor, op=None, group=None, async_op=False):
+        record.append(tensor.dtype)
+        tensor.mul_(2)  # the other rank holds the same gradient: SUM doubles it
+        return Work(tensor) if async_op else None
+
+    dist.all_reduce, dist.get_world_size = all_reduce, lambda group=None: 2
+    try:
+        yield
+    finally:
+        dist.all_reduce, dist.get_world_size = real_all_reduce, real_world_size
+
+
+def bf16_hook(fn) -> None:
+    """Task 3: ``bf16_hook(process_group, bucket)``: a DDP communication hook that all-reduces in bfloat16."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    task = "Task 3 (bf16_hook)"
+    require_callable(task, fn, "bf16_hook")
+
+    def make():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+
+    x = torch.randn(8, 32, generator=torch.Generator().manual_seed(2))
+    reference = make()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = reference(x).float().pow(2).mean()
+    loss.backward()
+    true = [p.grad.detach().clone() for p in reference.parameters()]
+    sent: list[torch.dtype] = []
+    problems: list[BaseException | str] = []
+
+    def guarded(state, bucket):
+        """Runs the learner's hook; anything that would break DDP's C++ reducer is recorded instead."""
+        try:
+            result = fn(state, bucket)
+        except Exception as error:  # noqa: BLE001 - reported after backward, never inside the reducer
+            problems.append(error)
+            result = None
+        if not isinstance(result, torch._C.Future) and not problems:  # torch.futures.Future or .then()
+            problems.append(f"your hook returned {type(result).__name__}, not a `torch.futures.Future`")
+        if problems:
+            future = torch.futures.Future()
+            future.set_result(bucket.buffer())
+            return future
+        return result
+
+    model = make()
+    with one_process_group():
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(TwoRanks(), guarded)
+        with _simulated_two_ranks(sent):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = ddp(x).float().pow(2).mean()
+            call(task, lambda: loss.backward(), "bf16_hook")
+    if problems and isinstance(problems[0], NotImplementedError):
+        call(task, fn, "bf16_hook", None, None)  # "not started"
+    if problems and isinstance(problems[0], BaseException):
+        from . import raised_message
+
+        raise fail(task, raised_message("bf16_hook", problems[0]))
+    if problems:
+        raise fail(task, f"{problems[0]}: return the future of the all-reduce, e.g. "
+                         "`dist.all_reduce(t, group=process_group, async_op=True).get_future()`, chained with "
+                         "`.then(...)` to copy the result back into the bucket's buffer.")
+    if not sent:
+        raise fail(task, "your hook never called `dist.all_reduce`: the hook must all-reduce the bucket "
+                         "(`dist.all_reduce(tensor, group=process_group, async_op=True)`) and return its future.")
+    if sent[0] == torch.float32:
+        raise fail(task, "the all-reduce sent float32: nothing was compressed. Convert the bucket's buffer to "
+                         "bfloat16 before the all-reduce, and back into the float32 buffer after it.")
+    if sent[0] != torch.bfloat16:
+        raise fail(task, f"the all-reduce sent {str(sent[0]).removeprefix('torch.')}; the task asks for bfloat16 "
+                         "(float16's range can overflow a sum of gradients; bfloat16's cannot).")
+    grads = [p.grad for p in model.parameters()]
+    if any(g is None or g.dtype != torch.float32 for g in grads):
+        raise fail(task, "after backward the gradients are not float32: copy the all-reduced values back into the "
+                         "bucket's (float32) buffer and return that buffer from the future.")
+    ratio = grad_ratio = sum(g.double().norm() ** 2 for g in grads).sqrt() / sum(
+        t.double().norm() ** 2 for t in true).sqrt()
+    if abs(grad_ratio - 2) < 0.02:
+        raise fail(task, "the gradients came out twice too large (on 2 ranks): all_reduce *sums*; DDP wants the "
+                         "average. Divide by the world size (`process_group.size()`), before or after the "
+                         "all-reduce.")
+    if abs(ratio - 1) > 0.02 or any((g - t).abs().max() > 2.0**-7 * t.abs().max() + 1e-12
+                                    for g, t in zip(grads, true, strict=True)):
+        raise fail(task, f"the averaged gradients are {float(ratio):.3g}× the true ones, or differ by more than "
+                         "bfloat16 rounding: all-reduce the bfloat16 copy of the buffer divided by the world size, "
+                         "then copy it into the buffer.")
+    if all(torch.equal(g, t) for g, t in zip(grads, true, strict=True)):
+        raise fail(task, "the gradients are exactly the float32 ones: the values DDP used did not go through "
+                         "bfloat16. Copy the all-reduced bfloat16 tensor back into the buffer and return the buffer.")
+    passed(task, "the hook all-reduced a bfloat16 copy (half the bytes), averaged over the ranks, and handed DDP "
+                 "float32 gradients equal to the true ones within bfloat16 rounding.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'train': [
+        ('When does DDP all-reduce the gradients, and how do you stop it for all but the last micro-batch '
+         "of a window? Lesson 08's all-reduce count."),
+        ('`with model.no_sync():` around the forward and backward of each non-last micro-batch; the usual '
+         'AMP accumulation otherwise (lesson 05), with unscale_ before clipping.'),
+        ('per window: zero_grad; for i, (x, y): ctx = nullcontext() if last else model.no_sync(); with '
+         'ctx: autocast float16, loss / len(window), scaler.scale(loss).backward(); then unscale_, '
+         'clip_grad_norm_, scaler.step, scaler.update.'),
+    ],
+    'allreduce_bytes': [
+        ('Two questions: in which dtype are the gradients DDP all-reduces under autocast (lesson 03: what '
+         "dtype is a parameter's gradient?), and how many all-reduces does one window make?"),
+        ('Under autocast the parameters stay float32, so do their gradients: 4 bytes each unless a hook '
+         'compresses them to bfloat16 (2 bytes). Without no_sync() every backward all-reduces; with it, '
+         'once per window.'),
+        'return n_params * (2 if bf16_compress else 4) * (1 if no_sync else accum_steps).',
+    ],
+    'bf16_hook': [
+        ('Three steps: make a smaller copy of the buffer, all-reduce it asynchronously, and put the result'
+         ' back where DDP reads it. Which step averages?'),
+        ('compressed = bucket.buffer().to(torch.bfloat16) divided by process_group.size(); all_reduce(...,'
+         ' async_op=True).get_future(); chain `.then(f)` where f copies `future.value()[0]` into the '
+         'float32 buffer and returns it.'),
+        ('buffer = bucket.buffer(); c = buffer.to(torch.bfloat16).div_(process_group.size()); def back(f):'
+         ' buffer.copy_(f.value()[0]); return buffer; return dist.all_reduce(c, group=process_group, '
+         'async_op=True).get_future().then(back).'),
+    ],
+}
+hint = hints(__name__, HINTS)

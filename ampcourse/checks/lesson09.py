@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from ..device import pick_device
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 from .tiny import grad_norm, micro_batches, require_clipped, tiny_model, window_mean_grads
 
@@ -55,10 +55,10 @@ class _Optimizer(SpyOptimizer):
 
 
 
-def _objects(device, log, init_scale=SCALE):
+def _objects(device, log, init_scale=SCALE, growth_interval=10_000):
     model = tiny_model(device)
     optimizer = _Optimizer(model.parameters(), log, lr=0.05)
-    scaler = SpyScaler(log, device.type, init_scale=init_scale, growth_interval=10_000)
+    scaler = SpyScaler(log, device.type, init_scale=init_scale, growth_interval=growth_interval)
     scheduler = SpyScheduler(optimizer, log)
     return model, optimizer, scaler, scheduler
 
@@ -168,7 +168,22 @@ def _clipping(fn, device) -> None:
     window = micro_batches(device, 2, seed=3)
     max_norm = grad_norm(window_mean_grads(model, window)) / 4  # clipping must fire
     _run(fn, device, log, objects, window, max_norm)
-    require_clipped(TASK, optimizer.grads_at_step[0], max_norm, SCALE)
+    require_clipped(TASK, optimizer.grads_at_step[0], max_norm, SCALE, log)
+
+
+def _growth(fn, device) -> None:
+    """growth_interval=1: every clean step doubles the scale. The step was applied, so the schedule must move."""
+    log: list[str] = []
+    objects = _objects(device, log, growth_interval=1)
+    scaler, scheduler = objects[2], objects[3]
+    calls = _run(fn, device, log, objects, micro_batches(device, 2, seed=6), 1e9)
+    if scaler.get_scale() <= SCALE:
+        raise fail(TASK, "after a clean step with growth_interval=1 the scale did not grow: call `scaler.update()` "
+                         "once per window, after `scaler.step(optimizer)`.")
+    if "scheduler.step" not in calls or scheduler.last_epoch != 1:
+        raise fail(TASK, "the scale *grew* at this update (growth_interval=1) and your loop did not step the "
+                         "scheduler, although the optimizer step was applied: a skip makes the scale go *down*. "
+                         "Step the scheduler unless `scaler.get_scale()` after update() is smaller than before.")
 
 
 def _skip(fn, device) -> None:
@@ -214,8 +229,167 @@ def train_window(fn) -> None:
     device = pick_device()
     _accumulation(fn, device)
     _clipping(fn, device)
+    _growth(fn, device)
     _skip(fn, device)
-    accuracy = _accuracy(fn, device)
+    _accuracy(fn, device)  # the accuracy itself varies by machine: only the verdict is printed
     passed(TASK, "zero_grad → scaled backward of loss / window length per micro-batch → unscale_ → clip → "
                  "scaler.step → update → scheduler.step only when the step was applied (a float16 overflow was "
-                 f"skipped and the schedule waited); your step trained the digits model to {accuracy:.1%}.")
+                 "skipped and the schedule waited; on a growing scale it moved); your step trained the digits model "
+                 f"past {ACCURACY:.0%} validation accuracy.")
+
+# --- Task 2: every sample weighs the same (unequal micro-batches) --------------------------------------------------
+
+ROWS = (2, 7, 3)  # the micro-batch sizes of the window: unequal, as the last batch of an epoch or packed sequences
+
+
+def _unequal_window(device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(11)
+    return [(torch.randn(n, 6, generator=g).to(device), torch.randint(0, 3, (n,), generator=g).to(device))
+            for n in ROWS]
+
+
+def _grads_of(model, loss) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = [p.grad.detach().clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def sample_weighted_window(fn) -> None:
+    """Task 2: ``sample_weighted_window(model, optimizer, scaler, micro_batches)``: every row weighs the same."""
+    import copy
+
+    import torch.nn.functional as F
+
+    from .tiny import cosine
+
+    task = "Task 2 (sample_weighted_window)"
+    require_callable(task, fn, "sample_weighted_window")
+    device = pick_device()
+    model = tiny_model(device, seed=4)
+    log: list[str] = []
+    optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
+    scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
+    window = _unequal_window(device)
+    reference = copy.deepcopy(model)
+    x_all = torch.cat([x for x, _ in window])
+    y_all = torch.cat([y for _, y in window])
+    want = _grads_of(reference, F.cross_entropy(reference(x_all), y_all))
+    mean_of_means = _grads_of(reference, sum(F.cross_entropy(reference(x), y) for x, y in window) / len(window))
+    autocast_seen: list[torch.dtype | None] = []
+    model[0].register_forward_hook(lambda m, i, out: autocast_seen.append(
+        out.dtype if torch.is_autocast_enabled(device.type) else None))
+    call(task, fn, "sample_weighted_window", model, optimizer, scaler, window)
+    if "optimizer.step (direct)" in log:
+        raise fail(task, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`.")
+    if log.count("scaler.step") != 1 or log.count("update") != 1:
+        raise fail(task, f"one window is one step: call `scaler.step(optimizer)` and `scaler.update()` once each "
+                         f"(saw {log.count('scaler.step')} and {log.count('update')}).")
+    if log.count("scale") != len(ROWS):
+        raise fail(task, f"run one scaled backward per micro-batch ({len(ROWS)}), not one for the whole window "
+                         f"(saw {log.count('scale')}).")
+    if any(d != torch.float16 for d in autocast_seen):
+        raise fail(task, "run each forward pass under float16 autocast "
+                         "(`torch.autocast(device_type=x.device.type, dtype=torch.float16)`).")
+    seen = optimizer.grads_at_step[0]
+    ratio = grad_norm(seen) / grad_norm(want)
+    if abs(ratio - 1) < 0.03 and cosine(seen, want) > 0.999:
+        passed(task, f"micro-batches of {', '.join(map(str, ROWS))} rows: the step used the mean gradient over all "
+                     f"{sum(ROWS)} rows, each row weighing the same — not the mean of the micro-batch means.")
+        return
+    if abs(grad_norm(seen) / grad_norm(mean_of_means) - 1) < 0.03 and cosine(seen, mean_of_means) > 0.999:
+        raise fail(task, f"you averaged the micro-batch means (each loss / {len(ROWS)}): a row of the 2-row "
+                         f"micro-batch then weighs 7/2 times a row of the 7-row one. Weight each micro-batch by "
+                         "its number of rows: its summed loss divided by the window's total rows.")
+    if abs(ratio - sum(ROWS)) < 0.05 * sum(ROWS):
+        raise fail(task, f"the step gradient is {ratio:.1f}× the mean: you summed the per-row losses but did not "
+                         f"divide by the window's total number of rows ({sum(ROWS)}).")
+    raise fail(task, f"the step gradient is {ratio:.3g}× the mean gradient over all rows (cosine "
+                     f"{cosine(seen, want):.4f}): each row must weigh 1 / (total rows in the window).")
+
+
+# --- Task 3: is the difference real? -------------------------------------------------------------------------------
+
+VERDICT_CASES = [  # (fp32 accuracies per seed, amp accuracies per seed, what the case is about)
+    ([0.962, 0.955, 0.970, 0.948, 0.966], [0.961, 0.957, 0.968, 0.949, 0.965], "a tiny, noisy difference"),
+    ([0.962, 0.955, 0.970, 0.948, 0.966], [0.952, 0.946, 0.959, 0.939, 0.957], "AMP about 1 point lower on every seed"),
+    ([0.90, 0.97, 0.91, 0.96, 0.93], [0.905, 0.975, 0.915, 0.965, 0.935],
+     "AMP 0.5 points higher on every seed, though the seeds differ by 7 points"),
+    ([0.95, 0.95, 0.95, 0.95], [0.96, 0.94, 0.97, 0.93], "a zero mean difference with large paired noise"),
+    ([0.95, 0.94, 0.96], [0.9505, 0.9505, 0.9805], "a borderline gain on three seeds"),
+]
+
+
+def _verdict(fp32: list[float], amp: list[float], paired: bool = True, ddof: int = 1) -> str:
+    if paired:
+        d = torch.tensor(amp, dtype=torch.float64) - torch.tensor(fp32, dtype=torch.float64)
+        se = d.std(correction=ddof).item() / len(d) ** 0.5
+        mean = d.mean().item()
+    else:
+        a, f = torch.tensor(amp, dtype=torch.float64), torch.tensor(fp32, dtype=torch.float64)
+        mean = (a.mean() - f.mean()).item()
+        se = ((a.var(correction=ddof) + f.var(correction=ddof)) / len(a)).sqrt().item()
+    if abs(mean) <= 2 * se:
+        return "within noise"
+    return "amp better" if mean > 0 else "amp worse"
+
+
+def amp_verdict(fn) -> None:
+    """Task 3: ``amp_verdict(fp32, amp)`` says whether AMP's accuracy differs from FP32's beyond the seed noise."""
+    task = "Task 3 (amp_verdict)"
+    require_callable(task, fn, "amp_verdict")
+    for fp32, amp, what in VERDICT_CASES:
+        want = _verdict(fp32, amp)
+        got = call(task, fn, "amp_verdict", list(fp32), list(amp))
+        if got not in ("within noise", "amp better", "amp worse"):
+            raise fail(task, f"return 'within noise', 'amp better' or 'amp worse' (you returned {got!r}).")
+        if got == want:
+            continue
+        context = f"for {what} you said {got!r}, the paired rule says {want!r}"
+        if got == _verdict(fp32, amp, paired=False):
+            raise fail(task, f"{context}: you compared the two means as if the runs were independent, so the "
+                             "seed-to-seed spread drowned the difference. The runs are paired by seed: take the "
+                             "per-seed differences amp − fp32 and judge their mean against their standard error.")
+        if got == _verdict(fp32, amp, ddof=0):
+            raise fail(task, f"{context}: use the sample standard deviation (n − 1 in the denominator, torch's "
+                             "default `std()`), not the population one.")
+        if {got, want} == {"amp better", "amp worse"}:
+            raise fail(task, f"{context}: the sign is reversed — a positive mean of amp − fp32 means AMP is better.")
+        raise fail(task, f"{context}. The rule: mean of the per-seed differences amp − fp32; 'within noise' when its "
+                         "magnitude is at most 2 standard errors (std / sqrt(n)).")
+    passed(task, f"{len(VERDICT_CASES)} comparisons judged right: paired by seed, mean difference against 2 "
+                 "standard errors — a consistent 0.5-point gain is real even when seeds differ by 7 points.")
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    'train_window': [
+        ('This is lessons 04 and 05 put together, plus one new rule from lesson 09: when may the scheduler'
+         ' step?'),
+        ('Accumulate the window (loss / len(micro_batches) each), unscale_ then clip, step and update '
+         'through the scaler; a skipped step is one where the scale went down at update().'),
+        ('zero_grad; per micro-batch: autocast(dtype), cross_entropy / len, scaler.scale(loss).backward();'
+         ' unscale_; clip_grad_norm_; before = scaler.get_scale(); scaler.step; scaler.update(); if '
+         'scaler.get_scale() >= before: scheduler.step().'),
+    ],
+    'sample_weighted_window': [
+        ("With micro-batches of 2, 7 and 3 rows, what weight does one row get if each micro-batch's mean "
+         'loss is divided by 3?'),
+        ('Weigh each micro-batch by its number of rows: take the *sum* of its per-row losses and divide by'
+         ' the total number of rows in the window.'),
+        ('rows = sum(len(y) for _, y in micro_batches); per micro-batch: autocast float16, '
+         "F.cross_entropy(model(x), y, reduction='sum') / rows, scaler.scale(loss).backward(); then "
+         'scaler.step, scaler.update.'),
+    ],
+    'amp_verdict': [
+        ('The seeds differ by more than AMP and FP32 do. What do the two runs of one seed share, and how '
+         'can you use that?'),
+        ("Pair the runs by seed: the differences amp − fp32 cancel the seed's luck. Judge their mean "
+         'against its standard error (the sample std / sqrt(n)).'),
+        ("d = [a - f for a, f in zip(amp, fp32)]; se = statistics.stdev(d) / sqrt(len(d)); 'within noise' "
+         "if abs(mean(d)) <= 2 * se, else 'amp better' if mean(d) > 0 else 'amp worse'."),
+    ],
+}
+hint = hints(__name__, HINTS)
