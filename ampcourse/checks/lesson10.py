@@ -15,7 +15,7 @@ from unittest import mock
 import torch
 
 from .. import fp8
-from . import CheckFailed, call, fail, passed, require_callable
+from . import CheckFailed, call, fail, hints, passed, require_callable
 
 E4M3, E5M2 = fp8.E4M3, fp8.E5M2
 #: Task 2's bound: an FP8 (E4M3) product with per-tensor scales is within 5% of FP32 (relative Frobenius error).
@@ -269,3 +269,41 @@ def fp8_format(fn) -> None:
 
 
 __all__ = ["LINEAR_BOUND", "CheckFailed", "delayed_cast", "fp8_format", "fp8_linear", "scaled_cast"]
+
+
+# --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
+
+HINTS = {
+    "scaled_cast": [
+        "Which value of x must land exactly on the format's largest finite number, and where do you read that "
+        "number for either FP8 dtype?",
+        "The per-tensor scale maps amax = the largest |x| onto the format's max (torch.finfo(dtype).max); "
+        "multiply x by it, keep the result within ±max, then cast.",
+        "scale = finfo(fp8_dtype).max / x.abs().max(); x_fp8 = (x * scale).clamp(-max, max).to(fp8_dtype); "
+        "return both.",
+    ],
+    "fp8_linear": [
+        "Two tensors with very different sizes: can one scale serve both? And does torch._scaled_mm want the "
+        "scale you multiplied by, or the factor that undoes it?",
+        "Cast x and weight each with its own scale (task 1). _scaled_mm multiplies its result by scale_a · "
+        "scale_b to dequantise, so pass the inverses of your scales; the second operand is weight transposed.",
+        "x8, sx = scaled_cast(x, E4M3); w8, sw = scaled_cast(weight, E4M3); torch._scaled_mm(x8, w8.t(), "
+        "scale_a=1 / sx, scale_b=1 / sw, out_dtype=torch.float32).",
+    ],
+    "delayed_cast": [
+        "Delayed scaling decides the scale before it sees this step's tensor. What does it use instead, and what "
+        "happens to values of x above the format's max?",
+        "The scale comes from the largest amax in the history, with 2**margin of headroom; the cast must clamp "
+        "to ±max because x may have grown; the history drops its oldest entry and appends this step's amax.",
+        "scale = max / (max(history) * 2**margin); x_fp8 = (x * scale).clamp(-max, max).to(dtype); "
+        "new_history = history[1:] + [float(x.abs().max())].",
+    ],
+    "fp8_format": [
+        "Which of the three tensors spans the most binades (look at lesson 10's histograms), and which FP8 "
+        "format has more exponent bits?",
+        "Inputs and weights need precision (more mantissa bits); output gradients need range (more exponent "
+        "bits).",
+        "E4M3 for 'input' and 'weight', E5M2 for 'grad_output'.",
+    ],
+}
+hint = hints(__name__, HINTS)

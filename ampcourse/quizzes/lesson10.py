@@ -1,0 +1,57 @@
+"""Lesson 10 quiz."""
+
+import math
+
+import torch
+
+from ..quiz import Question
+
+
+def _e4m3_of_1000() -> int:
+    """The option index of what this torch's cast of 1000.0 to float8_e4m3fn gives (448 since torch 2.x saturates)."""
+    value = torch.tensor(1000.0).to(torch.float8_e4m3fn).float().item()
+    return 2 if value == 448.0 else 1 if math.isnan(value) else 0
+
+
+def questions() -> list[Question]:
+    return [
+        Question(
+            "A tensor's largest magnitude is 0.02. What per-tensor scale does an E4M3 cast use?",
+            ["0.02 / 448", "448 / 0.02 = 22,400", "1: E4M3 reaches 0.02 already"],
+            answer=1,
+            why="The scale maps amax onto the format's max: 448 / amax. Without it, values far below 0.02 flush.",
+        ),
+        Question(
+            "Which tensors does torchao's default recipe cast to E5M2?",
+            ["the weights", "the output gradients", "the inputs"],
+            answer=1,
+            why="Gradients need range (many binades) more than precision; inputs and weights use E4M3.",
+        ),
+        Question(
+            "Your FP8 linear's outputs are all about 10⁸ times too large. You passed scale_a=scale_x to "
+            "torch._scaled_mm, where x8 = (x · scale_x).to(E4M3). What is wrong?",
+            ["nothing: FP8 products are that inaccurate", "_scaled_mm wants the inverse scales (1 / scale_x, "
+             "1 / scale_w): it multiplies by them to dequantise", "E4M3 overflowed"],
+            answer=1,
+            why="_scaled_mm multiplies by its scales to dequantise: it must get 1 / scale_x. With scale_x the "
+                "product is scaled twice instead of undone.",
+            kind="diagnosis",
+        ),
+        Question(
+            "Delayed scaling with a history of 16 steps meets a one-step spike of 2^6. What happens?",
+            ["nothing: the history absorbs it", "the spike clips, then 16 steps use a scale 64× too small",
+             "the scale grows 64× for one step"],
+            answer=1,
+            why="The spike's step uses the old history (it clips); its amax then dominates the history's maximum for "
+                "16 steps, so small values flush until it leaves the window.",
+            kind="transfer",
+        ),
+        Question(
+            "In the installed torch, what does casting 1000.0 to float8_e4m3fn give?",
+            ["inf", "NaN", "448"],
+            answer=_e4m3_of_1000(),
+            why="float8_e4m3fn has no inf. The installed torch's cast gives "
+                f"{torch.tensor(1000.0).to(torch.float8_e4m3fn).float().item():g} (computed when this quiz was "
+                "made); torch 2.x saturates to 448, older releases gave NaN. E5M2 would give inf above its max.",
+        ),
+    ]
