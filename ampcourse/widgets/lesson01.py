@@ -771,7 +771,8 @@ class BitExplorer(LivePlot):
         self.bit_row = widgets.VBox([widgets.HTML(f"<style>{_TOGGLE_CSS}</style>"), bit_row])
         super().__init__(explore, draw_explorer, {"value": value_box, "fmt": fmt_menu},
                          figsize=(8.0, 2.5), title="bit explorer")
-        self.children = (self.children[0], self.bit_row, *self.children[1:])
+        notice, controls, *rest = self.children
+        self.children = (notice, controls, self.bit_row, *rest)
 
     @property
     def toggles(self) -> list[widgets.ToggleButton]:
@@ -788,10 +789,7 @@ class BitExplorer(LivePlot):
             problem = (f'<div style="color:{COLORS["vermillion"]};font-weight:bold">⚠ {html.escape(str(error))}. '
                        f"Still showing the last good value, {html.escape(repr(self._value))}.</div>")
         self.data = self.compute(value=self._value, fmt=self.controls["fmt"].value)
-        fig = Figure(figsize=self.figsize)  # no layout engine: it would cost ~25 ms a redraw
-        text = self.draw(fig, self.data)
-        self.image.value = figure_png(fig)
-        self.readout.value = problem + (text or "")
+        self.readout.value = problem + self.render(self.data)
         self._sync_toggles()
 
     def set(self, **values: Any) -> None:
