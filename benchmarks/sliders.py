@@ -54,11 +54,11 @@ def _stages(widget, moves) -> dict[str, float]:
     for move in moves:
         widget.set(**move)
         values = widget.values()
-        for name, run in (("compute", lambda: widget.compute(**values) if not hasattr(widget, "_value")
-                           else widget.compute(value=widget._value, fmt=values["fmt"])),):
-            with Clock() as clock:
-                data = run()
-            stages[name].append(clock.cpu)
+        if hasattr(widget, "_value"):  # the bit explorer computes from the parsed value, not the text
+            values = {"value": widget._value, "fmt": values["fmt"]}
+        with Clock() as clock:
+            data = widget.compute(**values)
+        stages["compute"].append(clock.cpu)
         with Clock() as clock:
             if widget.update is not None and widget.figure.axes:
                 widget.update(widget.figure, data)

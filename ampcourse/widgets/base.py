@@ -117,7 +117,8 @@ class LivePlot(widgets.VBox):
         natural = round(figsize[0] * CSS_PX_PER_INCH)
         self.image = widgets.Image(format="svg+xml", layout=widgets.Layout(
             width="100%", max_width=f"{round(natural * MAX_ZOOM)}px", height="auto"))
-        self.readout = widgets.HTML()
+        # A readout wider than the notebook scrolls sideways instead of being cut off.
+        self.readout = widgets.HTML(layout=widgets.Layout(max_width="100%", overflow="auto"))
         self.notice = dead_notice()
         self.data: Any = None
         self.controls_box = widgets.HBox(list(controls.values()))

@@ -570,8 +570,12 @@ def _bits_html(bits: Bits) -> str:
     return " | ".join(parts)
 
 
-_TABLE_CSS = (".ampcourse-l01 th, .ampcourse-l01 td {padding:1px 6px; text-align:left; white-space:nowrap}"
-              " .ampcourse-l01 td:last-child {white-space:normal; min-width:12em}"
+# Only the bits and the stored value never wrap: the rest may, so the table fits a 1280-px window with
+# JupyterLab's file browser open (it was 1266 px wide and lost its last columns).
+_TABLE_CSS = (".ampcourse-l01 th, .ampcourse-l01 td {padding:1px 5px; text-align:left; white-space:normal;"
+              " vertical-align:top}"
+              " .ampcourse-l01 td:nth-child(2), .ampcourse-l01 td:nth-child(7) {white-space:nowrap}"
+              " .ampcourse-l01 td:last-child {min-width:9em}"
               " .ampcourse-l01 tr.editable {background:#f0f0f0}")
 
 
@@ -590,7 +594,7 @@ def explorer_html(data: ExplorerData) -> str:
             f"(round to nearest, ties to even; value = (−1)<sup>sign</sup> × significand × "
             f"2<sup>exponent</sup>). ✎ marks the format whose bits you can click.</div>"
             f'<div style="overflow-x:auto"><table class="ampcourse-l01" style="border-collapse:collapse;'
-            f'font-size:90%"><tr>{header}</tr>{"".join(body)}</table></div>')
+            f'font-size:85%"><tr>{header}</tr>{"".join(body)}</table></div>')
 
 
 def explorer_text(data: ExplorerData) -> str:
