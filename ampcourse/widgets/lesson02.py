@@ -226,20 +226,25 @@ def _cached_sample(device: str) -> GradientSample:
     return collect_gradients(device=device)
 
 
-def default_sample() -> GradientSample:
-    """The lesson's gradients (``collect_gradients()`` on the course device), collected once per session."""
-    return _cached_sample(str(pick_device()))
+def default_sample(device: str | torch.device | None = None) -> GradientSample:
+    """The lesson's gradients (``collect_gradients(device=device)``, by default on the course device),
+    collected once per session and device."""
+    return _cached_sample(str(pick_device() if device is None else torch.device(device)))
 
 
-def loss_scale_histogram(log2_scale: int = 0, *, sample: GradientSample | None = None) -> LivePlot:
+def loss_scale_histogram(log2_scale: int = 0, *, sample: GradientSample | None = None,
+                         device: str | torch.device | None = None) -> LivePlot:
     """The lesson-02 slider: pick ``S = 2**log2_scale`` and see which gradients FP16 keeps.
 
-    ``sample`` defaults to :func:`default_sample`; pass your own ``collect_gradients(...)`` to look at
-    another model's gradients.
+    ``sample`` defaults to :func:`default_sample` on ``device`` (``collect_gradients(device=device)``: the
+    lesson's gradients, so the widget cell runs on its own, in any order); pass your own
+    ``collect_gradients(...)`` to look at another model's gradients.
     """
     _check_log2_scale(log2_scale)
+    if sample is not None and device is not None:
+        raise ValueError("give sample or device, not both (the sample was collected on its own device)")
     if sample is None:
-        sample = default_sample()
+        sample = default_sample(device)
     elif not isinstance(sample, GradientSample):
         raise TypeError(f"sample must be a GradientSample from collect_gradients (got {type(sample).__name__})")
     histogram = gradient_histogram(sample)
