@@ -54,7 +54,9 @@ class Table:
         from the content (JupyterLab's default ``table-layout: fixed`` lets wide content spill out of its
         cell), and a horizontal scroll bar, never clipping, if it is still wider than the notebook."""
         align = {c: "right" if self.numeric(c) else "left" for c in self.columns}
-        head = "".join(f'<th style="text-align:{align[c]}">{html.escape(c)}</th>' for c in self.columns)
+        # A header may break after an underscore (smallest_<wbr>subnormal): narrow number columns.
+        head = "".join(f'<th style="text-align:{align[c]}">{html.escape(c).replace("_", "_<wbr>")}</th>'
+                       for c in self.columns)
         body = "".join(
             "<tr>" + "".join(f'<td style="text-align:{align[c]}">{html.escape(self.cell(r, c))}</td>'
                              for c in self.columns) + "</tr>"

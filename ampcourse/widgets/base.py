@@ -47,6 +47,8 @@ DEAD_CSS = (
     ".jupyter-widgets-disconnected .ampcourse-dead-msg{display:block;color:#fff;background:#D55E00;"
     "padding:6px 10px;margin:4px 0;border-radius:4px;font-weight:bold}"
     ".ampcourse-live.jupyter-widgets-disconnected img{opacity:0.35}"
+    # ipywidgets gives HTML content the controls' line height (28 px): wrapped readout lines would sit far apart.
+    ".ampcourse-live .widget-html-content{line-height:1.4;white-space:normal}"
 )
 DEAD_MESSAGE = (
     "This figure is no longer connected to Python (the kernel was restarted or shut down), so moving "
@@ -54,7 +56,7 @@ DEAD_MESSAGE = (
 )
 
 
-def figure_png(fig: Figure, dpi: int = 100) -> bytes:
+def figure_png(fig: Figure, dpi: int = 80) -> bytes:
     """The figure as PNG bytes (``dpi`` pixels per inch of ``fig``'s size)."""
     if isinstance(dpi, bool) or not isinstance(dpi, int) or not 10 <= dpi <= 600:
         raise ValueError(f"dpi must be an int from 10 to 600 (got {dpi!r})")
@@ -116,7 +118,7 @@ class LivePlot(widgets.VBox):
         self.redraws = 0  # full redraws (draw) so far; the rest were updates
         natural = round(figsize[0] * CSS_PX_PER_INCH)
         self.image = widgets.Image(format="svg+xml", layout=widgets.Layout(
-            width="100%", max_width=f"{round(natural * MAX_ZOOM)}px", height="auto"))
+            width="100%", max_width=f"{round(natural * MAX_ZOOM)}px", height="auto", margin="2px 0"))
         # A readout wider than the notebook scrolls sideways instead of being cut off.
         self.readout = widgets.HTML(layout=widgets.Layout(max_width="100%", overflow="auto"))
         self.notice = dead_notice()

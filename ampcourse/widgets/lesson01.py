@@ -565,18 +565,19 @@ _HEADERS = ["format", "bits: s | exponent | mantissa", "class", "sign", "exponen
 
 
 def _bits_html(bits: Bits) -> str:
-    parts = (f'<span style="background:{_tint(FIELD_COLORS[field])}">{getattr(bits, field)}</span>'
+    parts = (f'<span class="bits" style="background:{_tint(FIELD_COLORS[field])}">{getattr(bits, field)}</span>'
              for field in _FIELDS)
     return " | ".join(parts)
 
 
-# Only the bits and the stored value never wrap: the rest may, so the table fits a 1280-px window with
-# JupyterLab's file browser open (it was 1266 px wide and lost its last columns).
+# Cells wrap (a field of bits stays whole; a long stored value may break between digits), so the table
+# fits a 1280-px window with JupyterLab's file browser open (it was 1266 px wide and lost its last columns).
 _TABLE_CSS = (".ampcourse-l01 th, .ampcourse-l01 td {padding:1px 5px; text-align:left; white-space:normal;"
-              " vertical-align:top}"
-              " .ampcourse-l01 td:nth-child(2), .ampcourse-l01 td:nth-child(7) {white-space:nowrap}"
-              " .ampcourse-l01 td:last-child {min-width:9em}"
-              " .ampcourse-l01 tr.editable {background:#f0f0f0}")
+              " vertical-align:top; line-height:1.3}"
+              " .ampcourse-l01 td:nth-child(7) {word-break:break-all; min-width:6em}"
+              " .ampcourse-l01 .bits {white-space:nowrap}"
+              " .ampcourse-l01 td:last-child {min-width:7em}"
+" .ampcourse-l01 tr.editable {background:#f0f0f0}")
 
 
 def explorer_html(data: ExplorerData) -> str:
