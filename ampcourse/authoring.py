@@ -23,6 +23,7 @@ first, and leaves an unreadable exercise alone. Staleness ignores answers, outpu
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shutil
@@ -37,6 +38,16 @@ from nbformat.corpus.words import generate_corpus_id
 from .course import LESSONS, ROOT, Lesson, published
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+# What ipykernel reports (``IPythonKernel.language_info``) and JupyterLab writes into a notebook when its
+# kernel starts: stored whole, a lesson opens unmodified (JupyterLab compares the two before marking the
+# notebook dirty). ``version`` is the Python the course is built and tested with; on another Python a
+# notebook still opens "modified" (saving it is harmless). tests/test_authoring.py keeps this in step with
+# ipykernel.
+PYTHON_VERSION = "3.11.7"
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py", "mimetype": "text/x-python",
+    "name": "python", "nbconvert_exporter": "python", "pygments_lexer": "ipython3", "version": PYTHON_VERSION,
+}
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)#+\s*BEGIN SOLUTION\b\s*(?:hint:)?\s*(?P<hint>.*)$")
 END = re.compile(r"^[ \t]*#+\s*END SOLUTION\b")
 DEFAULT_HINT = "write your code here"
@@ -61,7 +72,7 @@ def dumps(nb: nbformat.NotebookNode) -> str:
 def clean_metadata(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Keep only what a notebook needs: kernelspec + language name; cell tags."""
     nb.metadata = nbformat.NotebookNode(
-        kernelspec=dict(KERNELSPEC), language_info={"name": "python"}
+        kernelspec=dict(KERNELSPEC), language_info=copy.deepcopy(LANGUAGE_INFO)
     )
     for cell in nb.cells:
         tags = cell.metadata.get("tags", [])
@@ -156,7 +167,8 @@ def toc_markdown(root: Path = ROOT) -> str:
         else:
             title, exercise = f"{item.title} *(coming soon)*", "—"
         rows.append(f"| {item.number} | {title} | {exercise} | {item.outcome} |")
-    rows += ["", "*Generated from `ampcourse/course.py` by `python -m ampcourse build`.*"]
+    # For authors only: an HTML comment, which JupyterLab does not show to the learner.
+    rows += ["", "<!-- generated from ampcourse/course.py by python -m ampcourse build -->"]
     return "\n".join(rows)
 
 

@@ -987,12 +987,13 @@ class Comparison:
 def compare_precisions(*, width: int, depth: int, batch: int, device: torch.device | str,
                        modes: Sequence[str] | None = None, compile: Sequence[bool] = (False,),
                        compile_modes: Sequence[str] | None = None, warmup: int = 3, repeats: int = 10,
-                       seed: int = 0) -> Comparison:
+                       seed: int = 0, progress: Callable[[str], Any] | None = None) -> Comparison:
     """Run :func:`benchmark_step` for each mode (and each ``compile`` setting) in this one process.
 
     ``modes`` defaults to all :data:`MODES`: a mode the device lacks gives a row that says why.
     ``compile_modes`` limits the compiled runs to these modes (compiling costs seconds to minutes
     per mode on a CPU). The fp32 eager row is always run first: it is the baseline of the speed-ups.
+    ``progress`` (e.g. ``print``) gets one line as each run starts (no timings: the same on every machine).
     """
     modes = list(MODES) if modes is None else list(modes)
     bad = [m for m in modes if m not in MODES]
@@ -1006,8 +1007,15 @@ def compare_precisions(*, width: int, depth: int, batch: int, device: torch.devi
     order = (["fp32"] if "fp32" not in modes else []) + modes
     runs = [(m, False) for m in order if False in compile or m == "fp32"]
     runs += [(m, True) for m in order if True in compile and m in compile_modes and m in modes]
-    rows = [benchmark_step(m, width=width, depth=depth, batch=batch, device=device, compile=c, warmup=warmup,
-                           repeats=repeats, seed=seed) for m, c in runs]
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function taking one str, like print, or None (got {progress!r})")
+    rows = []
+    for number, (m, c) in enumerate(runs, 1):
+        if progress is not None:
+            progress(f"[{number}/{len(runs)}] {m}" + (" with torch.compile (compiling first: the slow part)" if c
+                                                      else "") + " …")
+        rows.append(benchmark_step(m, width=width, depth=depth, batch=batch, device=device, compile=c,
+                                   warmup=warmup, repeats=repeats, seed=seed))
     return Comparison(tuple(rows))
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import queue
 import re
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,5 +318,9 @@ def grade(paths: list[str] | None = None, root: Path = ROOT,
         targets = sorted((root / "exercises").glob("*.ipynb"))
     if not targets:
         raise ValueError(f"no exercise notebooks found in {paths or [str(root / 'exercises')]}")
-    rows = [grade_one(t, root, timeout) for t in targets]
+    rows = []
+    for number, target in enumerate(targets, 1):
+        # Progress (issue 15): one line per exercise on stderr, so a minute of grading never looks hung.
+        print(f"[grade] {number}/{len(targets)} {target.stem} …", file=sys.stderr, flush=True)
+        rows.append(grade_one(target, root, timeout))
     return format_table(rows), 0 if all(r.status == "passed" for r in rows) else 1

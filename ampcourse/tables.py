@@ -44,10 +44,25 @@ class Table:
     def __repr__(self) -> str:
         return self.text()
 
+    def numeric(self, column: str) -> bool:
+        """Whether every value of ``column`` is a number (right-aligned in HTML; text is left-aligned)."""
+        values = [r[column] for r in self.rows if r[column] is not None]
+        return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        """An HTML table that fits its cell: text columns left-aligned, numbers right-aligned, column widths
+        from the content (JupyterLab's default ``table-layout: fixed`` lets wide content spill out of its
+        cell), and a horizontal scroll bar, never clipping, if it is still wider than the notebook."""
+        align = {c: "right" if self.numeric(c) else "left" for c in self.columns}
+        # A header may break after an underscore (smallest_<wbr>subnormal): narrow number columns.
+        head = "".join(f'<th style="text-align:{align[c]}">{html.escape(c).replace("_", "_<wbr>")}</th>'
+                       for c in self.columns)
         body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(self.cell(r, c))}</td>" for c in self.columns) + "</tr>"
+            "<tr>" + "".join(f'<td style="text-align:{align[c]}">{html.escape(self.cell(r, c))}</td>'
+                             for c in self.columns) + "</tr>"
             for r in self.rows)
-        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
-        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        caption = (f'<caption style="text-align:left;caption-side:top">{html.escape(self.title)}</caption>'
+                   if self.title else "")
+        return (f'<div class="ampcourse-table" style="max-width:100%;overflow-x:auto">'
+                f'<table style="table-layout:auto;margin-left:0">{caption}<thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table></div>")

@@ -69,7 +69,7 @@ def test_exercise_has_no_answers_outputs_or_solution_only_cells():
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.outputs == [] and c.execution_count is None for c in code)
     assert code[1].metadata == {"tags": ["check"]}
-    assert nb.metadata == {"kernelspec": authoring.KERNELSPEC, "language_info": {"name": "python"}}
+    assert nb.metadata == {"kernelspec": authoring.KERNELSPEC, "language_info": authoring.LANGUAGE_INFO}
 
 
 def test_exercise_without_a_check_or_a_region_is_refused():
@@ -225,7 +225,7 @@ def test_notebook_metadata_is_clean(folder):
     for path in (ROOT / folder).glob("*.ipynb"):
         text = authoring._committed(path, ROOT) or path.read_text()
         raw = json.loads(text)
-        assert raw["metadata"] == {"kernelspec": authoring.KERNELSPEC, "language_info": {"name": "python"}}
+        assert raw["metadata"] == {"kernelspec": authoring.KERNELSPEC, "language_info": authoring.LANGUAGE_INFO}
         for cell in raw["cells"]:
             assert set(cell["metadata"]) <= {"tags"}, f"{path.name}: cell metadata {cell['metadata']}"
         assert not PERSONAL.search(text), f"{path.name}: a machine path {PERSONAL.search(text).group()}"
@@ -267,3 +267,16 @@ def test_generated_exercises_pass_ruff():
                               "--stdin-filename", f"exercises/{path.name}", "-"], cwd=ROOT, input=text,
                              capture_output=True, text=True)
         assert run.returncode == 0, f"{path.name}: " + run.stdout + run.stderr
+
+
+def test_stored_language_info_is_what_the_kernel_reports():
+    """JupyterLab writes the kernel's language_info into the notebook when the kernel starts; if it differs
+    from the stored one, an untouched lesson opens "modified" and closing it asks to save."""
+    from ipykernel.ipkernel import IPythonKernel
+
+    reported = IPythonKernel.language_info
+    assert {**reported, "version": authoring.PYTHON_VERSION} == authoring.LANGUAGE_INFO, (
+        "ipykernel now reports other language_info fields: update authoring.LANGUAGE_INFO and rebuild")
+    if reported["version"] != authoring.PYTHON_VERSION:
+        pytest.skip(f"notebooks store Python {authoring.PYTHON_VERSION}'s language_info; this kernel is "
+                    f"{reported['version']}, so here they open 'modified'")

@@ -109,7 +109,10 @@ def test_table_renders_text_and_html_and_validates():
 
     t = Table([{"a": 1.5, "b": None}, {"a": 10.0, "b": "x<y"}], formats={"a": "{:.1f}"}, title="T")
     assert t.text().splitlines() == ["T", "a     b", "----  ---", "1.5   —", "10.0  x<y"]
-    assert "<td>x&lt;y</td>" in t._repr_html_() and "<caption>T</caption>" in t._repr_html_()
+    page = t._repr_html_()
+    assert '<td style="text-align:left">x&lt;y</td>' in page and ">T</caption>" in page
+    assert '<td style="text-align:right">1.5</td>' in page  # numbers right, text left
+    assert "table-layout:auto" in page and "overflow-x:auto" in page  # fits its cell, scrolls, never clips
     with pytest.raises(ValueError, match="missing"):
         Table([{"a": 1}], columns=["a", "c"])
     with pytest.raises(TypeError, match="list of dicts"):

@@ -1,9 +1,23 @@
 """The one widget pattern of the course: controls → ``compute`` → data → ``draw`` → figure.
 
-The figure is a plain :class:`matplotlib.figure.Figure` rendered to PNG and shown in an
-``ipywidgets.Image``: no pyplot state, no extra JupyterLab extension, and the same bytes can be
-saved as a file. The saved notebook also carries that PNG (and a text line) beside the live widget,
-so the figure shows where no kernel runs (GitHub, nbviewer).
+The figure is a plain :class:`matplotlib.figure.Figure` — one per widget, kept for the widget's life —
+rendered to **SVG** and shown in an ``ipywidgets.Image``: no pyplot state, no extra JupyterLab extension.
+SVG because it is crisp at any displayed width and on HiDPI screens, and it is *cheaper* than the PNG
+it replaced: matplotlib writes an SVG with text as ``<text>`` (``svg.fonttype = "none"``) in about half
+the time it rasterises and compresses an 80-dpi PNG (``benchmarks/sliders.py`` prints both), where a PNG
+sharp on a device-pixel-ratio-2 screen would cost ~1.5× more again.
+
+A widget's ``draw(fig, data)`` builds its axes on the (cleared) figure. When it also gives an
+``update(fig, data)``, every later move calls that instead: it changes the artists ``draw`` made
+(``set_data``, ``set_text``, …, found in ``fig.live``, a dict ``draw`` fills) rather than building new
+axes and ticks — the expensive part of a redraw.
+
+The saved notebook also carries a PNG (and a text line) beside the live widget, so the figure shows
+where no kernel runs (GitHub, nbviewer, a notebook opened before running it).
+
+In the browser, rapid moves coalesce on their own: while the kernel is busy with one move, ipywidgets
+keeps only the newest value of a control and sends it when the kernel is idle again, so the last figure
+always shows the last value (``benchmarks/browser_sliders.py`` checks this with bursts of key presses).
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
+import matplotlib
 from matplotlib.figure import Figure
 
 # Okabe–Ito: a palette that stays distinguishable with the common colour-vision deficiencies.
@@ -22,20 +37,60 @@ COLORS = {
     "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",
 }
 
+CSS_PX_PER_INCH = 96  # how browsers size an SVG whose width is given in points (72 per inch)
+MAX_ZOOM = 1.35  # a live figure grows with the notebook up to this factor of its natural size
+
+# Shown only while the widget's kernel connection is gone: ipywidgets gives every view of a model whose
+# comm is closed (kernel restarted or shut down) the class ``jupyter-widgets-disconnected``.
+DEAD_CSS = (
+    ".ampcourse-dead-msg{display:none}"
+    ".jupyter-widgets-disconnected .ampcourse-dead-msg{display:block;color:#fff;background:#D55E00;"
+    "padding:6px 10px;margin:4px 0;border-radius:4px;font-weight:bold}"
+    ".ampcourse-live.jupyter-widgets-disconnected img{opacity:0.35}"
+    # ipywidgets gives HTML content the controls' line height (28 px): wrapped readout lines would sit far apart.
+    ".ampcourse-live .widget-html-content{line-height:1.4;white-space:normal}"
+)
+DEAD_MESSAGE = (
+    "This figure is no longer connected to Python (the kernel was restarted or shut down), so moving "
+    "the controls changes nothing. Run this cell again (Shift+Enter) to bring it back."
+)
+
 
 def figure_png(fig: Figure, dpi: int = 80) -> bytes:
-    """The figure as PNG bytes."""
+    """The figure as PNG bytes (``dpi`` pixels per inch of ``fig``'s size)."""
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or not 10 <= dpi <= 600:
+        raise ValueError(f"dpi must be an int from 10 to 600 (got {dpi!r})")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
+
+
+def figure_svg(fig: Figure) -> bytes:
+    """The figure as SVG bytes: text as text (small, fast, crisp), no date, stable element ids."""
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ampcourse"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def live(fig: Figure) -> dict[str, Any]:
+    """The dict where a ``draw`` function keeps the artists its ``update`` changes later (``fig.live``)."""
+    return fig.__dict__.setdefault("live", {})
+
+
+def dead_notice() -> widgets.HTML:
+    """A message that shows only when the widget has lost its kernel (see :data:`DEAD_CSS`)."""
+    return widgets.HTML(f'<style>{DEAD_CSS}</style><div class="ampcourse-dead-msg">⚠ {DEAD_MESSAGE}</div>')
 
 
 class LivePlot(widgets.VBox):
     """A figure and a text readout that follow their controls.
 
     ``compute(**values)`` gets the controls' current values and returns plain data;
-    ``draw(fig, data)`` draws on a fresh figure and may return a short text (HTML allowed) shown
-    under it. ``set(name=value, ...)`` moves controls from code (tests, benchmarks).
+    ``draw(fig, data)`` draws on the widget's (cleared) figure and may return a short text (HTML allowed)
+    shown under it. ``update(fig, data)``, if given, is used for every later move instead: it changes the
+    artists ``draw`` made and returns the text. ``set(name=value, ...)`` moves controls from code (tests,
+    benchmarks).
     """
 
     def __init__(
@@ -46,17 +101,31 @@ class LivePlot(widgets.VBox):
         *,
         figsize: tuple[float, float] = (7.0, 3.0),
         title: str = "",
+        update: Callable[[Figure, Any], str | None] | None = None,
     ) -> None:
         if not callable(compute) or not callable(draw):
             raise TypeError("compute and draw must be functions")
+        if update is not None and not callable(update):
+            raise TypeError("update must be a function or None")
         if not controls or not all(isinstance(c, widgets.ValueWidget) for c in controls.values()):
             raise TypeError("controls must be a non-empty dict of name -> ipywidgets value widget")
-        self.compute, self.draw, self.controls = compute, draw, controls
+        if (not isinstance(figsize, tuple) or len(figsize) != 2
+                or not all(isinstance(v, (int, float)) and 0 < v <= 30 for v in figsize)):
+            raise ValueError(f"figsize must be (width, height) in inches, each in (0, 30] (got {figsize!r})")
+        self.compute, self.draw, self.update, self.controls = compute, draw, update, controls
         self.figsize, self.title = figsize, title
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
-        self.readout = widgets.HTML()
+        self.figure = Figure(figsize=figsize)  # no layout engine: it would cost ~25 ms a redraw
+        self.redraws = 0  # full redraws (draw) so far; the rest were updates
+        natural = round(figsize[0] * CSS_PX_PER_INCH)
+        self.image = widgets.Image(format="svg+xml", layout=widgets.Layout(
+            width="100%", max_width=f"{round(natural * MAX_ZOOM)}px", height="auto", margin="2px 0"))
+        # A readout wider than the notebook scrolls sideways instead of being cut off.
+        self.readout = widgets.HTML(layout=widgets.Layout(max_width="100%", overflow="auto"))
+        self.notice = dead_notice()
         self.data: Any = None
-        super().__init__([widgets.HBox(list(controls.values())), self.image, self.readout])
+        self.controls_box = widgets.HBox(list(controls.values()))
+        super().__init__([self.notice, self.controls_box, self.image, self.readout])
+        self.add_class("ampcourse-live")
         for control in controls.values():
             control.observe(self._on_change, names="value")
         self.refresh()
@@ -64,13 +133,23 @@ class LivePlot(widgets.VBox):
     def values(self) -> dict[str, Any]:
         return {name: control.value for name, control in self.controls.items()}
 
+    def render(self, data: Any) -> str:
+        """Draw ``data`` on the widget's figure (an update when possible) and show it; return the text."""
+        fig = self.figure
+        if self.update is not None and fig.axes:
+            text = self.update(fig, data)
+        else:
+            fig.clear()
+            live(fig).clear()
+            text = self.draw(fig, data)
+            self.redraws += 1
+        self.image.value = figure_svg(fig)
+        return text or ""
+
     def refresh(self) -> None:
         """Recompute and redraw from the controls' current values."""
         self.data = self.compute(**self.values())
-        fig = Figure(figsize=self.figsize)  # no layout engine: it would cost ~25 ms a redraw
-        text = self.draw(fig, self.data)
-        self.image.value = figure_png(fig)
-        self.readout.value = text or ""
+        self.readout.value = self.render(self.data)
 
     def set(self, **values: Any) -> None:
         """Move controls from code; the figure follows, as it does for a slider drag."""
@@ -89,8 +168,12 @@ class LivePlot(widgets.VBox):
     def _on_change(self, change: dict) -> None:
         self.refresh()
 
+    def png(self, dpi: int = 100) -> bytes:
+        """The current figure as PNG (for the saved notebook and for files)."""
+        return figure_png(self.figure, dpi=dpi)
+
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
-        bundle["image/png"] = base64.b64encode(self.image.value).decode("ascii")
+        bundle["image/png"] = base64.b64encode(self.png()).decode("ascii")
         bundle["text/plain"] = f"[interactive figure{': ' + self.title if self.title else ''}]"
         return bundle

@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import torch
 from matplotlib.figure import Figure
 
-from .base import COLORS, LivePlot
+from .base import COLORS, LivePlot, live
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LOG10_RANGE = (-9.0, 6.0)
@@ -68,13 +68,32 @@ def draw_cast(fig: Figure, data: tuple[float, list[CastResult]]) -> str:
                 label="subnormal range" if y == 0 else None)
         ax.barh(y, hi - mid, left=mid, color=COLORS["blue"], height=0.5,
                 label="normal range" if y == 0 else None)
-    ax.axvline(math.log10(value), color=COLORS["vermillion"], linewidth=2.5, label="your value")
+    live(fig)["value_line"] = ax.axvline(math.log10(value), color=COLORS["vermillion"], linewidth=2.5,
+                                         label="your value")
     ax.set_yticks(range(len(rows)), [row.dtype for row in reversed(rows)])
     ax.set_xlim(-50, 40)
     ax.set_xlabel("log10 |value|  (bars: the magnitudes each format can store)")
     ax.legend(loc="lower right", fontsize="small")
+    return cast_readout(data)
+
+
+def update_cast(fig: Figure, data: tuple[float, list[CastResult]]) -> str:
+    """Move the value line of a figure :func:`draw_cast` made; the bars never change."""
+    value, _ = data
+    live(fig)["value_line"].set_xdata([math.log10(value)] * 2)
+    return cast_readout(data)
+
+
+def _relative_error_text(row: CastResult) -> str:
+    """``12.34%``; for an overflow, no percentage (the error is unbounded: the value became inf)."""
+    return "unbounded (inf)" if math.isinf(row.stored) else f"{row.relative_error:.2%}"
+
+
+def cast_readout(data: tuple[float, list[CastResult]]) -> str:
+    """The HTML table under the figure: what each format stores, its relative error and status."""
+    value, rows = data
     cells = "".join(
-        f"<tr><td>{row.dtype}</td><td>{row.stored:.6g}</td><td>{row.relative_error:.2%}</td>"
+        f"<tr><td>{row.dtype}</td><td>{row.stored:.6g}</td><td>{_relative_error_text(row)}</td>"
         f"<td>{row.status}</td></tr>" for row in rows)
     return (f"<b>value = {value:.6g}</b><table><tr><th>dtype</th><th>stored</th>"
             f"<th>relative error</th><th>status</th></tr>{cells}</table>")
@@ -85,7 +104,8 @@ def cast_survival(log10_value: float = -8.0) -> LivePlot:
     slider = widgets.FloatSlider(value=log10_value, min=LOG10_RANGE[0], max=LOG10_RANGE[1], step=0.25,
                                  description="log10(value)", continuous_update=False,
                                  style={"description_width": "initial"})
-    return LivePlot(cast_value, draw_cast, {"log10_value": slider}, title="one value in three formats")
+    return LivePlot(cast_value, draw_cast, {"log10_value": slider}, title="one value in three formats",
+                    update=update_cast)
 
 
 BENCHMARK_MOVES = [{"log10_value": v} for v in (-9.0, -7.5, -4.0, 0.0, 4.5, 6.0)]

@@ -565,14 +565,19 @@ _HEADERS = ["format", "bits: s | exponent | mantissa", "class", "sign", "exponen
 
 
 def _bits_html(bits: Bits) -> str:
-    parts = (f'<span style="background:{_tint(FIELD_COLORS[field])}">{getattr(bits, field)}</span>'
+    parts = (f'<span class="bits" style="background:{_tint(FIELD_COLORS[field])}">{getattr(bits, field)}</span>'
              for field in _FIELDS)
     return " | ".join(parts)
 
 
-_TABLE_CSS = (".ampcourse-l01 th, .ampcourse-l01 td {padding:1px 6px; text-align:left; white-space:nowrap}"
-              " .ampcourse-l01 td:last-child {white-space:normal; min-width:12em}"
-              " .ampcourse-l01 tr.editable {background:#f0f0f0}")
+# Cells wrap (a field of bits stays whole; a long stored value may break between digits), so the table
+# fits a 1280-px window with JupyterLab's file browser open (it was 1266 px wide and lost its last columns).
+_TABLE_CSS = (".ampcourse-l01 th, .ampcourse-l01 td {padding:1px 5px; text-align:left; white-space:normal;"
+              " vertical-align:top; line-height:1.3}"
+              " .ampcourse-l01 td:nth-child(7) {word-break:break-all; min-width:6em}"
+              " .ampcourse-l01 .bits {white-space:nowrap}"
+              " .ampcourse-l01 td:last-child {min-width:7em}"
+" .ampcourse-l01 tr.editable {background:#f0f0f0}")
 
 
 def explorer_html(data: ExplorerData) -> str:
@@ -590,7 +595,7 @@ def explorer_html(data: ExplorerData) -> str:
             f"(round to nearest, ties to even; value = (−1)<sup>sign</sup> × significand × "
             f"2<sup>exponent</sup>). ✎ marks the format whose bits you can click.</div>"
             f'<div style="overflow-x:auto"><table class="ampcourse-l01" style="border-collapse:collapse;'
-            f'font-size:90%"><tr>{header}</tr>{"".join(body)}</table></div>')
+            f'font-size:85%"><tr>{header}</tr>{"".join(body)}</table></div>')
 
 
 def explorer_text(data: ExplorerData) -> str:
@@ -771,7 +776,8 @@ class BitExplorer(LivePlot):
         self.bit_row = widgets.VBox([widgets.HTML(f"<style>{_TOGGLE_CSS}</style>"), bit_row])
         super().__init__(explore, draw_explorer, {"value": value_box, "fmt": fmt_menu},
                          figsize=(8.0, 2.5), title="bit explorer")
-        self.children = (self.children[0], self.bit_row, *self.children[1:])
+        notice, controls, *rest = self.children
+        self.children = (notice, controls, self.bit_row, *rest)
 
     @property
     def toggles(self) -> list[widgets.ToggleButton]:
@@ -788,10 +794,7 @@ class BitExplorer(LivePlot):
             problem = (f'<div style="color:{COLORS["vermillion"]};font-weight:bold">⚠ {html.escape(str(error))}. '
                        f"Still showing the last good value, {html.escape(repr(self._value))}.</div>")
         self.data = self.compute(value=self._value, fmt=self.controls["fmt"].value)
-        fig = Figure(figsize=self.figsize)  # no layout engine: it would cost ~25 ms a redraw
-        text = self.draw(fig, self.data)
-        self.image.value = figure_png(fig)
-        self.readout.value = problem + (text or "")
+        self.readout.value = problem + self.render(self.data)
         self._sync_toggles()
 
     def set(self, **values: Any) -> None:

@@ -23,7 +23,7 @@ from matplotlib.patches import Rectangle, StepPatch
 
 from ..device import pick_device
 from ..gradients import FateCounts, GradientSample, bf16_fate, collect_gradients, format_limits, fp16_fate
-from .base import COLORS, LivePlot
+from .base import COLORS, LivePlot, live
 
 LOG2_SCALE_RANGE = (0, 24)
 BINS_PER_OCTAVE = 4
@@ -127,7 +127,7 @@ def scale_view(sample: GradientSample, histogram: Histogram, log2_scale: int,
 def draw_scale_view(fig: Figure, view: ScaleView) -> str:
     """The shifted histogram on FP16's bands; the readout table of FP16 and BF16 counts."""
     hist, k = view.histogram, view.log2_scale
-    fig.subplots_adjust(left=0.075, right=0.985, bottom=0.16, top=0.9)
+    fig.subplots_adjust(left=0.075, right=0.985, bottom=0.16, top=0.84)
     ax = fig.subplots()
     lo, hi = hist.xlim
     top = hist.ymax * 1.45
@@ -155,15 +155,33 @@ def draw_scale_view(fig: Figure, view: ScaleView) -> str:
     ax.axvline(math.log2(FP16.smallest_subnormal), color=COLORS["black"], linestyle=":", linewidth=1)
     ax.axvline(math.log2(FP16.smallest_normal), color=COLORS["black"], linestyle="--", linewidth=1)
     ax.axvline(math.log2(FP16.max), color=COLORS["black"], linestyle="--", linewidth=1)
-    ax.text(lo + 0.5, top * 0.8, "← BF16: normal\n   down to 2⁻¹²⁶", fontsize=7, va="top")
+    ax.text(lo + 0.5, top * 0.8, "← BF16: normal\n   down to 2⁻¹²⁶", fontsize=8, va="top")
     ax.set_xlim(lo, hi)
     ax.set_ylim(0, top)
     ax.set_xticks(np.arange(math.ceil(lo / 8) * 8, hi, 8))
     ax.set_xlabel("log2 |gradient × S|")
     ax.set_ylabel("% of values")
-    ax.set_title(f"loss scale S = 2^{k} = {view.scale:,.0f}", fontsize=10)
-    ax.legend(handles=bars, loc="upper right", bbox_to_anchor=(1.0, 0.8), fontsize=7, frameon=False)
+    # Title on the left and legend on the right, both above the axes: nothing covers the bars.
+    title = ax.set_title(_title(view), fontsize=10, loc="left")
+    ax.legend(handles=bars, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False,
+              borderaxespad=0.1)
+    live(fig).update(bars=bars, title=title)
     return readout(view)
+
+
+def update_scale_view(fig: Figure, view: ScaleView) -> str:
+    """Shift the bars of a figure :func:`draw_scale_view` made to ``view``'s scale and retitle it."""
+    hist, artists = view.histogram, live(fig)
+    edges = hist.edges + view.log2_scale
+    activations, weights = artists["bars"]
+    activations.set_data(hist.activations, edges)
+    weights.set_data(hist.activations + hist.weights, edges, baseline=hist.activations)
+    artists["title"].set_text(_title(view))
+    return readout(view)
+
+
+def _title(view: ScaleView) -> str:
+    return f"loss scale S = 2^{view.log2_scale} = {view.scale:,.0f}"
 
 
 def readout(view: ScaleView) -> str:
@@ -208,20 +226,25 @@ def _cached_sample(device: str) -> GradientSample:
     return collect_gradients(device=device)
 
 
-def default_sample() -> GradientSample:
-    """The lesson's gradients (``collect_gradients()`` on the course device), collected once per session."""
-    return _cached_sample(str(pick_device()))
+def default_sample(device: str | torch.device | None = None) -> GradientSample:
+    """The lesson's gradients (``collect_gradients(device=device)``, by default on the course device),
+    collected once per session and device."""
+    return _cached_sample(str(pick_device() if device is None else torch.device(device)))
 
 
-def loss_scale_histogram(log2_scale: int = 0, *, sample: GradientSample | None = None) -> LivePlot:
+def loss_scale_histogram(log2_scale: int = 0, *, sample: GradientSample | None = None,
+                         device: str | torch.device | None = None) -> LivePlot:
     """The lesson-02 slider: pick ``S = 2**log2_scale`` and see which gradients FP16 keeps.
 
-    ``sample`` defaults to :func:`default_sample`; pass your own ``collect_gradients(...)`` to look at
-    another model's gradients.
+    ``sample`` defaults to :func:`default_sample` on ``device`` (``collect_gradients(device=device)``: the
+    lesson's gradients, so the widget cell runs on its own, in any order); pass your own
+    ``collect_gradients(...)`` to look at another model's gradients.
     """
     _check_log2_scale(log2_scale)
+    if sample is not None and device is not None:
+        raise ValueError("give sample or device, not both (the sample was collected on its own device)")
     if sample is None:
-        sample = default_sample()
+        sample = default_sample(device)
     elif not isinstance(sample, GradientSample):
         raise TypeError(f"sample must be a GradientSample from collect_gradients (got {type(sample).__name__})")
     histogram = gradient_histogram(sample)
@@ -229,7 +252,7 @@ def loss_scale_histogram(log2_scale: int = 0, *, sample: GradientSample | None =
                                description="log2(S)", continuous_update=False)
     compute = functools.partial(scale_view, sample, histogram, counter=ScaleCounter(sample.all))
     return LivePlot(compute, draw_scale_view, {"log2_scale": slider}, figsize=(7.0, 3.2),
-                    title="gradients × S in FP16")
+                    title="gradients × S in FP16", update=update_scale_view)
 
 
 BENCHMARK_MOVES = [{"log2_scale": k} for k in (0, 4, 8, 12, 16, 20, 24)]

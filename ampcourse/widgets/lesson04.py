@@ -172,7 +172,8 @@ def draw_trajectory(fig: Figure, trace: ScalerTrace, *, title: str | None = None
     """
     log2_scales = trace_stats(trace)[0]
     n = len(trace.scales)
-    fig.subplots_adjust(left=0.1, right=0.965, bottom=0.15, top=0.8 if title else 0.88)
+    lines = title.count("\n") + 1 if title else 0
+    fig.subplots_adjust(left=0.1, right=0.965, bottom=0.15, top=0.88 - 0.08 * lines)
     ax = fig.subplots()
     ys = np.where(np.isneginf(log2_scales), ZERO_LOG2, log2_scales)
     handles = []
@@ -212,7 +213,7 @@ def draw_trajectory(fig: Figure, trace: ScalerTrace, *, title: str | None = None
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=8.5,
               frameon=False, borderaxespad=0.2, handlelength=1.8, columnspacing=1.5)
     if title:
-        fig.text(0.1, 0.975, title, fontsize=9, va="top", ha="left")
+        fig.text(0.1, 0.975, title, fontsize=9, va="top", ha="left", linespacing=1.3)
     return ax
 
 
@@ -319,8 +320,9 @@ def _title(data: DynamicsData) -> str:
     extra = {"bursts": f" + {BURST_LEN} in a row every {BURST_EVERY:,}",
              "ceiling": f" at random + every step above S = 2^{CEILING_LOG2}"}
     bursts = extra.get(data.pattern, " of steps, at random")
+    # Two lines: one line ran off the figure's right edge at the default settings.
     return (f"init 2^{s['log2_init_scale']}, ×{s['growth_factor']:g} per {s['growth_interval']:,} clean steps, "
-            f"×{s['backoff_factor']:g} per overflow;  overflows: {rate}{bursts}")
+            f"×{s['backoff_factor']:g} per overflow\noverflows: {rate}{bursts}")
 
 
 def draw_dynamics(fig: Figure, data: DynamicsData) -> str:
@@ -394,7 +396,7 @@ def scale_dynamics(log2_init_scale: int = 16, growth_factor: float = 2.0, backof
             style=style, layout=layout),
     }
     plot = LivePlot(dynamics, draw_dynamics, controls, figsize=(7.5, 3.2), title="GradScaler's scale over 10,000 steps")
-    plot.children[0].layout.flex_flow = "row wrap"  # six controls: let them wrap onto a second row
+    plot.controls_box.layout.flex_flow = "row wrap"  # six controls: let them wrap onto a second row
     return plot
 
 

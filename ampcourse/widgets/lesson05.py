@@ -27,10 +27,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..accumulation import make_problem
-from .base import COLORS, LivePlot
+from .base import COLORS, LivePlot, live
 
 __all__ = ["BENCHMARK_MOVES", "MAX_NORMS", "N_STEPS", "ClipData", "clipping_explorer", "clipping_run",
-           "draw_clipping", "readout", "train_clipped"]
+           "draw_clipping", "readout", "train_clipped", "update_clipping"]
 
 N_STEPS = 20
 MICRO_BATCH_SIZE = 4
@@ -160,25 +160,55 @@ def readout(data: ClipData) -> str:
 
 def draw_clipping(fig: Figure, data: ClipData) -> str:
     """Per-step gradient norms (log10 axis): before clipping, after (right order), wrong order, threshold."""
-    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.16, top=0.8)
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.15, top=0.74)
     ax = fig.subplots()
     steps = np.arange(len(data.norm))
     # log10 on a linear axis with hand-set ticks: matplotlib's log scale costs ~100 ms a redraw
-    series = [np.log10(v) for v in (data.norm, data.right_norm, data.wrong_seen, data.wrong_norm)]
+    series = _series(data)
     lines = [
-        Line2D(steps, series[0], color=COLORS["blue"], marker="o", markersize=3, label="‖g‖ before clipping"),
+        Line2D(steps, series[0], color=COLORS["blue"], marker="o", markersize=4, label="‖g‖ before clipping"),
         Line2D(steps, series[1], color=COLORS["green"], linewidth=2.2, label="after clip (right order)"),
         Line2D(steps, series[2], color=COLORS["vermillion"], linestyle="--",
                label="S·‖g‖ seen by clip (wrong order)"),
-        Line2D(steps, series[3], color=COLORS["orange"], marker="x", markersize=4,
+        Line2D(steps, series[3], color=COLORS["orange"], marker="x", markersize=5,
                label="after clip + unscale (wrong order)"),
     ]
     for line in lines:
         ax.add_line(line)
-    threshold = math.log10(data.max_norm)
-    lines.append(ax.axhline(threshold, color=COLORS["black"], linestyle=":", linewidth=1.2,
+    lines.append(ax.axhline(math.log10(data.max_norm), color=COLORS["black"], linestyle=":", linewidth=1.2,
                             label=f"max_norm = {data.max_norm:g}"))
-    values = np.concatenate([*series, [threshold]])
+    _set_y_range(ax, series, data.max_norm)
+    ax.set_xlim(-0.5, len(steps) - 0.5)
+    ax.set_xticks(np.arange(0, len(steps), 5))
+    ax.set_xlabel("training step")
+    ax.set_ylabel("gradient norm")
+    # Two columns above the axes: the widest row still fits inside the figure.
+    legend = ax.legend(handles=lines, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=8.5,
+                       frameon=False, borderaxespad=0.2, handlelength=2.5)
+    live(fig).update(ax=ax, lines=lines, threshold_label=legend.get_texts()[-1])
+    return readout(data)
+
+
+def update_clipping(fig: Figure, data: ClipData) -> str:
+    """Move the lines of a figure :func:`draw_clipping` made to ``data`` (same steps, new norms)."""
+    artists = live(fig)
+    series = _series(data)
+    for line, values in zip(artists["lines"], series, strict=False):
+        line.set_ydata(values)
+    threshold = artists["lines"][-1]
+    threshold.set_ydata([math.log10(data.max_norm)] * 2)
+    artists["threshold_label"].set_text(f"max_norm = {data.max_norm:g}")
+    _set_y_range(artists["ax"], series, data.max_norm)
+    return readout(data)
+
+
+def _series(data: ClipData) -> list[np.ndarray]:
+    return [np.log10(v) for v in (data.norm, data.right_norm, data.wrong_seen, data.wrong_norm)]
+
+
+def _set_y_range(ax, series: list[np.ndarray], max_norm: float) -> None:
+    """Whole decades around every series and the threshold, at most ~6 labelled ticks."""
+    values = np.concatenate([*series, [math.log10(max_norm)]])
     lo, hi = math.floor(values.min()), math.ceil(values.max())
     if hi - lo < 2:
         lo, hi = lo - 1, hi + 1
@@ -186,13 +216,6 @@ def draw_clipping(fig: Figure, data: ClipData) -> str:
     ticks = np.arange(lo, hi + 1, step)
     ax.set_ylim(lo - 0.3, hi + 0.3)
     ax.set_yticks(ticks, [f"1e{t:d}" for t in ticks])
-    ax.set_xlim(-0.5, len(steps) - 0.5)
-    ax.set_xticks(np.arange(0, len(steps), 5))
-    ax.set_xlabel("training step")
-    ax.set_ylabel("gradient norm")
-    ax.legend(handles=lines, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=7.5, frameon=False,
-              borderaxespad=0.2)
-    return readout(data)
 
 
 def _check(micro_batches, max_norm, log2_scale) -> tuple[int, float, int]:
@@ -237,9 +260,9 @@ def clipping_explorer(micro_batches: int = 4, max_norm: float = 1.0, log2_scale:
             value=log2_scale, min=LOG2_SCALE_RANGE[0], max=LOG2_SCALE_RANGE[1], step=1,
             description="log2(loss scale S)", continuous_update=False, style=style, layout=layout),
     }
-    plot = LivePlot(clipping_run, draw_clipping, controls, figsize=(7.5, 3.4),
-                    title="clip after unscale_, not before")
-    plot.children[0].layout.flex_flow = "row wrap"
+    plot = LivePlot(clipping_run, draw_clipping, controls, figsize=(7.5, 3.6),
+                    title="clip after unscale_, not before", update=update_clipping)
+    plot.controls_box.layout.flex_flow = "row wrap"
     return plot
 
 

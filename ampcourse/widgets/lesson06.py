@@ -23,10 +23,10 @@ from matplotlib.ticker import MaxNLocator
 
 from ..bench import ActivationReport, format_bytes, format_flops, matmul_flops, saved_activation_bytes, time_fn
 from ..device import pick_device
-from .base import COLORS, LivePlot, figure_png
+from .base import COLORS, LivePlot, figure_png, live
 
 __all__ = ["BATCHES", "BENCHMARK_MOVES", "SpeedMemoryData", "amp_dtype", "draw_speed_memory", "measure",
-           "readout", "speed_memory_explorer", "throughput_png", "widths_for"]
+           "readout", "speed_memory_explorer", "throughput_png", "update_speed_memory", "widths_for"]
 
 CPU_WIDTHS = (32, 64, 128, 256)
 CUDA_WIDTHS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -148,21 +148,38 @@ def draw_speed_memory(fig: Figure, data: SpeedMemoryData) -> str:
     x = np.arange(2)
     modes = ["fp32", data.amp]
     colors = [COLORS["blue"], COLORS["orange"]]
-    gflops = np.array([data.achieved(m) / 1e9 for m in modes])
-    left.bar(x, gflops, color=colors)
-    left.set_ylim(0, gflops.max() * 1.15)
+    speed = left.bar(x, np.zeros(2), color=colors)
     left.set_ylabel("achieved GFLOP/s")
-    kib = np.array([data.saved[m].total for m in modes]) / 1024
-    copies = np.array([data.saved[m].copies_total for m in modes]) / 1024
-    right.bar(x, kib, color=colors)
-    right.bar(x, copies, bottom=kib, color=COLORS["sky"])
-    right.set_ylim(0, (kib + copies).max() * 1.15)
+    activations = right.bar(x, np.zeros(2), color=colors)
+    copies = right.bar(x, np.zeros(2), color=COLORS["sky"])
     right.set_ylabel("KiB saved for backward")
-    for ax, title in ((left, f"one matmul {data.batch}×{data.width} @ {data.width}×{data.width}"),
-                      (right, f"{DEPTH} × (Linear + ReLU); light: weight copies")):
+    titles = []
+    for ax in (left, right):
         ax.set_xticks(x, modes)
         ax.yaxis.set_major_locator(MaxNLocator(4))
-        ax.set_title(title, fontsize=9)
+        titles.append(ax.set_title("", fontsize=9))
+    live(fig).update(axes=(left, right), speed=speed, activations=activations, copies=copies, titles=titles)
+    return update_speed_memory(fig, data)
+
+
+def update_speed_memory(fig: Figure, data: SpeedMemoryData) -> str:
+    """Set the bars, y-ranges and titles of a figure :func:`draw_speed_memory` made to ``data``."""
+    artists = live(fig)
+    left, right = artists["axes"]
+    modes = ["fp32", data.amp]
+    gflops = np.array([data.achieved(m) / 1e9 for m in modes])
+    kib = np.array([data.saved[m].total for m in modes]) / 1024
+    copies = np.array([data.saved[m].copies_total for m in modes]) / 1024
+    for bar, height in zip(artists["speed"], gflops, strict=True):
+        bar.set_height(height)
+    for bar, bar_copies, height, extra in zip(artists["activations"], artists["copies"], kib, copies, strict=True):
+        bar.set_height(height)
+        bar_copies.set_y(height)
+        bar_copies.set_height(extra)
+    left.set_ylim(0, gflops.max() * 1.15)
+    right.set_ylim(0, (kib + copies).max() * 1.15)
+    artists["titles"][0].set_text(f"one matmul {data.batch}×{data.width} @ {data.width}×{data.width}")
+    artists["titles"][1].set_text(f"{DEPTH} × (Linear + ReLU); light: weight copies")
     return readout(data)
 
 
@@ -185,7 +202,8 @@ def speed_memory_explorer(width: int = 128, batch: int = 32) -> LivePlot:
                                          continuous_update=False, style=style, layout=layout),
     }
     return LivePlot(lambda width, batch: measure(width, batch, device), draw_speed_memory, controls,
-                    figsize=(7.5, 3.0), title="FP32 vs AMP: speed (measured now) and saved bytes")
+                    figsize=(7.5, 3.0), title="FP32 vs AMP: speed (measured now) and saved bytes",
+                    update=update_speed_memory)
 
 
 BENCHMARK_MOVES = [

@@ -43,7 +43,9 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    # A laptop screen: 1280 × 800 CSS pixels, HiDPI (device-pixel-ratio 2, so the screenshots show whether
+    # figures are crisp), with JupyterLab's file browser open (its default).
+    page = browser.new_page(viewport={"width": 1280, "height": 800}, device_scale_factor=2)
     yield page
     page.close()
 

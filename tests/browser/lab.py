@@ -126,6 +126,50 @@ def error_outputs(nb: nbformat.NotebookNode) -> list[str]:
     return found
 
 
+def is_dirty(page) -> bool:
+    """Whether the notebook on show has unsaved changes (JupyterLab's dot on its tab)."""
+    return page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count() > 0
+
+
+OVERFLOW_JS = """(panel) => {
+    const name = (el) => el.tagName.toLowerCase() + (el.className && typeof el.className === 'string'
+        ? '.' + el.className.trim().split(/\\s+/).slice(0, 2).join('.') : '');
+    const bad = [];
+    for (const area of panel.querySelectorAll('.jp-OutputArea-output')) {
+        const box = area.getBoundingClientRect();
+        if (box.width === 0) continue;
+        for (const el of area.querySelectorAll('*')) {
+            const r = el.getBoundingClientRect();
+            if (r.width === 0 || r.height === 0) continue;
+            const text = (el.innerText || el.getAttribute('src') || '').trim().slice(0, 60);
+            if (r.right > box.right + 1 || r.left < box.left - 1) {
+                bad.push(`${name(el)} spans ${Math.round(r.left - box.left)}..${Math.round(r.right - box.left)} px ` +
+                         `of a ${Math.round(box.width)}-px output: ${JSON.stringify(text)}`);
+            } else if ((el.tagName === 'TD' || el.tagName === 'TH') && el.scrollWidth > el.clientWidth + 1) {
+                bad.push(`${name(el)} content ${el.scrollWidth} px in a ${el.clientWidth}-px cell: ` +
+                         JSON.stringify(text));
+            }
+            if (bad.length >= 10) return bad;
+        }
+    }
+    return bad;
+}"""
+
+
+def overflowing(page) -> list[str]:
+    """Elements of the notebook's outputs that stick out of their output area (or out of their table cell):
+    what a learner would find clipped or would have to scroll to."""
+    return page.locator(PANEL).evaluate(OVERFLOW_JS)
+
+
+def restart_kernel(page) -> None:
+    """Kernel → Restart Kernel…, confirmed, and wait until the new kernel is idle."""
+    page.click("div.lm-MenuBar-itemLabel:text-is('Kernel')")
+    page.click("li.lm-Menu-item:has-text('Restart Kernel…')")
+    page.click(".jp-Dialog button.jp-mod-accept")
+    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')", timeout=TIMEOUT_MS)
+
+
 def _snapshot(area) -> tuple:
     """What the widget *shows*: its images and its HTML readouts — not the controls' own labels, which
     change whenever they are moved, even when the callback behind them is broken."""

@@ -1,0 +1,91 @@
+"""LivePlot, the widget pattern every lesson uses: one figure, SVG, artist updates, the dead-kernel notice."""
+
+import ipywidgets as widgets
+import pytest
+from matplotlib.figure import Figure
+
+from ampcourse.widgets import REGISTRY
+from ampcourse.widgets.base import DEAD_MESSAGE, LivePlot, figure_png, figure_svg, live
+
+
+def _draw(fig, k):
+    fig.subplots().plot([0, 1], [k, k])
+    return f"k = {k}"
+
+
+def _plot(**kwargs):
+    return LivePlot(lambda k: k, _draw, {"k": widgets.IntSlider(value=0, min=0, max=5)}, **kwargs)
+
+
+def test_one_figure_per_widget_shown_as_svg():
+    plot = _plot()
+    figure = plot.figure
+    plot.set(k=3)
+    plot.controls["k"].value = 4  # as the browser does
+    assert plot.figure is figure and plot.image.format == "svg+xml"
+    svg = bytes(plot.image.value)
+    assert svg.lstrip().startswith(b"<?xml") and b"<svg" in svg
+    assert plot.readout.value == "k = 4" and plot.redraws == 3  # no update function: a full redraw each move
+
+
+def test_svg_has_text_as_text_and_no_date():
+    fig = Figure(figsize=(2, 1))
+    fig.text(0.1, 0.5, "2⁻¹²⁶")
+    svg = figure_svg(fig).decode()
+    assert "2⁻¹²⁶" in svg and "<dc:date>" not in svg
+    assert figure_svg(fig) == svg.encode()  # deterministic: the same figure gives the same bytes
+
+
+def test_update_is_used_after_the_first_draw():
+    calls = []
+
+    def update(fig, k):
+        calls.append(k)
+        live(fig)["line"].set_ydata([k, k])
+        return f"k = {k} (updated)"
+
+    def draw(fig, k):
+        (live(fig)["line"],) = fig.subplots().plot([0, 1], [k, k])
+        return f"k = {k}"
+
+    plot = LivePlot(lambda k: k, draw, {"k": widgets.IntSlider(value=0, min=0, max=5)}, update=update)
+    plot.set(k=2)
+    assert calls == [2] and plot.redraws == 1 and plot.readout.value == "k = 2 (updated)"
+
+
+@pytest.mark.parametrize("name", [n for n, (factory, _) in sorted(REGISTRY.items())
+                                  if factory().update is not None])
+def test_updated_figure_is_the_figure_a_full_draw_gives(name):
+    """After any sequence of moves, the artist updates show exactly what drawing the same data from scratch
+    shows (byte for byte: same SVG)."""
+    factory, moves = REGISTRY[name]
+    widget = factory()
+    for move in moves:
+        widget.set(**move)
+        fresh = Figure(figsize=widget.figsize)
+        text = widget.draw(fresh, widget.data)
+        assert widget.redraws == 1, "a move redrew the whole figure instead of updating it"
+        assert bytes(widget.image.value) == figure_svg(fresh), f"{name}: update and draw differ after {move}"
+        assert widget.readout.value == text
+
+
+def test_dead_kernel_notice_is_in_the_widget_and_hidden_by_css():
+    plot = _plot()
+    assert plot.children[0] is plot.notice and DEAD_MESSAGE in plot.notice.value
+    assert ".jupyter-widgets-disconnected .ampcourse-dead-msg{display:block" in plot.notice.value
+    assert ".ampcourse-dead-msg{display:none}" in plot.notice.value
+    assert "ampcourse-live" in plot._dom_classes
+
+
+def test_saved_notebook_gets_a_png_and_a_text_line():
+    bundle = _plot(title="demo")._repr_mimebundle_()
+    assert bundle["text/plain"] == "[interactive figure: demo]" and bundle["image/png"]
+
+
+def test_arguments_are_checked():
+    with pytest.raises(TypeError, match="update must be a function"):
+        _plot(update=3)
+    with pytest.raises(ValueError, match="figsize must be"):
+        _plot(figsize=(0, 3))
+    with pytest.raises(ValueError, match="dpi must be"):
+        figure_png(Figure(), dpi=0)
