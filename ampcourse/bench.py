@@ -866,12 +866,7 @@ def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: tor
     reason = mode_unavailable_reason(mode, device)
     if reason:
         return StepResult(**base, error=f"not run: {reason}")
-    model = make_mlp(width, depth, seed=seed).to(device)
-    g = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(batch, width, generator=g).to(device)
-    target = torch.randn(batch, width, generator=g).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler(device.type) if mode == "fp16" else None
+    model, x, target, optimizer, scaler = _mlp_problem(width, depth, batch, device, mode, seed)
     flags = tf32_enabled(mode == "tf32") if device.type == "cuda" else contextlib.nullcontext()
     with flags:
         activations = None
@@ -1119,13 +1114,19 @@ class Bf16Sweep:
         return text
 
 
-def _sweep_step(width: int, depth: int, batch: int, device: torch.device, mode: str, seed: int):
+def _mlp_problem(width: int, depth: int, batch: int, device: torch.device, mode: str, seed: int):
+    """The benchmark's MLP, a seeded batch and target, Adam, and a GradScaler for fp16 (``None`` otherwise)."""
     model = make_mlp(width, depth, seed=seed).to(device)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(batch, width, generator=g).to(device)
     target = torch.randn(batch, width, generator=g).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler(device.type) if mode == "fp16" else None
+    return model, x, target, optimizer, scaler
+
+
+def _sweep_step(width: int, depth: int, batch: int, device: torch.device, mode: str, seed: int):
+    model, x, target, optimizer, scaler = _mlp_problem(width, depth, batch, device, mode, seed)
     return _step_fn(model, optimizer, scaler, x, target, mode, device.type)
 
 
