@@ -81,16 +81,18 @@ def _non_negative(name: str, value: Any) -> float:
 def format_time(seconds: float) -> str:
     """``0.0123`` → ``'12.3 ms'`` (µs, ms or s, three significant digits)."""
     seconds = _non_negative("seconds", seconds)
+    seconds = float(f"{seconds:.3g}")  # round first: 999.6 µs reads "1 ms", never "1e+03 µs"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.3g} µs"
     if seconds < 1:
         return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
+    return f"{seconds:.3g} s" if seconds < 1000 else f"{seconds:.0f} s"
 
 
 def format_flops(flops_per_second: float) -> str:
     """``1.5e12`` → ``'1.5 TFLOP/s'``."""
     value = _non_negative("flops_per_second", flops_per_second)
+    value = float(f"{value:.3g}")  # round first: 999.6 GFLOP/s reads "1 TFLOP/s", never "1e+03 GFLOP/s"
     for unit, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= size:
             return f"{value / size:.3g} {unit}FLOP/s"

@@ -367,3 +367,12 @@ def test_memory_summary_and_cast_cost():
     assert timing.runs == 2
     with pytest.raises(ValueError, match="dtype"):
         bench.cast_cost(bench.make_mlp(8, 1), torch.float32, device="cpu")
+
+
+def test_formats_never_print_an_exponent_at_a_unit_boundary():
+    """Found as a flaky lesson-06 cell: 999.6 µs printed as '1e+03 µs', which the timing sanitizer cannot read."""
+    from ampcourse.bench import format_flops, format_time
+
+    assert format_time(0.0009996) == "1 ms" and format_time(0.9996) == "1 s" and format_time(999.6e-9) == "1 µs"
+    assert format_time(0.000123) == "123 µs" and format_time(1234.0) == "1230 s"
+    assert format_flops(999.6e9) == "1 TFLOP/s" and format_flops(123e9) == "123 GFLOP/s"
