@@ -1,11 +1,14 @@
 """LivePlot, the widget pattern every lesson uses: one figure, SVG, artist updates, the dead-kernel notice."""
 
+from collections import Counter
+from xml.etree import ElementTree
+
 import ipywidgets as widgets
 import pytest
 from matplotlib.figure import Figure
 
 from ampcourse.widgets import REGISTRY
-from ampcourse.widgets.base import DEAD_MESSAGE, LivePlot, figure_png, figure_svg, live
+from ampcourse.widgets.base import DEAD_MESSAGE, LivePlot, figure_png, figure_svg, layered_svg, live
 
 
 def _draw(fig, k):
@@ -65,8 +68,44 @@ def test_updated_figure_is_the_figure_a_full_draw_gives(name):
         fresh = Figure(figsize=widget.figsize)
         text = widget.draw(fresh, widget.data)
         assert widget.redraws == 1, "a move redrew the whole figure instead of updating it"
-        assert bytes(widget.image.value) == figure_svg(fresh), f"{name}: update and draw differ after {move}"
+        assert figure_svg(widget.figure) == figure_svg(fresh), f"{name}: update and draw differ after {move}"
+        assert drawn(bytes(widget.image.value)) == drawn(figure_svg(fresh)), (
+            f"{name}: the SVG shown (background + dynamic layer) differs from a full render after {move}")
         assert widget.readout.value == text
+
+
+def drawn(svg: bytes) -> Counter:
+    """What an SVG draws, as a multiset of its drawing elements (tag, attributes, text), ignoring element
+    ids and definitions — and the order, which is all a layered SVG may change."""
+    root = ElementTree.fromstring(svg)
+    for defs in root.iter("{http://www.w3.org/2000/svg}defs"):
+        defs.clear()
+    leaves = Counter()
+    for element in root.iter():
+        if element.tag.rsplit("}", 1)[-1] in ("path", "use", "text", "rect", "image", "tspan"):
+            attributes = tuple(sorted((k, v) for k, v in element.attrib.items() if k != "id"))
+            leaves[(element.tag, attributes, (element.text or "").strip())] += 1
+    return leaves
+
+
+def test_layered_svg_draws_what_a_full_render_draws():
+    """The check behind the widgets' fast path, on a figure whose background changes between moves."""
+    fig = Figure(figsize=(4, 2))
+    ax = fig.subplots()
+    (line,) = ax.plot([0, 1], [0, 1])
+    title = ax.set_title("k = 0")
+    background = None
+    for k, ylim in ((1, (0, 2)), (2, (0, 2)), (3, (0, 5))):
+        line.set_ydata([0, k])
+        title.set_text(f"k = {k}")
+        ax.set_ylim(*ylim)
+        before = background
+        svg, background = layered_svg(fig, [line, title], background)
+        assert drawn(svg) == drawn(figure_svg(fig))
+        if k == 2:
+            assert background is before  # only the dynamic artists changed: the background was reused
+        if k == 3:
+            assert background is not before  # the y limits changed: a new background
 
 
 def test_dead_kernel_notice_is_in_the_widget_and_hidden_by_css():

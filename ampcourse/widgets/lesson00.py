@@ -73,7 +73,9 @@ def draw_cast(fig: Figure, data: tuple[float, list[CastResult]]) -> str:
     ax.set_yticks(range(len(rows)), [row.dtype for row in reversed(rows)])
     ax.set_xlim(-50, 40)
     ax.set_xlabel("log10 |value|  (bars: the magnitudes each format can store)")
-    ax.legend(loc="lower right", fontsize="small")
+    legend = ax.legend(loc="lower right", fontsize="small")
+    # Only the line moves: the rest is a background drawn once (the legend is drawn again, over the line).
+    live(fig)["dynamic"] = [live(fig)["value_line"], legend]
     return cast_readout(data)
 
 

@@ -36,7 +36,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..floats import FORMATS, Bits, FloatFormat, canonical_name, format_info, from_bits, to_bits, ulp
-from .base import COLORS, LivePlot, figure_png
+from .base import COLORS, LivePlot, figure_png, live
 
 __all__ = [
     "BENCHMARK_MOVES",
@@ -645,15 +645,47 @@ def draw_explorer(fig: Figure, data: ExplorerData) -> str:
     """
     if not isinstance(data, ExplorerData):
         raise TypeError(f"data must be the ExplorerData that explore() returns, not {type(data).__name__}")
-    row, info = data.row(), format_info(data.fmt)
-    name, typed = LABELS[data.fmt], data.value
     fig.subplots_adjust(left=0.03, right=0.97, bottom=0.19, top=0.62)
     ax = fig.subplots()
     ax.set_yticks([])
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     ax.set_ylim(-1, 1.3)
-    if row.kind == "nan" or math.isnan(typed):
+    live(fig)["ax"] = ax
+    return _draw_number_line(fig, ax, data)
+
+
+def _is_nan(data: ExplorerData) -> bool:
+    return data.row().kind == "nan" or math.isnan(data.value)
+
+
+def update_explorer(fig: Figure, data: ExplorerData) -> str:
+    """Redraw the number line of a figure :func:`draw_explorer` made, keeping its axes (making new axes and
+    ticks is most of a full draw's cost). NaN, which has no number line, is drawn anew, and so is the
+    first value after it."""
+    artists = live(fig)
+    if _is_nan(data) or artists.get("nan"):
+        fig.clear()
+        artists.clear()
+        return draw_explorer(fig, data)
+    for artist in artists["content"]:
+        artist.remove()
+    return _draw_number_line(fig, artists["ax"], data)
+
+
+def _draw_number_line(fig: Figure, ax, data: ExplorerData) -> str:
+    """Everything of :func:`draw_explorer` that depends on the value; its artists go in ``live(fig)``."""
+    before, texts = {id(a) for a in ax.get_children()}, len(fig.texts)
+    text = _number_line(fig, ax, data)
+    live(fig).update(content=[a for a in ax.get_children() if id(a) not in before] + fig.texts[texts:],
+                     nan=_is_nan(data))
+    return text
+
+
+def _number_line(fig: Figure, ax, data: ExplorerData) -> str:
+    row, info = data.row(), format_info(data.fmt)
+    name, typed = LABELS[data.fmt], data.value
+    if _is_nan(data):
         ax.set_xticks([])
         ax.spines["bottom"].set_visible(False)
         nan_bits = "exponent and mantissa all ones" if not info.has_inf else "exponent all ones, mantissa not 0"
@@ -775,7 +807,7 @@ class BitExplorer(LivePlot):
                                 for field in _FIELDS], layout=widgets.Layout(flex_flow="row wrap"))
         self.bit_row = widgets.VBox([widgets.HTML(f"<style>{_TOGGLE_CSS}</style>"), bit_row])
         super().__init__(explore, draw_explorer, {"value": value_box, "fmt": fmt_menu},
-                         figsize=(8.0, 2.5), title="bit explorer")
+                         figsize=(8.0, 2.5), title="bit explorer", update=update_explorer)
         notice, controls, *rest = self.children
         self.children = (notice, controls, self.bit_row, *rest)
 

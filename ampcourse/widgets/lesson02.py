@@ -165,7 +165,8 @@ def draw_scale_view(fig: Figure, view: ScaleView) -> str:
     title = ax.set_title(_title(view), fontsize=10, loc="left")
     ax.legend(handles=bars, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False,
               borderaxespad=0.1)
-    live(fig).update(bars=bars, title=title)
+    # Only the bars and the title move with the slider: the rest is a background drawn once.
+    live(fig).update(bars=bars, title=title, dynamic=[*bars, title])
     return readout(view)
 
 

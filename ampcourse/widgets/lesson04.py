@@ -35,7 +35,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..scaler_sim import ScalerTrace, overflow_pattern, simulate_grad_scaler
-from .base import COLORS, LivePlot, figure_png
+from .base import COLORS, LivePlot, figure_png, live
 
 __all__ = [
     "BENCHMARK_MOVES",
@@ -49,6 +49,7 @@ __all__ = [
     "dynamics",
     "draw_dynamics",
     "draw_trajectory",
+    "update_dynamics",
     "interpret",
     "readout",
     "scale_dynamics",
@@ -161,14 +162,15 @@ def dynamics(log2_init_scale: int = 16, growth_factor: float = 2.0, backoff_fact
 
 
 def draw_trajectory(fig: Figure, trace: ScalerTrace, *, title: str | None = None,
-                    label: str = "loss scale S") -> Axes:
+                    label: str = "loss scale S", skipped_label: str = "skipped step ({n:,})") -> Axes:
     """Draw a trace's scale on a log2 axis over the steps, every skipped step marked; returns the Axes.
 
     The curve is a step line through the points where the scale changes (exactly the trajectory, with as
     few points as it has changes); each skipped step is a tick along the bottom. A scale of exactly 0 is
     drawn at ``log2 = -150``, below float32's smallest subnormal. The legend sits above the axes, under
-    the title, so it never hides the curve. Calls ``fig.subplots_adjust`` (no layout engine: it would cost
-    more than the whole drawing).
+    the title, so it never hides the curve; ``skipped_label`` names the skip ticks (``{n}``: their count).
+    The y limits are whole multiples of 4 (log2 units), so small changes of the trajectory keep them.
+    Calls ``fig.subplots_adjust`` (no layout engine: it would cost more than the whole drawing).
     """
     log2_scales = trace_stats(trace)[0]
     n = len(trace.scales)
@@ -188,14 +190,12 @@ def draw_trajectory(fig: Figure, trace: ScalerTrace, *, title: str | None = None
         if ys[n] == ZERO_LOG2:
             ax.text(n, ZERO_LOG2, "S = 0 (drawn at 2^-150) ", ha="right", va="bottom", fontsize=8,
                     color=COLORS["blue"])
-    lo, hi = (float(ys.min()), float(ys.max())) if n else (0.0, 1.0)
-    pad = max(1.0, 0.06 * (hi - lo))
-    ylim = (math.floor(lo - 2.5 * pad), math.ceil(hi + pad))  # room at the bottom for the skip ticks
+    lo, ylim = _ylim(ys, n)
     skipped = np.flatnonzero(np.array(trace.skipped, dtype=bool))
     if skipped.size:
         marks = Line2D(skipped, np.full(skipped.size, 0.05), transform=ax.get_xaxis_transform(),
                        linestyle="none", marker="|", markersize=10, markeredgewidth=1.3,
-                       color=COLORS["vermillion"], label=f"skipped step ({skipped.size:,})")
+                       color=COLORS["vermillion"], label=skipped_label.format(n=skipped.size))
         ax.add_line(marks)
         handles.append(marks)
     if lo <= 2 and ylim[0] < 0 < ylim[1]:  # the scale comes near 1: below it, scaling shrinks gradients
@@ -212,9 +212,27 @@ def draw_trajectory(fig: Figure, trace: ScalerTrace, *, title: str | None = None
     ax.set_axisbelow(True)
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=8.5,
               frameon=False, borderaxespad=0.2, handlelength=1.8, columnspacing=1.5)
-    if title:
-        fig.text(0.1, 0.975, title, fontsize=9, va="top", ha="left", linespacing=1.3)
+    title_text = fig.text(0.1, 0.975, title, fontsize=9, va="top", ha="left", linespacing=1.3) if title else None
+    live(fig).update(ax=ax, curve=handles[0] if n else None, marks=marks if skipped.size else None,
+                     title=title_text, structure=_structure(trace, ys, title))
     return ax
+
+
+def _ylim(ys: np.ndarray, n: int) -> tuple[float, tuple[int, int]]:
+    """The lowest log2 scale, and the y limits: room at the bottom for the skip ticks; multiples of 4, so
+    that most slider moves keep the axes (the widget then redraws only the curve: see update_dynamics)."""
+    lo, hi = (float(ys.min()), float(ys.max())) if n else (0.0, 1.0)
+    pad = max(1.0, 0.06 * (hi - lo))
+    return lo, (4 * math.floor((lo - 2.5 * pad) / 4), 4 * math.ceil((hi + pad) / 4))
+
+
+def _structure(trace: ScalerTrace, ys: np.ndarray, title: str | None) -> tuple:
+    """What decides which artists :func:`draw_trajectory` makes (not their data): when a move keeps it,
+    :func:`update_dynamics` can move the artists instead of drawing anew."""
+    n = len(trace.scales)
+    lo, ylim = _ylim(ys, n)
+    return (n > 0, n >= 10, any(trace.skipped), bool(n) and ys[n] == ZERO_LOG2,
+            lo <= 2 and ylim[0] < 0 < ylim[1], title.count("\n") if title else None)
 
 
 def _ticks(low: float, high: float, most: int = 6) -> np.ndarray:
@@ -325,9 +343,37 @@ def _title(data: DynamicsData) -> str:
             f"×{s['backoff_factor']:g} per overflow\noverflows: {rate}{bursts}")
 
 
+SKIPPED_LABEL = "skipped step (one tick each)"  # the widget's legend: the count is in the readout
+
+
 def draw_dynamics(fig: Figure, data: DynamicsData) -> str:
     """The widget's figure (:func:`draw_trajectory`) and readout (:func:`readout`)."""
-    draw_trajectory(fig, data.trace, title=_title(data))
+    draw_trajectory(fig, data.trace, title=_title(data), skipped_label=SKIPPED_LABEL)
+    artists = live(fig)
+    artists["dynamic"] = [a for a in (artists["curve"], artists["marks"], artists["title"]) if a is not None]
+    return readout(data)
+
+
+def update_dynamics(fig: Figure, data: DynamicsData) -> str:
+    """Move the curve, the skip ticks, the limits and the title of a figure :func:`draw_dynamics` made;
+    a move that changes which artists there are (e.g. the first skipped step) draws the figure anew."""
+    trace, artists = data.trace, live(fig)
+    ys = np.where(np.isneginf(data.log2_scales), ZERO_LOG2, data.log2_scales)
+    if _structure(trace, ys, _title(data)) != artists["structure"]:
+        fig.clear()
+        artists.clear()
+        return draw_dynamics(fig, data)
+    n, ax = len(trace.scales), artists["ax"]
+    points = np.concatenate(([0], np.flatnonzero(ys[1:] != ys[:-1]) + 1, [n]))
+    artists["curve"].set_data(points, ys[points])
+    skipped = np.flatnonzero(np.array(trace.skipped, dtype=bool))
+    if artists["marks"] is not None:
+        artists["marks"].set_data(skipped, np.full(skipped.size, 0.05))
+    ylim = _ylim(ys, n)[1]
+    if ax.get_ylim() != ylim:
+        ax.set_ylim(*ylim)
+        ax.set_yticks(_ticks(*ylim))
+    artists["title"].set_text(_title(data))
     return readout(data)
 
 
@@ -395,7 +441,8 @@ def scale_dynamics(log2_init_scale: int = 16, growth_factor: float = 2.0, backof
             options=[(label, key) for key, label in PATTERNS.items()], value=pattern, description="pattern",
             style=style, layout=layout),
     }
-    plot = LivePlot(dynamics, draw_dynamics, controls, figsize=(7.5, 3.2), title="GradScaler's scale over 10,000 steps")
+    plot = LivePlot(dynamics, draw_dynamics, controls, figsize=(7.5, 3.2), update=update_dynamics,
+                    title="GradScaler's scale over 10,000 steps")
     plot.controls_box.layout.flex_flow = "row wrap"  # six controls: let them wrap onto a second row
     return plot
 

@@ -176,16 +176,17 @@ def draw_clipping(fig: Figure, data: ClipData) -> str:
     for line in lines:
         ax.add_line(line)
     lines.append(ax.axhline(math.log10(data.max_norm), color=COLORS["black"], linestyle=":", linewidth=1.2,
-                            label=f"max_norm = {data.max_norm:g}"))
+                            label="max_norm (the slider)"))
     _set_y_range(ax, series, data.max_norm)
     ax.set_xlim(-0.5, len(steps) - 0.5)
     ax.set_xticks(np.arange(0, len(steps), 5))
     ax.set_xlabel("training step")
     ax.set_ylabel("gradient norm")
     # Two columns above the axes: the widest row still fits inside the figure.
-    legend = ax.legend(handles=lines, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=8.5,
+    ax.legend(handles=lines, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=8.5,
                        frameon=False, borderaxespad=0.2, handlelength=2.5)
-    live(fig).update(ax=ax, lines=lines, threshold_label=legend.get_texts()[-1])
+    # A move changes only the lines (and, when they cross a decade, the y range): the rest is a background.
+    live(fig).update(ax=ax, lines=lines, dynamic=list(lines))
     return readout(data)
 
 
@@ -197,7 +198,6 @@ def update_clipping(fig: Figure, data: ClipData) -> str:
         line.set_ydata(values)
     threshold = artists["lines"][-1]
     threshold.set_ydata([math.log10(data.max_norm)] * 2)
-    artists["threshold_label"].set_text(f"max_norm = {data.max_norm:g}")
     _set_y_range(artists["ax"], series, data.max_norm)
     return readout(data)
 
@@ -214,8 +214,9 @@ def _set_y_range(ax, series: list[np.ndarray], max_norm: float) -> None:
         lo, hi = lo - 1, hi + 1
     step = max(1, math.ceil((hi - lo) / 6))
     ticks = np.arange(lo, hi + 1, step)
-    ax.set_ylim(lo - 0.3, hi + 0.3)
-    ax.set_yticks(ticks, [f"1e{t:d}" for t in ticks])
+    if ax.get_ylim() != (lo - 0.3, hi + 0.3):
+        ax.set_ylim(lo - 0.3, hi + 0.3)
+        ax.set_yticks(ticks, [f"1e{t:d}" for t in ticks])
 
 
 def _check(micro_batches, max_norm, log2_scale) -> tuple[int, float, int]:

@@ -13,6 +13,7 @@ of times slower than FP32 on the course's test machine), and a move must stay un
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import ipywidgets as widgets
@@ -141,6 +142,14 @@ def readout(data: SpeedMemoryData) -> str:
             f"{format_bytes(data.saved[amp].copies_total)} of {amp} weight copies.")
 
 
+def _nice_top(value: float) -> float:
+    """The smallest 1, 2 or 5 × 10^k at or above ``value``: the y range stays put while a bar moves inside it."""
+    if not value > 0 or not math.isfinite(value):
+        return 1.0
+    decade = 10.0 ** math.floor(math.log10(value))
+    return next(m * decade for m in (1, 2, 5, 10) if m * decade >= value * (1 - 1e-12))
+
+
 def draw_speed_memory(fig: Figure, data: SpeedMemoryData) -> str:
     """Left: achieved GFLOP/s per mode. Right: KiB saved for backward (activations; weight copies on top, light)."""
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.12, top=0.9, wspace=0.35)
@@ -158,7 +167,9 @@ def draw_speed_memory(fig: Figure, data: SpeedMemoryData) -> str:
         ax.set_xticks(x, modes)
         ax.yaxis.set_major_locator(MaxNLocator(4))
         titles.append(ax.set_title("", fontsize=9))
-    live(fig).update(axes=(left, right), speed=speed, activations=activations, copies=copies, titles=titles)
+    # A move changes the bars and the titles; the axes change only when a bar outgrows them (see _nice_top).
+    live(fig).update(axes=(left, right), speed=speed, activations=activations, copies=copies, titles=titles,
+                     dynamic=[*speed, *activations, *copies, *titles])
     return update_speed_memory(fig, data)
 
 
@@ -176,8 +187,9 @@ def update_speed_memory(fig: Figure, data: SpeedMemoryData) -> str:
         bar.set_height(height)
         bar_copies.set_y(height)
         bar_copies.set_height(extra)
-    left.set_ylim(0, gflops.max() * 1.15)
-    right.set_ylim(0, (kib + copies).max() * 1.15)
+    for ax, top in ((left, _nice_top(gflops.max() * 1.15)), (right, _nice_top((kib + copies).max() * 1.15))):
+        if ax.get_ylim() != (0, top):
+            ax.set_ylim(0, top)
     artists["titles"][0].set_text(f"one matmul {data.batch}×{data.width} @ {data.width}×{data.width}")
     artists["titles"][1].set_text(f"{DEPTH} × (Linear + ReLU); light: weight copies")
     return readout(data)

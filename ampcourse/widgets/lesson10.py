@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..fp8 import HISTORY_LENGTHS, N_STEPS, SPIKE_STEP, ScalingTrace, amax_sequence, simulate_scaling
-from .base import COLORS, LivePlot
+from .base import COLORS, LivePlot, live
 
 __all__ = ["BENCHMARK_MOVES", "MARGIN_RANGE", "SPIKE_RANGE", "ScalingData", "delayed_scaling", "draw_scaling",
            "readout", "scaling_data"]
@@ -96,38 +96,66 @@ def readout(data: ScalingData) -> str:
     return f"{clipped}; {flushed}.{spike}"
 
 
+def _flushed_ylim(data: ScalingData) -> tuple[float, list[int]]:
+    """The bottom panel's top (%) and ticks: a few fixed heights, so that most moves keep the axes."""
+    peak = 110 * float(max(data.delayed.flushed.max(), data.dynamic.flushed.max()))
+    top_pct = next(v for v in (5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 110.0) if peak <= v)
+    step = next(v for v in (2, 5, 10, 20, 25, 50) if top_pct / v <= 3)
+    return top_pct, list(range(0, int(top_pct), step))
+
+
 def draw_scaling(fig: Figure, data: ScalingData) -> str:
     """Top: amax vs the scale's amax (+ margin) per step, clipped steps marked. Bottom: flushed share per step."""
     d, dyn = data.delayed, data.dynamic
     steps = np.arange(d.n_steps)
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.13, top=0.9, hspace=0.12)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
-    top.step(steps, d.log2_amax, where="post", color=COLORS["black"], linewidth=1.2, label="amax of the tensor")
-    top.step(steps, d.log2_scale_amax + d.margin, where="post", color=COLORS["blue"], linewidth=1.6,
-             label=f"what the scale allows ({d.kind}, margin {d.margin})")
+    (amax,) = top.step(steps, d.log2_amax, where="post", color=COLORS["black"], linewidth=1.2,
+                       label="amax of the tensor")
+    (allowed,) = top.step(steps, d.log2_scale_amax + d.margin, where="post", color=COLORS["blue"], linewidth=1.6,
+                          label="what the scale allows (+ margin)")
     clipped = np.flatnonzero(d.saturated > 0)
-    if clipped.size:
-        top.plot(clipped, d.log2_amax[clipped], linestyle="none", marker="v", color=COLORS["vermillion"],
-                 markersize=5, label=f"clipped ({clipped.size} steps)")
+    (marks,) = top.plot(clipped, d.log2_amax[clipped], linestyle="none", marker="v", color=COLORS["vermillion"],
+                        markersize=5, label="clipped step")
     top.set_ylabel("log2(amax)")
     top.set_ylim(-1, 14)
     top.set_yticks([0, 4, 8, 12])  # ticks set by hand: fewer ticks, a faster redraw
     top.legend(loc="upper left", fontsize=7.5, frameon=False, ncol=3)
     top.tick_params(axis="x", bottom=False)  # the shared x axis is drawn once, below
     top.grid(axis="y", color="0.9")
-    bottom.step(steps, 100 * d.flushed, where="post", color=COLORS["blue"], linewidth=1.4)
-    bottom.step(steps, 100 * dyn.flushed, where="post", color=COLORS["green"], linestyle="--", linewidth=1.2)
+    (delayed,) = bottom.step(steps, 100 * d.flushed, where="post", color=COLORS["blue"], linewidth=1.4)
+    (dynamic,) = bottom.step(steps, 100 * dyn.flushed, where="post", color=COLORS["green"], linestyle="--",
+                             linewidth=1.2)
     bottom.set_ylabel("flushed to 0 (%)")
-    top_pct = max(5.0, 110 * float(max(d.flushed.max(), dyn.flushed.max())))
+    top_pct, ticks = _flushed_ylim(data)
     bottom.set_ylim(0, top_pct)
-    step = next(v for v in (2, 5, 10, 20, 25, 50) if top_pct / v <= 3)
-    bottom.set_yticks(np.arange(0, top_pct, step))
+    bottom.set_yticks(ticks)
     bottom.set_xlabel("training step")
     bottom.set_xlim(0, d.n_steps)
     bottom.set_xticks(range(0, d.n_steps + 1, 50))
     bottom.text(0.01, 0.93, "dashed: dynamic scaling;  solid: delayed", transform=bottom.transAxes, fontsize=7.5,
                 va="top")
     bottom.grid(axis="y", color="0.9")
+    # What a move changes: the four curves and the clip marks (the rest is a background drawn once).
+    live(fig).update(bottom=bottom, amax=amax, allowed=allowed, marks=marks, delayed=delayed, dynamic_line=dynamic,
+                     dynamic=[amax, allowed, marks, delayed, dynamic])
+    return readout(data)
+
+
+def update_scaling(fig: Figure, data: ScalingData) -> str:
+    """Move the curves and marks of a figure :func:`draw_scaling` made to ``data``."""
+    d, dyn, artists = data.delayed, data.dynamic, live(fig)
+    steps = np.arange(d.n_steps)
+    artists["amax"].set_data(steps, d.log2_amax)
+    artists["allowed"].set_data(steps, d.log2_scale_amax + d.margin)
+    clipped = np.flatnonzero(d.saturated > 0)
+    artists["marks"].set_data(clipped, d.log2_amax[clipped])
+    artists["delayed"].set_data(steps, 100 * d.flushed)
+    artists["dynamic_line"].set_data(steps, 100 * dyn.flushed)
+    top_pct, ticks = _flushed_ylim(data)
+    if artists["bottom"].get_ylim() != (0, top_pct):
+        artists["bottom"].set_ylim(0, top_pct)
+        artists["bottom"].set_yticks(ticks)
     return readout(data)
 
 
@@ -145,7 +173,8 @@ def delayed_scaling(history: int = 16, margin: int = 0, spike_bits: int = 0) -> 
                                         description=f"spike at step {SPIKE_STEP} (bits)", continuous_update=False,
                                         style=style, layout=layout),
     }
-    plot = LivePlot(scaling_data, draw_scaling, controls, figsize=(7.5, 4.2), title="delayed vs dynamic FP8 scaling")
+    plot = LivePlot(scaling_data, draw_scaling, controls, figsize=(7.5, 4.2), update=update_scaling,
+                    title="delayed vs dynamic FP8 scaling")
     plot.children[0].layout.flex_flow = "row wrap"
     return plot
 
