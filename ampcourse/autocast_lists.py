@@ -94,6 +94,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
 from ampcourse.autocast_trace import _dtype_name, trace
+from ampcourse.tables import Table
 
 __all__ = [
     "AUTOCAST_DISPATCH_KEYS",
@@ -968,15 +969,17 @@ def demo_three_behaviours(device_type: str = "cpu", dtype: torch.dtype = torch.b
     return rows
 
 
-def as_table(rows: Iterable) -> str:
-    """Any rows of this module (dataclasses) as a fixed-width text table; dtypes written short."""
+def as_table(rows: Iterable) -> Table:
+    """Any rows of this module (dataclasses) as a :class:`~ampcourse.tables.Table`, dtypes written short:
+    shown in a notebook as an HTML table that fits the page (no line wrapped mid-word), ``str()`` of it is
+    the fixed-width text version."""
     if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
         raise TypeError(f"rows must be a list of this module's rows (dataclasses), got {type(rows).__name__}")
     rows = list(rows)
     if not all(is_dataclass(row) for row in rows):
         raise TypeError("rows must be this module's rows (dataclasses, e.g. from autocast_lists.lookup)")
     if not rows:
-        return "(no rows)"
+        return Table([], columns=[])
     names = [f.name for f in fields(rows[0])]
 
     def cell(value) -> str:
@@ -988,9 +991,5 @@ def as_table(rows: Iterable) -> str:
             return " ".join(f"{k}:{cell(v)}" for k, v in value.items())
         return str(value)
 
-    lines = [names, *([cell(getattr(row, n)) for n in names] for row in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(names))]
-    text = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(text)
+    return Table([{n: cell(getattr(row, n)) for n in names} for row in rows], columns=names)
 

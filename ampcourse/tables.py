@@ -33,6 +33,8 @@ class Table:
         return fmt(value) if callable(fmt) else fmt.format(value)
 
     def text(self) -> str:
+        if not self.rows:
+            return "\n".join([self.title, "(no rows)"] if self.title else ["(no rows)"])
         cells = [[self.cell(r, c) for c in self.columns] for r in self.rows]
         widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
         lines = [self.title] if self.title else []

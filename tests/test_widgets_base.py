@@ -8,7 +8,17 @@ import pytest
 from matplotlib.figure import Figure
 
 from ampcourse.widgets import REGISTRY
-from ampcourse.widgets.base import DEAD_MESSAGE, LivePlot, figure_png, figure_svg, layered_svg, live
+from ampcourse.widgets.base import (
+    CSS_PX_PER_INCH,
+    DEAD_MESSAGE,
+    STATIC_DPI,
+    LivePlot,
+    Png,
+    figure_png,
+    figure_svg,
+    layered_svg,
+    live,
+)
 
 
 def _draw(fig, k):
@@ -128,3 +138,17 @@ def test_arguments_are_checked():
         _plot(figsize=(0, 3))
     with pytest.raises(ValueError, match="dpi must be"):
         figure_png(Figure(), dpi=0)
+
+
+def test_static_figures_are_sharp_on_hidpi_and_show_at_their_css_size():
+    """A static figure is rendered at two pixels per CSS pixel and tells the notebook its CSS width; its text
+    version (compared by nbval) names only the size, the same on every machine."""
+    fig = Figure(figsize=(7.5, 3.2))
+    fig.subplots().plot([0, 1], [0, 1])
+    png = figure_png(fig)
+    assert isinstance(png, Png) and png.startswith(b"\x89PNG")
+    assert png.pixel_size == (round(7.5 * STATIC_DPI), round(3.2 * STATIC_DPI))
+    data, metadata = png._repr_png_()
+    assert data == bytes(png) and metadata == {"width": round(7.5 * CSS_PX_PER_INCH)}
+    assert png.pixel_size[0] == 2 * metadata["width"]
+    assert repr(png) == "[figure: 1440 × 614 px PNG, shown 720 px wide]"

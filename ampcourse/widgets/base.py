@@ -62,13 +62,43 @@ DEAD_MESSAGE = (
 )
 
 
-def figure_png(fig: Figure, dpi: int = 80) -> bytes:
-    """The figure as PNG bytes (``dpi`` pixels per inch of ``fig``'s size)."""
+STATIC_DPI = 2 * CSS_PX_PER_INCH  # static figures: two pixels per CSS pixel, sharp on a HiDPI screen too
+
+
+class Png(bytes):
+    """PNG bytes that show themselves in a notebook at :data:`CSS_PX_PER_INCH` CSS pixels per inch of the
+    figure (JupyterLab shrinks a wider one to the notebook's width): rendered at :data:`STATIC_DPI`, that is
+    two image pixels per CSS pixel, so the figure is crisp on a normal and on a HiDPI screen. Its ``repr``
+    (the saved notebook's text version) names the size only: the same on every machine."""
+
+    css_width: int
+
+    def __new__(cls, data: bytes, css_width: int) -> Png:
+        png = super().__new__(cls, data)
+        png.css_width = css_width
+        return png
+
+    @property
+    def pixel_size(self) -> tuple[int, int]:
+        """(width, height) in image pixels, read from the PNG header."""
+        return int.from_bytes(self[16:20], "big"), int.from_bytes(self[20:24], "big")
+
+    def _repr_png_(self):
+        return bytes(self), {"width": self.css_width}
+
+    def __repr__(self) -> str:
+        width, height = self.pixel_size
+        return f"[figure: {width} × {height} px PNG, shown {self.css_width} px wide]"
+
+
+def figure_png(fig: Figure, dpi: int = STATIC_DPI) -> Png:
+    """The figure as PNG bytes (``dpi`` pixels per inch of ``fig``'s size), shown in a notebook at
+    :data:`CSS_PX_PER_INCH` CSS pixels per inch (see :class:`Png`)."""
     if isinstance(dpi, bool) or not isinstance(dpi, int) or not 10 <= dpi <= 600:
         raise ValueError(f"dpi must be an int from 10 to 600 (got {dpi!r})")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
-    return buffer.getvalue()
+    return Png(buffer.getvalue(), css_width=round(fig.get_size_inches()[0] * CSS_PX_PER_INCH))
 
 
 def figure_svg(fig: Figure) -> bytes:

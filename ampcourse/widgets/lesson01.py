@@ -36,7 +36,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..floats import FORMATS, Bits, FloatFormat, canonical_name, format_info, from_bits, to_bits, ulp
-from .base import COLORS, LivePlot, figure_png, live
+from .base import COLORS, STATIC_DPI, LivePlot, figure_png, live
 
 __all__ = [
     "BENCHMARK_MOVES",
@@ -148,7 +148,7 @@ def draw_bit_layouts(fig: Figure) -> None:
                bbox_to_anchor=(0.5, 0.925))
 
 
-def bit_layouts_png(dpi: int = 100) -> bytes:
+def bit_layouts_png(dpi: int = STATIC_DPI) -> bytes:
     """The bit-layout figure (:func:`draw_bit_layouts`) as PNG bytes, to save or embed."""
     fig = Figure(figsize=(11.0, 4.2))
     draw_bit_layouts(fig)
@@ -263,7 +263,7 @@ def draw_ulp(fig: Figure, fmts: Iterable[str | torch.dtype] = tuple(FORMATS)) ->
     fig.suptitle("Spacing between neighbouring values (ULP) across magnitudes", fontsize=14, y=0.99)
 
 
-def ulp_png(fmts: Iterable[str | torch.dtype] = tuple(FORMATS), dpi: int = 100) -> bytes:
+def ulp_png(fmts: Iterable[str | torch.dtype] = tuple(FORMATS), dpi: int = STATIC_DPI) -> bytes:
     """The ULP figure (:func:`draw_ulp`) as PNG bytes, to save or embed."""
     fig = Figure(figsize=(11.0, 4.8))
     draw_ulp(fig, fmts)

@@ -35,7 +35,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..scaler_sim import ScalerTrace, overflow_pattern, simulate_grad_scaler
-from .base import COLORS, LivePlot, figure_png, live
+from .base import COLORS, STATIC_DPI, LivePlot, figure_png, live
 
 __all__ = [
     "BENCHMARK_MOVES",
@@ -245,7 +245,7 @@ def _ticks(low: float, high: float, most: int = 6) -> np.ndarray:
 
 
 def trajectory_png(trace: ScalerTrace, *, title: str | None = None, figsize: tuple[float, float] = (7.5, 3.2),
-                   dpi: int = 100) -> bytes:
+                   dpi: int = STATIC_DPI) -> bytes:
     """:func:`draw_trajectory` on a fresh figure, as PNG bytes (to save or embed in a lesson)."""
     fig = Figure(figsize=figsize)
     draw_trajectory(fig, trace, title=title)

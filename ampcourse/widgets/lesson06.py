@@ -244,4 +244,4 @@ def throughput_png(sweep: dict, device_type: str) -> bytes:
     ax.set_ylabel("achieved GFLOP/s")
     ax.set_title(f"achieved throughput on {device_type} (measured)", fontsize=10)
     ax.legend(frameon=False)
-    return figure_png(fig, dpi=90)
+    return figure_png(fig)
