@@ -93,7 +93,8 @@ def readout(data: ScalingData) -> str:
                  f"{_pct(float(d.flushed[SPIKE_STEP + 1:].max()))} of a step's values flush to 0.")
     else:
         spike = ""
-    return f"{clipped}; {flushed}.{spike}"
+    steps = f"{data.history}-step amax history" if data.history > 1 else "amax of the previous step only"
+    return f"Delayed scaling from the {steps}, margin {data.margin}: {clipped}; {flushed}.{spike}"
 
 
 def _flushed_ylim(data: ScalingData) -> tuple[float, list[int]]:
