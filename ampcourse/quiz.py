@@ -83,7 +83,7 @@ class Quiz(widgets.VBox):
             self.buttons.append(button)
             self.results.append(result)
             rows.append(widgets.VBox([
-                widgets.HTML(f"<b>Q{number}.</b> {html.escape(question.prompt)}"),
+                widgets.HTML(f'<div style="line-height:1.4"><b>Q{number}.</b> {html.escape(question.prompt)}</div>'),
                 choice, button, result]))
         super().__init__(rows)
 
@@ -118,8 +118,9 @@ def feedback_html(correct: bool | None, message: str) -> str:
     if correct not in COLOURS:
         raise ValueError(f"correct must be True, False or None (got {correct!r})")
     head = next((w for w in ("Correct", "Not quite", "Pick an answer first") if message.startswith(w)), "")
-    return (f'<span style="color:{COLOURS[correct]}"><b>{html.escape(head)}</b>'
-            f'{html.escape(message[len(head):])}</span>')
+    # line-height: ipywidgets gives HTML content the controls' 28 px, which spreads a wrapped line far apart.
+    return (f'<div style="line-height:1.4;color:{COLOURS[correct]}"><b>{html.escape(head)}</b>'
+            f'{html.escape(message[len(head):])}</div>')
 
 
 def lesson_questions(number: str) -> list[Question]:
