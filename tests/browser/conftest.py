@@ -50,7 +50,7 @@ def page(browser):
     page.close()
 
 
-_COUNTS = {"notebooks opened": 0, "widgets moved": 0, "controls moved": 0}
+_COUNTS = {"notebooks opened": 0, "notebooks run": 0, "widgets moved": 0, "controls moved": 0}
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import pytest
 
 from ampcourse.authoring import KERNELSPEC
 from ampcourse.course import ROOT, published
+from ampcourse.widgets import REGISTRY
 
 from .conftest import ARTIFACTS
 from .lab import (
@@ -23,6 +24,10 @@ from .lab import (
 )
 
 LESSONS = [lesson.filename for lesson in published()]
+# Lessons with a figure widget of their own run in the browser (Run All, every control moved). The others,
+# whose only widget is the quiz (the same class, moved in every lesson above), are opened and checked on
+# their stored outputs — nbval executes them anyway; running them here too cost ~2 of the suite's 15 minutes.
+RUN_IN_BROWSER = {name.split(".")[0].removeprefix("lesson") for name in REGISTRY}
 
 
 @pytest.mark.parametrize("name", LESSONS)
@@ -32,19 +37,22 @@ def test_lesson_runs_clean_and_every_widget_moves(lab, page, counts, name):
     page.wait_for_timeout(500)  # the kernel's language_info arrives with its first reply
     assert not is_dirty(page), (f"{name} opens already modified: its stored metadata differs from what the "
                                 "kernel fills in (authoring.LANGUAGE_INFO)")
-    run_all(page)
     counts["notebooks opened"] += 1
-    errors = error_outputs(save_and_read(page, lab, path))
-    assert not errors, f"{name} shows errors after Run All: {errors}"
-    areas = interactive_outputs(page)
-    expected = sum(1 for cell in nbformat.read(ROOT / path, as_version=4).cells
-                   for output in cell.get("outputs", [])
-                   if "application/vnd.jupyter.widget-view+json" in output.get("data", {}))
-    assert len(areas) == expected, f"{name}: {expected} widget outputs stored, {len(areas)} rendered as widgets"
-    for area in areas:
-        area.scroll_into_view_if_needed()
-        counts["controls moved"] += move_widget(page, area)
-        counts["widgets moved"] += 1
+    areas = []
+    if name[:2] in RUN_IN_BROWSER:
+        run_all(page)
+        counts["notebooks run"] += 1
+        errors = error_outputs(save_and_read(page, lab, path))
+        assert not errors, f"{name} shows errors after Run All: {errors}"
+        areas = interactive_outputs(page)
+        expected = sum(1 for cell in nbformat.read(ROOT / path, as_version=4).cells
+                       for output in cell.get("outputs", [])
+                       if "application/vnd.jupyter.widget-view+json" in output.get("data", {}))
+        assert len(areas) == expected, f"{name}: {expected} widget outputs stored, {len(areas)} rendered as widgets"
+        for area in areas:
+            area.scroll_into_view_if_needed()
+            counts["controls moved"] += move_widget(page, area)
+            counts["widgets moved"] += 1
     stem = name.removesuffix(".ipynb")
     clipped = overflowing(page)
     assert not clipped, f"{stem} at 1280 px with the file browser open: outputs wider than their cell: {clipped}"
