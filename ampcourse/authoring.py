@@ -287,8 +287,8 @@ def merge_exercise(learner: nbformat.NotebookNode, template: nbformat.NotebookNo
     anchor = -1
     for cell in learner.cells:
         index = by_id.get(cell.get("id"))
-        if index is not None and index in matched:
-            index = None
+        if index is not None and (index in matched or template.cells[index].cell_type != cell.cell_type):
+            index = None  # taken, or the learner turned it into another kind of cell (a check into markdown)
         if index is None:
             index = next((i for i, t in enumerate(template.cells)
                           if i not in matched and t.cell_type == cell.cell_type and t.source == cell.source), None)

@@ -15,6 +15,10 @@ cells before it are run again and grading goes on with the next task. A notebook
 (a half-written save, merge-conflict markers) is reported and the others are graded.
 
 Grading reads the *saved* notebooks: save in JupyterLab first (Ctrl+S).
+
+:func:`check_cell_problems` says which tasks' check cells are not as the course made them (deleted,
+emptied, edited, or marked for nbval to skip); ``pytest --nbval exercises/`` uses it too
+(:mod:`ampcourse.pytest_plugin`), so a run without the real checks never looks like a pass.
 """
 
 from __future__ import annotations
@@ -163,6 +167,83 @@ def _reason(run: CellRun, timeout: float) -> str:
     return f"{run.ename}: {ANSI.sub('', run.evalue).strip()}{where}"
 
 
+# --- the check cells a learner's notebook should hold ---------------------------------------------------
+
+RESTORE = ("Restore it: `python -m ampcourse build` puts the course's check cells back into exercises/ and keeps "
+           "your answers (a backup goes to exercises/.backup/)")
+
+
+@dataclass
+class CheckCellProblem:
+    """A task whose check cell is not the one the course made: ``what`` happened to it."""
+
+    task: str
+    what: str  # "was deleted", "was emptied", "was edited", "is marked `# NBVAL_SKIP` ...", ...
+
+    def message(self) -> str:
+        return (f"{self.task}: its check cell {self.what}, so this task's check did not count. {RESTORE}.")
+
+
+def _nbval_markers(cell) -> list[str]:
+    """The nbval markers on ``cell`` that stop its error from failing the run (skip it, or expect it to raise),
+    read with nbval's own tables, so exactly what nbval honours."""
+    from nbval.plugin import comment_markers, metadata_tags
+
+    def silences(marker) -> bool:
+        option, on = marker if isinstance(marker, tuple) else (marker, True)
+        return on and option in ("skip", "check_exception")
+
+    found = [f"`{line.strip()}`" for line in cell.source.splitlines() if line.strip().startswith("#")
+             and silences(comment_markers.get(line.strip().lstrip("#").strip(), ("", False)))]
+    found += [f"the tag `{tag}`" for tag in tags(cell) if silences(metadata_tags.get(tag, ("", False)))]
+    return found
+
+
+def check_cell_problems(learner, template) -> list[CheckCellProblem]:
+    """Each check cell of ``template`` (the exercise as generated) that ``learner`` does not hold as it is.
+
+    A learner cell is matched to a check cell by identical source, else by its cell id (JupyterLab keeps
+    ids). A check cell is fine when it is still a code cell tagged ``check`` with the same source and no
+    nbval marker that skips it or expects it to raise.
+    """
+    by_id = {cell.get("id"): cell for cell in learner.cells if cell.get("id")}
+    used: set[int] = set()
+    problems = []
+    for index, check in enumerate(template.cells):
+        if "check" not in tags(check):
+            continue
+        task = task_title(template.cells, index)
+        mine = next((c for c in learner.cells if id(c) not in used and c.cell_type == "code"
+                     and c.source == check.source), None)
+        if mine is None and check.get("id") and id(by_id.get(check.get("id"))) not in used:
+            mine = by_id.get(check.get("id"))
+        if mine is None:
+            problems.append(CheckCellProblem(task, "was deleted"))
+            continue
+        used.add(id(mine))
+        markers = _nbval_markers(mine) if mine.cell_type == "code" else []
+        if mine.cell_type != "code":
+            problems.append(CheckCellProblem(task, f"was turned into a {mine.cell_type} cell"))
+        elif not mine.source.strip():
+            problems.append(CheckCellProblem(task, "was emptied"))
+        elif markers:
+            problems.append(CheckCellProblem(task, f"carries {' and '.join(markers)}, which tells nbval not to "
+                                                   "count its failure"))
+        elif mine.source != check.source:
+            problems.append(CheckCellProblem(task, "was edited"))
+        elif "check" not in tags(mine):
+            problems.append(CheckCellProblem(task, "lost its `check` tag"))
+    return problems
+
+
+def exercise_template(notebook: Path, root: Path = ROOT):
+    """The exercise ``notebook`` as ``build`` generates it from ``root/solutions/``; None without a solution."""
+    solution = root / "solutions" / notebook.name
+    if not solution.exists():
+        return None
+    return make_exercise(read(solution), solution.name)
+
+
 # --- one exercise ---------------------------------------------------------------------------------------
 
 def _unreadable(path: Path, err: Exception) -> str:
@@ -184,13 +265,12 @@ def plan(notebook: Path, root: Path = ROOT):
     notebook's own cells tagged ``check`` (a notebook the course did not generate).
     """
     learner = read(notebook)
-    solution = root / "solutions" / notebook.name
+    template = exercise_template(notebook, root)
     notes: list[str] = []
-    if not solution.exists():
+    if template is None:
         cells = list(learner.cells)
         checks = {i: task_title(cells, i) for i, c in enumerate(cells) if "check" in tags(c)}
         return cells, checks, notes
-    template = make_exercise(read(solution), solution.name)
     merged = merge_exercise(learner, template).notebook
     expected = {c.source for c in template.cells if "check" in tags(c)}
     cells, checks = [], {}
@@ -206,7 +286,8 @@ def plan(notebook: Path, root: Path = ROOT):
                 next(t for t in template.cells if t.source == cell.source)))
         cells.append(cell)
     learner_checks = [c.source for c in learner.cells if "check" in tags(c)]
-    if len(learner_checks) < len(expected) or any(NBVAL_MARKER.search(s) for s in learner_checks):
+    if (len(learner_checks) < len(expected) or any(NBVAL_MARKER.search(s) for s in learner_checks)
+            or check_cell_problems(learner, template)):
         notes.append("check cells were deleted, edited or marked to be skipped; the grader ran the original checks")
     return cells, checks, list(dict.fromkeys(notes))
 

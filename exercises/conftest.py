@@ -7,11 +7,15 @@ timings), and they are not what is graded. Grading reads the saved notebooks: sa
 * A cell gets ``EXERCISE_CELL_TIMEOUT`` seconds unless ``--nbval-cell-timeout`` is given: a loop that
   never ends fails its cell instead of hanging the run (nbval's own default is 2000 s per cell).
 * ``# NBVAL_SKIP`` / ``# NBVAL_RAISES_EXCEPTION`` (or the matching tags) in a check cell are ignored:
-  a check always runs and must pass. (``python -m ampcourse grade`` goes further: it runs the original
-  checks from ``solutions/`` even if a check cell was deleted or edited.)
+  a check always runs and must pass.
+* A task whose check cell was deleted, emptied, edited or marked to be skipped gets a failing test of its
+  own that names the task and how to restore the cell (:mod:`ampcourse.pytest_plugin`). (``python -m
+  ampcourse grade`` goes further: it runs the original checks from ``solutions/`` in their place.)
 """
 
 from pathlib import Path
+
+from ampcourse.pytest_plugin import pytest_collect_file  # noqa: F401 - a hook: the check cells each task must keep
 
 HERE = Path(__file__).resolve().parent
 EXERCISE_CELL_TIMEOUT = 180  # seconds; the same default as ampcourse.grading.DEFAULT_TIMEOUT

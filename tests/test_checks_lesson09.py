@@ -1,34 +1,54 @@
 """Exercise 09: the check passes the right step and names each typical wrong one (the fixtures)."""
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from ampcourse import capstone
 from ampcourse.checks import CheckFailed, NotStarted, lesson09
 
 
 def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler", scheduler_on="applied",
-         unscale=True):
+         unscale=True, record="right", empty="check"):
     """A train_window with one mistake switched on (the defaults are the right answer)."""
     def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
+        if not micro_batches:
+            if empty == "check":
+                raise ValueError("micro_batches must hold at least one (x, y) pair")
+            if empty == "unnamed":
+                raise ValueError("empty window")
+            if empty == "return":
+                return {"stepped": False, "grad_norm": 0.0, "loss": 0.0}
         if zero_grad == "start":
             optimizer.zero_grad(set_to_none=True)
+        device_type = micro_batches[0][0].device.type  # IndexError on an empty window (empty="index")
+        total, last, undivided = 0.0, 0.0, 0.0
         for x, y in micro_batches:
             if zero_grad == "every micro-batch":
                 optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(device_type=x.device.type, dtype=dtype, enabled=dtype != torch.float32):
+            with torch.autocast(device_type=device_type, dtype=dtype, enabled=dtype != torch.float32):
                 loss = F.cross_entropy(model(x), y)
+            undivided += loss.item()
             if divide:
                 loss = loss / len(micro_batches)
+            total, last = total + loss.item(), loss
             scaler.scale(loss).backward()
         if zero_grad == "before step":
             optimizer.zero_grad(set_to_none=True)
+        norm = None
+        if record == "norm before unscale_":
+            norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
         if clip == "before unscale_":
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if unscale:
             scaler.unscale_(optimizer)
         if clip == "after unscale_":
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            clipped = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            norm = clipped if norm is None else norm
+        if norm is None or record == "norm after clip":
+            norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
         before = scaler.get_scale()
         if scheduler_on == "before step":
             scheduler.step()
@@ -37,9 +57,32 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
         else:
             optimizer.step()
         scaler.update()
-        if scheduler_on == "always" or (scheduler_on == "applied" and scaler.get_scale() >= before) or (
+        stepped = scaler.get_scale() >= before
+        if scheduler_on == "always" or (scheduler_on == "applied" and stepped) or (
                 scheduler_on == "scale unchanged" and scaler.get_scale() == before):
             scheduler.step()
+        out = {"stepped": stepped, "grad_norm": norm.item(), "loss": total}
+        if record == "none":
+            return None
+        if record == "tuple":
+            return stepped, norm.item(), total
+        if record == "no loss":
+            del out["loss"]
+        if record == "norm tensor":
+            out["grad_norm"] = norm
+        if record == "scaled loss":
+            out["loss"] = total * before  # the window's loss × the scale
+        if record == "last loss":
+            out["loss"] = last.item()
+        if record == "losses not divided":
+            out["loss"] = undivided
+        if record == "stepped always":
+            out["stepped"] = True
+        if record == "stepped only if scale unchanged":
+            out["stepped"] = scaler.get_scale() == before
+        if record == "finite norm on a skip":
+            out["grad_norm"] = norm.item() if stepped else 0.0
+        return out
     return train_window
 
 
@@ -51,14 +94,32 @@ def test_right_answer_passes(capsys):
 
 def test_zero_grad_after_the_step_is_also_right(capsys):
     def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
-        step(zero_grad="never")(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)
+        record = step(zero_grad="never")(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)
         optimizer.zero_grad(set_to_none=True)
-    optimizer_first = torch.optim.SGD  # noqa: F841 - the first window starts with no gradients anyway
+        return record
     lesson09.train_window(train_window)
     assert capsys.readouterr().out.startswith("✓ Task 1")
 
 
+def lesson_code_pasted():
+    """Lesson 09's printed train_window (signature and body, as its cell prints them), pasted with its imports."""
+    from collections.abc import Sequence
+
+    from torch import nn
+
+    from ampcourse import capstone
+    from ampcourse.scaler_run import step_was_skipped
+
+    signature, _, body = inspect.getsource(capstone.train_window).split('"""')
+    namespace = {"torch": torch, "nn": nn, "Sequence": Sequence, "step_was_skipped": step_was_skipped}
+    exec(signature.rstrip() + "\n" + body.lstrip("\n"), namespace)  # noqa: S102 - what a learner would paste
+    return namespace["train_window"]
+
+
 MISTAKES = {
+    "imported from the course": (capstone.train_window,
+                                 "this is ampcourse.capstone.train_window imported from the course; write your own"),
+    "lesson 09's code pasted": (lesson_code_pasted(), "returned None: return a dict"),
     "scheduler stepped on a skipped step": (step(scheduler_on="always"),
                                             "you stepped the scheduler on a skipped step"),
     "clipping before unscale_": (step(clip="before unscale_"), "you clipped before `unscale_`"),
@@ -72,6 +133,22 @@ MISTAKES = {
     "no unscale_": (step(unscale=False), "never called `scaler.unscale_"),
     "no clipping": (step(clip="never"), "above max_norm"),
     "scheduler frozen when the scale grows": (step(scheduler_on="scale unchanged"), "the scale \\*grew\\*"),
+    "record: nothing returned": (step(record="none"), "returned None: return a dict"),
+    "record: a tuple": (step(record="tuple"), "return a dict with the keys"),
+    "record: a key missing": (step(record="no loss"), "has no 'loss'"),
+    "record: grad_norm a tensor": (step(record="norm tensor"), "'grad_norm' is a tensor"),
+    "record: grad_norm before unscale_": (step(record="norm before unscale_"), "before `scaler.unscale_`"),
+    "record: grad_norm after clipping": (step(record="norm after clip"), "\\*after\\* clipping"),
+    "record: finite grad_norm on a skipped step": (step(record="finite norm on a skip"), "yet 'grad_norm' is"),
+    "record: the scaled loss": (step(record="scaled loss"), "you reported the scaled loss"),
+    "record: the last micro-batch's loss": (step(record="last loss"), "only the last micro-batch"),
+    "record: losses not divided": (step(record="losses not divided"), "without dividing each by the window"),
+    "record: stepped always True": (step(record="stepped always"), "'stepped' is True, but GradScaler skipped"),
+    "record: stepped False when the scale grew": (step(record="stepped only if scale unchanged"),
+                                                  "'stepped' is False, but the optimizer step was applied"),
+    "empty window: IndexError": (step(empty="index"), "micro_batches == \\[\\]\\) raised IndexError"),
+    "empty window: ValueError without the argument": (step(empty="unnamed"), "name the argument"),
+    "empty window: returns normally": (step(empty="return"), "returned normally"),
 }
 
 
@@ -82,9 +159,29 @@ def test_mistakes_are_named(fn, words):
     assert not isinstance(info.value, NotStarted)
 
 
+def test_the_course_function_and_the_lesson_code_fail_before_training():
+    # Neither the import nor the paste ever gets a pass: the course's function returns nothing, and the check
+    # says so before it trains (the message names what is missing).
+    for fn in (capstone.train_window, lesson_code_pasted()):
+        with pytest.raises(CheckFailed) as info:
+            lesson09.train_window(fn)
+        assert "return" in str(info.value) or "write your own" in str(info.value)
+    assert capstone.train_window(*_tiny_window_args()) is None  # the course's version reports nothing
+
+
+def _tiny_window_args():
+    from ampcourse.checks.tiny import micro_batches, tiny_model
+
+    model = tiny_model("cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    scaler = torch.amp.GradScaler("cpu")
+    return model, optimizer, scaler, scheduler, micro_batches("cpu", 2), 1.0, torch.float16
+
+
 def test_stub_is_not_started():
     def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
-        raise NotImplementedError("autocast, loss / len, scaled backward, unscale_, clip, step, update, scheduler")
+        raise NotImplementedError("one optimizer step from the window; return what happened")
     with pytest.raises(NotStarted, match="not started"):
         lesson09.train_window(train_window)
 

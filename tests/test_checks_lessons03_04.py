@@ -1,5 +1,8 @@
 """Exercises 03–04: the checks pass right answers and name each typical wrong one (the fixtures)."""
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
@@ -211,13 +214,69 @@ WRONG_STEPS = {
 }
 
 
+def float32(value):
+    return torch.tensor(value, dtype=torch.float32).item()
+
+
 def update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
     if found_inf:
-        return scale * backoff_factor, 0
+        return float32(scale * backoff_factor), 0
     tracker += 1
     if tracker == growth_interval:
-        return scale * growth_factor, 0
+        grown = float32(scale * growth_factor)
+        return (grown if math.isfinite(grown) else scale), 0
     return scale, tracker
+
+
+def update_numpy_style(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """A correct alternative: numpy's float32 for the rounding, a comparison with float32's max for the guard."""
+    top = float(np.finfo(np.float32).max)
+    if found_inf:
+        return float(np.float32(scale * backoff_factor)), 0
+    if tracker + 1 < growth_interval:
+        return scale, tracker + 1
+    with np.errstate(over="ignore"):
+        grown = float(np.float32(scale * growth_factor))
+    return (scale if grown > top else grown), 0
+
+
+def update_python_floats(scale, tracker, found_inf, g, b, n):
+    """The rule right, but the scale kept as a Python float (float64): no float32 rounding, no inf guard needed."""
+    if found_inf:
+        return scale * b, 0
+    tracker += 1
+    return (scale * g, 0) if tracker == n else (scale, tracker)
+
+
+def update_float32_maths(scale, tracker, found_inf, g, b, n):
+    """Multiplies float32 by float32(factor): the factor is rounded before the product."""
+    if found_inf:
+        return float(np.float32(scale) * np.float32(b)), 0
+    tracker += 1
+    if tracker < n:
+        return scale, tracker
+    with np.errstate(over="ignore"):
+        grown = float(np.float32(scale) * np.float32(g))
+    return (grown if math.isfinite(grown) else scale), 0
+
+
+def update_grows_into_inf(scale, tracker, found_inf, g, b, n):
+    """Rounds to float32 but takes the grown scale even when it is inf."""
+    if found_inf:
+        return float32(scale * b), 0
+    tracker += 1
+    return (float32(scale * g), 0) if tracker == n else (scale, tracker)
+
+
+def update_guard_keeps_tracker(scale, tracker, found_inf, g, b, n):
+    """Refuses to grow into inf, but then forgets to reset the tracker."""
+    if found_inf:
+        return float32(scale * b), 0
+    tracker += 1
+    if tracker < n:
+        return scale, tracker
+    grown = float32(scale * g)
+    return (grown, 0) if math.isfinite(grown) else (scale, tracker)
 
 
 def update_every_step(scale, tracker, found_inf, g, b, n):
@@ -249,7 +308,27 @@ WRONG_UPDATES = {
     "tracker not reset on inf": (update_no_reset_on_inf, "reset the growth tracker to 0 as well"),
     "no backoff": (update_no_backoff, "multiply the scale by backoff_factor"),
     "returns the scale only": (lambda s, t, f, g, b, n: s, "return a tuple"),
+    "scale kept as a Python float (no float32 rounding)": (update_python_floats, "stored as 3.299999952316284"),
+    "float32 arithmetic (factor rounded first)": (update_float32_maths, "you multiplied in float32"),
+    "grows into inf": (update_grows_into_inf, "never grows its scale into inf"),
+    "tracker kept when growth is refused": (update_guard_keeps_tracker, "the tracker still goes back to 0"),
 }
+
+
+def test_update_scale_cases_teach_what_the_task_says():
+    # The task text: 3.0 × 1.1 becomes the float32 nearest to 3.3, not Python's 3.0 * 1.1; 2**127 never grows to inf.
+    gentle = next(p for p in lesson04.PATTERNS if p[2] == 1.1)
+    assert lesson04.torch_updates(*gentle[1:])[0] == (3.299999952316284, 0) != (3.0 * 1.1, 0)
+    assert float32(3.0 * 1.1) == 3.299999952316284
+    top = next(p for p in lesson04.PATTERNS if p[5] == 2.0**126)
+    scales = [scale for scale, _ in lesson04.torch_updates(*top[1:])]
+    assert scales[:2] == [2.0**127, 2.0**127] and all(math.isfinite(s) for s in scales)
+
+
+def test_python_float_scaler_fails_only_where_float32_shows(capsys):
+    # Without the two details a scaler passes the power-of-two patterns and fails first on the 1.1 one.
+    with pytest.raises(CheckFailed, match="a gentle growth factor 1.1"):
+        lesson04.update_scale(update_python_floats)
 
 
 def test_right_answers_pass(capsys):
@@ -258,8 +337,9 @@ def test_right_answers_pass(capsys):
     lesson04.amp_step(step_right)
     lesson04.update_scale(update_right)
     lesson04.amp_step(step_alternative_style)  # torch.amp.autocast, set_to_none=False, device.type, float(loss)
+    lesson04.update_scale(update_numpy_style)  # numpy's float32 and a comparison with float32's max
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 5 and all(line.startswith("✓ Task") for line in lines)
+    assert len(lines) == 6 and all(line.startswith("✓ Task") for line in lines)
 
 
 CASES = (

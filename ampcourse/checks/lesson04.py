@@ -145,59 +145,117 @@ def amp_step(fn) -> None:
 
 # --- Task 2: a dynamic loss scaler ----------------------------------------------------------------------
 
-PATTERNS = [
-    ("no overflow for 10 steps", [False] * 10, 2.0, 0.5, 3),
-    ("an overflow in the middle", [False, False, True, False, False, False, False], 2.0, 0.5, 3),
-    ("overflow just before growth", [False, False, True, False, False, False, False, False], 2.0, 0.5, 3),
-    ("two overflows in a row", [True, True, False, False, False, False], 4.0, 0.25, 2),
-    ("growth every step", [False, False, True, False, False], 2.0, 0.5, 1),
+PATTERNS = [  # (what, found_inf per step, growth_factor, backoff_factor, growth_interval, init_scale)
+    ("no overflow for 10 steps", [False] * 10, 2.0, 0.5, 3, 1024.0),
+    ("an overflow in the middle", [False, False, True, False, False, False, False], 2.0, 0.5, 3, 1024.0),
+    ("overflow just before growth", [False, False, True, False, False, False, False, False], 2.0, 0.5, 3, 1024.0),
+    ("two overflows in a row", [True, True, False, False, False, False], 4.0, 0.25, 2, 1024.0),
+    ("growth every step", [False, False, True, False, False], 2.0, 0.5, 1, 1024.0),
+    # float32 rounding: 3.0 × 1.1 is stored as the float32 nearest to 3.3 (a power-of-two factor hides it)
+    ("a gentle growth factor 1.1 from scale 3", [False, False, False, True, False, False], 1.1, 0.5, 1, 3.0),
+    # the inf guard: 2**127 × 2 is inf in float32 (a finite 3.4e38 as a Python float); GradScaler keeps 2**127
+    ("a scale near float32's largest value", [False, False, True, False, False], 2.0, 0.5, 1, 2.0**126),
 ]
 
 
+def _float32(value: float) -> float:
+    """``value`` rounded to float32 (inf beyond float32's range), as a Python float."""
+    return torch.tensor(value, dtype=torch.float64).float().item()
+
+
+def torch_updates(found_inf, growth_factor, backoff_factor, growth_interval, init_scale):
+    """``(scale, tracker)`` after each ``update()`` of a real ``torch.amp.GradScaler`` (CPU), step i overflowing
+    iff ``found_inf[i]``: a one-parameter model whose loss is multiplied by inf on an overflowing step."""
+    param = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.SGD([param], lr=2.0**-10)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_factor=growth_factor,
+                                  backoff_factor=backoff_factor, growth_interval=growth_interval)
+    out = []
+    for overflow in found_inf:
+        optimizer.zero_grad()
+        scaler.scale(param.sum() * (math.inf if overflow else 1.0)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        out.append((scaler.get_scale(), scaler.state_dict()["_growth_tracker"]))
+    return out
+
+
 def _wrong_updates(scale, tracker, found_inf, g, b, n):
-    """What typical wrong update rules give, with the message naming each."""
+    """What typical wrong update rules give, with the message naming each (the first match is reported)."""
     out = []
     if not found_inf:
+        grown64, grown32 = scale * g, _float32(scale * g)
         if tracker + 1 >= n:
-            out.append(((scale * g, tracker + 1), "after growing, reset the growth tracker to 0."))
-        out.append(((scale * g, tracker + 1), "you grew the scale after every step. Grow only when the tracker "
-                                              "of consecutive finite steps reaches growth_interval."))
+            if math.isinf(grown32):
+                out.append(((grown32, 0), f"{scale:g} × {g:g} is inf in float32, and GradScaler never grows its "
+                                          "scale into inf: when the grown scale rounds to inf, it keeps the old "
+                                          "scale (and the tracker still goes back to 0)."))
+                out.append(((grown64, 0), f"you returned {grown64:g}, a finite Python float, but GradScaler's scale "
+                                          "is a float32 tensor, where it is inf (float32 ends near 3.4e38). "
+                                          "GradScaler never grows into inf: it keeps the old scale. Round the "
+                                          "product to float32 and keep the old scale when that is inf."))
+                out.append(((scale, tracker + 1), "when GradScaler refuses to grow (the grown scale would be inf), "
+                                                  "the tracker still goes back to 0."))
+            elif grown64 != grown32:
+                out.append(((grown64, 0), f"GradScaler keeps its scale in a float32 tensor: {scale!r} × {g:g} is "
+                                          f"stored as {grown32!r}, the nearest float32, not {grown64!r}. Round "
+                                          "each new scale to float32 (the product itself is computed in float64)."))
+                float32_maths = _float32(_float32(scale) * _float32(g))
+                if float32_maths != grown32:
+                    out.append(((float32_maths, 0), f"you multiplied in float32 (the factor {g:g} rounded to float32 "
+                                                    f"first), giving {float32_maths!r}; GradScaler multiplies in "
+                                                    f"float64 and rounds the product once: {grown32!r}."))
+            out.append(((grown64, tracker + 1), "after growing, reset the growth tracker to 0."))
+        out.append(((grown64, tracker + 1), "you grew the scale after every step. Grow only when the tracker "
+                                            "of consecutive finite steps reaches growth_interval."))
         out.append(((scale, tracker), "on a finite step, add 1 to the growth tracker."))
     else:
         out.append(((scale * b, tracker), "on an overflow, reset the growth tracker to 0 as well as backing off."))
         out.append(((scale, 0), "on an overflow, multiply the scale by backoff_factor."))
         out.append(((scale * b, 1), "on an overflow the tracker goes back to 0, not 1."))
+        if scale * b != _float32(scale * b):
+            out.append(((scale * b, 0), f"GradScaler keeps its scale in a float32 tensor: round the backed-off "
+                                        f"scale to float32 ({_float32(scale * b)!r}, not {scale * b!r})."))
     return out
 
 
+def _as_pair(got):
+    try:
+        return float(got[0]), int(got[1])
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def update_scale(fn) -> None:
-    """Task 2: ``update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval)``."""
+    """Task 2: ``update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval)``.
+
+    Every pattern is compared, step by step, with a real ``torch.amp.GradScaler``: a growth factor of 1.1 shows
+    the float32 rounding of the scale, a scale near float32's largest value shows that it never grows into inf.
+    """
     task = "Task 2 (update_scale)"
     require_callable(task, fn, "update_scale")
     steps = 0
-    for what, found, g, b, n in PATTERNS:
-        trace = simulate_grad_scaler(found, init_scale=1024.0, growth_factor=g, backoff_factor=b, growth_interval=n)
-        scale, tracker = 1024.0, 0
-        for i, inf in enumerate(found):
+    for what, found, g, b, n, init in PATTERNS:
+        scale, tracker = init, 0
+        for i, (inf, want) in enumerate(zip(found, torch_updates(found, g, b, n, init), strict=True)):
             got = call(task, fn, "update_scale", scale, tracker, inf, g, b, n)
-            if not isinstance(got, tuple) or len(got) != 2:
+            if not isinstance(got, tuple) or len(got) != 2 or _as_pair(got) is None:
                 raise fail(task, f"return a tuple (new_scale, new_tracker); you returned {got!r}.")
-            want = (trace.scales[i + 1] if i + 1 < len(found) else trace.final_scale, trace.growth_tracker[i])
-            if (float(got[0]), got[1]) != want:
+            pair = _as_pair(got)
+            if pair != want:
                 context = (f"pattern '{what}' (growth_factor={g}, backoff_factor={b}, growth_interval={n}), step {i}: "
-                           f"from scale {scale:g}, tracker {tracker}, found_inf={inf} you returned {got}, "
-                           f"GradScaler gives {want}")
+                           f"from scale {scale!r}, tracker {tracker}, found_inf={inf} you returned "
+                           f"({pair[0]!r}, {pair[1]}), torch.amp.GradScaler gives {want}")
                 for wrong, message in _wrong_updates(scale, tracker, inf, g, b, n):
-                    if (float(got[0]), got[1]) == wrong:
+                    if pair == wrong:
                         raise fail(task, f"{context}: {message}")
-                raise fail(task, f"{context}. The rule: on inf, scale × backoff_factor and tracker 0; "
-                                 "otherwise tracker + 1, and when it reaches growth_interval, scale × growth_factor "
-                                 "and tracker 0.")
-            scale, tracker = float(got[0]), got[1]
+                raise fail(task, f"{context}. The rule: on inf, scale × backoff_factor and tracker 0; otherwise "
+                                 "tracker + 1, and when it reaches growth_interval, scale × growth_factor and tracker "
+                                 "0 — each new scale rounded to float32, and never grown into inf.")
+            scale, tracker = pair
             steps += 1
-    if not math.isfinite(scale):
-        raise fail(task, "the scale became inf.")
-    passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns.")
+    passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns, "
+                 "float32 rounding of a 1.1 growth factor and the refusal to grow into inf included.")
 
 # --- Task 3: read a scale log ------------------------------------------------------------------------------------
 
@@ -324,11 +382,14 @@ HINTS = {
     ],
     'update_scale': [
         ("There are two cases: the step found an inf, or it did not. Lesson 04's scale trajectory shows "
-         'what happens in each.'),
+         'what happens in each. And in which dtype does GradScaler keep its scale? (Find where `_scale` is '
+         'created in torch/amp/grad_scaler.py.)'),
         ('On inf: back off and start counting again. Otherwise: count one more clean step, and grow only '
-         'when the count reaches growth_interval.'),
-        ('if found_inf: return scale × backoff_factor, 0; tracker + 1; if it equals growth_interval: '
-         'return scale × growth_factor, 0; else return scale, tracker + 1.'),
+         'when the count reaches growth_interval. Every new scale is rounded to float32, and a grown scale '
+         'that is inf in float32 is not taken (the old one stays).'),
+        ('if found_inf: return float32(scale × backoff_factor), 0; tracker + 1; if it equals '
+         'growth_interval: grown = float32(scale × growth_factor), return (grown if finite else scale), 0; '
+         'else return scale, tracker + 1 — with float32(v) = torch.tensor(v, dtype=torch.float32).item().'),
     ],
     'skipped_steps': [
         ('What does update() do to the scale after a skipped step, and what after a clean one? (Lesson '

@@ -3,15 +3,20 @@
 ``train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)`` is run on a tiny
 model with spies (:mod:`ampcourse.checks.spies`, plus a spy scheduler here) that record the order of the
 calls and the gradients the optimizer really steps with; then with a loss scale so large that float16
-overflows (the step must be skipped, and the scheduler must not advance); then it trains the digits
-model of lesson 09 for a short run.
+overflows (the step must be skipped, and the scheduler must not advance); then on an empty window (it
+must raise ``ValueError``); then it trains the digits model of lesson 09 for a short run. On every window
+the record it returns (``stepped``, ``grad_norm``, ``loss``) is compared with what really happened — which
+``ampcourse.capstone.train_window``, the version lesson 09 prints, does not report.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections.abc import Mapping
 
 import torch
+import torch.nn.functional as F
 
 from ..device import pick_device
 from . import CheckFailed, call, fail, hints, passed, require_callable
@@ -63,14 +68,18 @@ def _objects(device, log, init_scale=SCALE, growth_interval=10_000):
     return model, optimizer, scaler, scheduler
 
 
-def _run(fn, device, log, objects, window, max_norm):
-    """Call the learner's function on one window; name what the log shows if it raised."""
+def _run(fn, device, log, objects, window, max_norm, results=None):
+    """Call the learner's function on one window; name what the log shows if it raised.
+
+    Returns the window's part of the log; what the function returned is appended to ``results``.
+    """
     start = len(log)
     model, optimizer, scaler, scheduler = objects
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # e.g. torch's "lr_scheduler.step() before optimizer.step()"
-            call(TASK, fn, "train_window", model, optimizer, scaler, scheduler, window, max_norm, torch.float16)
+            result = call(TASK, fn, "train_window", model, optimizer, scaler, scheduler, window, max_norm,
+                          torch.float16)
     except CheckFailed:
         _zero_grad_mistakes(log[start:])
         calls = log[start:]
@@ -78,7 +87,101 @@ def _run(fn, device, log, objects, window, max_norm):
             raise fail(TASK, "you called `scaler.unscale_(optimizer)` more than once in one step (torch refuses): "
                              "unscale once per window, after the last backward, just before clipping.") from None
         raise
+    if results is not None:
+        results.append(result)
     return log[start:]
+
+
+# --- the record train_window returns: {"stepped": bool, "grad_norm": float, "loss": float} ---------------------
+
+KEYS = ("stepped", "grad_norm", "loss")
+
+
+def _record(result) -> Mapping:
+    """The learner's record, or a failure naming what is missing."""
+    if result is None:
+        raise fail(TASK, "your train_window returned None: return a dict {'stepped': ..., 'grad_norm': ..., "
+                         "'loss': ...} saying what the step did (the version lesson 09 prints returns nothing; "
+                         "this task asks for more).")
+    if not isinstance(result, Mapping):
+        raise fail(TASK, f"return a dict with the keys 'stepped', 'grad_norm' and 'loss' (you returned a "
+                         f"{type(result).__name__}).")
+    missing = [k for k in KEYS if k not in result]
+    if missing:
+        raise fail(TASK, f"the dict you returned has no {', '.join(repr(k) for k in missing)}: return "
+                         "{'stepped': ..., 'grad_norm': ..., 'loss': ...}.")
+    for key, kind in (("grad_norm", "float"), ("loss", "float")):
+        value = result[key]
+        if isinstance(value, torch.Tensor):
+            raise fail(TASK, f"'{key}' is a tensor: return it as a Python {kind} (`.item()`), so the record does "
+                             "not keep tensors (and, for the loss, its autograd graph) alive.")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail(TASK, f"'{key}' should be a Python float (you gave a {type(value).__name__}).")
+    if not isinstance(result["stepped"], bool):
+        raise fail(TASK, f"'stepped' should be True or False, a Python bool (you gave a "
+                         f"{type(result['stepped']).__name__}: compare two `scaler.get_scale()` floats).")
+    return result
+
+
+def _close(a: float, b: float, rel: float) -> bool:
+    return math.isfinite(a) and abs(a - b) <= rel * abs(b)
+
+
+def _check_stepped(record, applied: bool, why: str) -> None:
+    if record["stepped"] != applied:
+        if applied:
+            raise fail(TASK, f"'stepped' is False, but the optimizer step was applied ({why}). A step is skipped "
+                             "only when `scaler.update()` lowers the scale.")
+        raise fail(TASK, f"'stepped' is True, but GradScaler skipped this step ({why}): report False when "
+                         "`scaler.get_scale()` went down at `update()`.")
+
+
+def _check_grad_norm(record, true_norm: float, scale: float, max_norm: float | None = None) -> None:
+    """``grad_norm``: the total norm of the unscaled gradients before clipping (clip_grad_norm_'s return value)."""
+    got = float(record["grad_norm"])
+    if _close(got, true_norm, 0.02):
+        return
+    if _close(got, true_norm * scale, 0.02):
+        raise fail(TASK, f"'grad_norm' is {got:.4g}, the true norm × the scale {scale:g}: you measured the "
+                         "gradients before `scaler.unscale_`. Report the norm of the unscaled gradients — the value "
+                         "`clip_grad_norm_` returns after `unscale_`.")
+    if max_norm is not None and _close(got, max_norm, 0.02):
+        raise fail(TASK, f"'grad_norm' is {got:.4g} = max_norm: you measured the norm *after* clipping. Report the "
+                         "norm before clipping — `clip_grad_norm_` returns it: keep its return value.")
+    raise fail(TASK, f"'grad_norm' is {got:.4g}, but the total norm of the unscaled gradients before clipping was "
+                     f"{true_norm:.4g}. Keep what `clip_grad_norm_` returns (after `unscale_`).")
+
+
+def _reference_losses(model, window) -> list[float]:
+    """Each micro-batch's float16-autocast loss with the model as it is now (before the learner's step)."""
+    device_type = window[0][0].device.type
+    with torch.no_grad(), torch.autocast(device_type=device_type, dtype=torch.float16):
+        return [F.cross_entropy(model(x), y).item() for x, y in window]
+
+
+def _check_loss(record, losses: list[float], scale: float) -> None:
+    """``loss``: the window's unscaled loss, the mean of its micro-batch losses."""
+    got, n = float(record["loss"]), len(losses)
+    want = sum(losses) / n
+    if _close(got, want, 1e-3):
+        return
+    context = f"'loss' is {got:.5g}, the window's loss (the mean of its {n} micro-batch losses) was {want:.5g}"
+    if _close(got, want * scale, 1e-3):
+        raise fail(TASK, f"{context}: you reported the scaled loss (× {scale:g}). Report the loss before "
+                         "`scaler.scale`.")
+    if _close(got, sum(losses), 1e-3):
+        raise fail(TASK, f"{context}: you added up the micro-batch losses without dividing each by the window's "
+                         "length. Report the sum of the divided losses (loss / len(micro_batches)).")
+    if _close(got, losses[-1] / n, 1e-3) or _close(got, losses[-1], 1e-3):
+        raise fail(TASK, f"{context}: you reported only the last micro-batch's loss. Add up every micro-batch's "
+                         "part (`loss.item()` of loss / len(micro_batches)) over the window.")
+    raise fail(TASK, f"{context}. Add up `loss.item()` of each micro-batch's loss / len(micro_batches).")
+
+
+def _course_function(fn) -> bool:
+    from .. import capstone
+
+    return fn is capstone.train_window or getattr(fn, "__wrapped__", None) is capstone.train_window
 
 
 def _zero_grad_mistakes(calls) -> None:
@@ -99,17 +202,18 @@ def _zero_grad_mistakes(calls) -> None:
                          "step), never between backward and step.")
 
 
-def _accumulation(fn, device) -> None:
+def _accumulation(fn, device, pending) -> None:
     """Two windows of 3 micro-batches, no clipping (max_norm huge): order, mean gradient, zero_grad, scheduler."""
     log: list[str] = []
     objects = _objects(device, log)
     model, optimizer, _, _ = objects
     optimizer.stale_grad = 100.0 * SCALE  # a large stale gradient: visible unless zero_grad runs per window
     windows = [micro_batches(device, 3, seed=1), micro_batches(device, 3, seed=2)]
-    references, per_window = [], []
+    references, per_window, results, losses = [], [], [], []
     for window in windows:
         references.append(window_mean_grads(model, window))
-        per_window.append(_run(fn, device, log, objects, window, 1e9))
+        losses.append(_reference_losses(model, window))
+        per_window.append(_run(fn, device, log, objects, window, 1e9, results))
     for calls in per_window:
         _zero_grad_mistakes(calls)
     if "optimizer.step (direct)" in log:
@@ -159,24 +263,37 @@ def _accumulation(fn, device) -> None:
             raise fail(TASK, "you stepped the scheduler before the optimizer: call `scheduler.step()` after "
                              "`scaler.step(optimizer)` and `scaler.update()` (torch warns about this order, and "
                              "you cannot yet know whether the step will be skipped).")
+    norms = [grad_norm(seen) for seen in optimizer.grads_at_step]  # max_norm is huge here: nothing was clipped
+
+    def records():
+        for result, norm, window_losses in zip(results, norms, losses, strict=True):
+            record = _record(result)
+            _check_stepped(record, True, "a clean float16 step")
+            _check_loss(record, window_losses, SCALE)
+            _check_grad_norm(record, norm, SCALE)
+    pending.append(records)
 
 
-def _clipping(fn, device) -> None:
+def _clipping(fn, device, pending) -> None:
     log: list[str] = []
     objects = _objects(device, log)
     model, optimizer, _, _ = objects
     window = micro_batches(device, 2, seed=3)
-    max_norm = grad_norm(window_mean_grads(model, window)) / 4  # clipping must fire
-    _run(fn, device, log, objects, window, max_norm)
+    true_norm = grad_norm(window_mean_grads(model, window))
+    max_norm = true_norm / 4  # clipping must fire
+    results: list = []
+    _run(fn, device, log, objects, window, max_norm, results)
     require_clipped(TASK, optimizer.grads_at_step[0], max_norm, SCALE, log)
+    pending.append(lambda: _check_grad_norm(_record(results[0]), true_norm, SCALE, max_norm))
 
 
-def _growth(fn, device) -> None:
+def _growth(fn, device, pending) -> None:
     """growth_interval=1: every clean step doubles the scale. The step was applied, so the schedule must move."""
     log: list[str] = []
     objects = _objects(device, log, growth_interval=1)
     scaler, scheduler = objects[2], objects[3]
-    calls = _run(fn, device, log, objects, micro_batches(device, 2, seed=6), 1e9)
+    results: list = []
+    calls = _run(fn, device, log, objects, micro_batches(device, 2, seed=6), 1e9, results)
     if scaler.get_scale() <= SCALE:
         raise fail(TASK, "after a clean step with growth_interval=1 the scale did not grow: call `scaler.update()` "
                          "once per window, after `scaler.step(optimizer)`.")
@@ -184,16 +301,19 @@ def _growth(fn, device) -> None:
         raise fail(TASK, "the scale *grew* at this update (growth_interval=1) and your loop did not step the "
                          "scheduler, although the optimizer step was applied: a skip makes the scale go *down*. "
                          "Step the scheduler unless `scaler.get_scale()` after update() is smaller than before.")
+    pending.append(lambda: _check_stepped(_record(results[0]), True,
+                                          "the scale *grew* at this update, growth_interval=1"))
 
 
-def _skip(fn, device) -> None:
+def _skip(fn, device, pending) -> None:
     """A loss scale of 2**40 overflows float16 in the backward pass: the step is skipped, the schedule waits."""
     log: list[str] = []
     objects = _objects(device, log, init_scale=2.0**40)
     model, optimizer, scaler, scheduler = objects
     before = [p.detach().clone() for p in model.parameters()]
     lr = optimizer.param_groups[0]["lr"]
-    calls = _run(fn, device, log, objects, micro_batches(device, 2, seed=4), 1.0)
+    results: list = []
+    calls = _run(fn, device, log, objects, micro_batches(device, 2, seed=4), 1.0, results)
     if scaler.get_scale() >= 2.0**40:
         raise fail(TASK, "after a float16 overflow the scale did not back off: call `scaler.update()` after "
                          "`scaler.step(optimizer)` in every window, skipped or not.")
@@ -205,6 +325,40 @@ def _skip(fn, device) -> None:
                          "`scaler.step` skipped the optimizer step, yet the learning-rate schedule moved on. Read "
                          "`scaler.get_scale()` before and after `scaler.update()`; step the scheduler only if the "
                          "scale did not go down.")
+
+    def record_of_a_skip():
+        record = _record(results[0])
+        _check_stepped(record, False, "a loss scale of 2**40 overflowed float16 in the backward pass")
+        if math.isfinite(float(record["grad_norm"])):
+            raise fail(TASK, f"the gradients overflowed (inf), yet 'grad_norm' is {float(record['grad_norm']):.4g}: "
+                             "report the norm `clip_grad_norm_` measured after `unscale_` (inf or nan on a skipped "
+                             "step).")
+    pending.append(record_of_a_skip)
+
+
+def _empty_window(fn, device) -> None:
+    """An empty window is a caller's mistake: a ValueError naming micro_batches, before anything is touched."""
+    log: list[str] = []
+    model, optimizer, scaler, scheduler = _objects(device, log)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fn(model, optimizer, scaler, scheduler, [], 1.0, torch.float16)
+    except ValueError as err:
+        if "micro_batches" not in str(err):
+            raise fail(TASK, f"an empty window raised ValueError({str(err)!r}): good, but name the argument — "
+                             "say what `micro_batches` must be (at least one (x, y) pair).") from None
+        if "scaler.step" in log or "scheduler.step" in log:
+            raise fail(TASK, "an empty window stepped the optimizer or the scheduler before raising: check "
+                             "`micro_batches` first, before touching anything.") from None
+        return
+    except Exception as err:  # noqa: BLE001 - what the learner's code raised on an empty window is reported
+        raise fail(TASK, f"an empty window (micro_batches == []) raised {type(err).__name__}"
+                         f"{': ' + str(err).splitlines()[0][:120] if str(err).strip() else ''}. Check it first "
+                         "and raise a ValueError that names `micro_batches` — the version lesson 09 prints "
+                         "does not.") from None
+    raise fail(TASK, "an empty window (micro_batches == []) returned normally: there is nothing to step on. Raise "
+                     "a ValueError that names `micro_batches` before touching the optimizer.")
 
 
 def _accuracy(fn, device) -> float:
@@ -226,16 +380,26 @@ def _accuracy(fn, device) -> float:
 def train_window(fn) -> None:
     """Task 1: ``train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)``."""
     require_callable(TASK, fn, "train_window")
+    if _course_function(fn):
+        raise fail(TASK, "this is ampcourse.capstone.train_window imported from the course; write your own. (The "
+                         "course's version, which lesson 09 prints, returns nothing and fails on an empty window: "
+                         "this task asks for both.)")
     device = pick_device()
-    _accumulation(fn, device)
-    _clipping(fn, device)
-    _growth(fn, device)
-    _skip(fn, device)
+    pending: list = []  # the records are judged once the steps themselves are right: those messages come first
+    _accumulation(fn, device, pending)
+    _clipping(fn, device, pending)
+    _growth(fn, device, pending)
+    _skip(fn, device, pending)
+    for judge in pending:
+        judge()
+    _empty_window(fn, device)
     _accuracy(fn, device)  # the accuracy itself varies by machine: only the verdict is printed
     passed(TASK, "zero_grad → scaled backward of loss / window length per micro-batch → unscale_ → clip → "
                  "scaler.step → update → scheduler.step only when the step was applied (a float16 overflow was "
-                 "skipped and the schedule waited; on a growing scale it moved); your step trained the digits model "
-                 f"past {ACCURACY:.0%} validation accuracy.")
+                 "skipped and the schedule waited; on a growing scale it moved); the record said whether it "
+                 "stepped, the pre-clip norm of the unscaled gradients and the window's unscaled loss; an empty "
+                 f"window raised ValueError; your step trained the digits model past {ACCURACY:.0%} validation "
+                 "accuracy.")
 
 # --- Task 2: every sample weighs the same (unequal micro-batches) --------------------------------------------------
 
@@ -259,8 +423,6 @@ def _grads_of(model, loss) -> list[torch.Tensor]:
 def sample_weighted_window(fn) -> None:
     """Task 2: ``sample_weighted_window(model, optimizer, scaler, micro_batches)``: every row weighs the same."""
     import copy
-
-    import torch.nn.functional as F
 
     from .tiny import cosine
 
@@ -367,12 +529,16 @@ def amp_verdict(fn) -> None:
 HINTS = {
     'train_window': [
         ('This is lessons 04 and 05 put together, plus one new rule from lesson 09: when may the scheduler'
-         ' step?'),
-        ('Accumulate the window (loss / len(micro_batches) each), unscale_ then clip, step and update '
-         'through the scaler; a skipped step is one where the scale went down at update().'),
-        ('zero_grad; per micro-batch: autocast(dtype), cross_entropy / len, scaler.scale(loss).backward();'
-         ' unscale_; clip_grad_norm_; before = scaler.get_scale(); scaler.step; scaler.update(); if '
-         'scaler.get_scale() >= before: scheduler.step().'),
+         ' step? For the record: what does `clip_grad_norm_` return, and what does an empty list of '
+         'micro-batches leave your loop to do?'),
+        ('Check micro_batches first (ValueError). Accumulate the window (loss / len(micro_batches) each, '
+         'adding up loss.item()), unscale_ then clip — clip_grad_norm_ returns the norm before clipping — '
+         'step and update through the scaler; a skipped step is one where the scale went down at update().'),
+        ('if not micro_batches: raise ValueError(...micro_batches...); zero_grad; per micro-batch: '
+         'autocast(dtype), loss = cross_entropy / len, scaler.scale(loss).backward(), total += loss.item(); '
+         'unscale_; norm = clip_grad_norm_(...); before = scaler.get_scale(); scaler.step; scaler.update(); '
+         'stepped = scaler.get_scale() >= before; if stepped: scheduler.step(); return {"stepped": stepped, '
+         '"grad_norm": norm.item(), "loss": total}.'),
     ],
     'sample_weighted_window': [
         ("With micro-batches of 2, 7 and 3 rows, what weight does one row get if each micro-batch's mean "

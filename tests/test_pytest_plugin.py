@@ -1,0 +1,142 @@
+"""``pytest --nbval exercises/`` counts a deleted, emptied, edited or skip-marked check cell as not passed.
+
+The rule is :func:`ampcourse.grading.check_cell_problems` (also used by ``python -m ampcourse grade``); the
+plugin (:mod:`ampcourse.pytest_plugin`, loaded by ``exercises/conftest.py``) turns each problem into a failing
+test. The end-to-end tests run the learner's command in a subprocess on a temporary ``exercises/`` folder that
+holds a copy of the real ``exercises/conftest.py``, never on the repository's exercises.
+"""
+
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from ampcourse.authoring import make_exercise, merge_exercise, read, tags
+from ampcourse.course import ROOT
+from ampcourse.grading import check_cell_problems
+from ampcourse.pytest_plugin import is_exercise
+
+NAME = "00_start_here.ipynb"
+TASK2 = "Task 2 · Your first autocast region"
+
+
+def _template():
+    return make_exercise(read(ROOT / "solutions" / NAME), NAME)
+
+
+def _second_check(nb):
+    return [cell for cell in nb.cells if "check" in tags(cell)][1]
+
+
+def _deleted(nb):
+    nb.cells.remove(_second_check(nb))
+
+
+def _emptied(nb):
+    _second_check(nb).source = ""
+
+
+def _skip_comment(nb):
+    cell = _second_check(nb)
+    cell.source = "# NBVAL_SKIP\n" + cell.source
+
+
+def _raises_comment(nb):
+    cell = _second_check(nb)
+    cell.source = "# NBVAL_RAISES_EXCEPTION\n" + cell.source
+
+
+def _skip_tag(nb):
+    _second_check(nb).metadata["tags"] = ["check", "nbval-skip"]
+
+
+def _raises_tag(nb):
+    _second_check(nb).metadata["tags"] = ["check", "raises-exception"]
+
+
+def _edited(nb):
+    _second_check(nb).source = 'print("✓ Task 2")'
+
+
+def _to_markdown(nb):
+    index = nb.cells.index(_second_check(nb))
+    old = nb.cells[index]
+    nb.cells[index] = nbformat.v4.new_markdown_cell(old.source, id=old.get("id"))
+
+
+def _untagged(nb):
+    _second_check(nb).metadata["tags"] = []
+
+
+BROKEN = {  # edit -> the words the problem must say
+    "deleted": (_deleted, "was deleted"),
+    "emptied": (_emptied, "was emptied"),
+    "# NBVAL_SKIP": (_skip_comment, "carries `# NBVAL_SKIP`"),
+    "# NBVAL_RAISES_EXCEPTION": (_raises_comment, "carries `# NBVAL_RAISES_EXCEPTION`"),
+    "tag nbval-skip": (_skip_tag, "carries the tag `nbval-skip`"),
+    "tag raises-exception": (_raises_tag, "carries the tag `raises-exception`"),
+    "edited": (_edited, "was edited"),
+    "turned into markdown": (_to_markdown, "was turned into a markdown cell"),
+    "check tag removed": (_untagged, "lost its `check` tag"),
+}
+
+
+def test_an_intact_exercise_has_no_problem():
+    assert check_cell_problems(_template(), _template()) == []
+    answered = read(ROOT / "solutions" / NAME)  # answers in place, the course's check cells intact
+    assert check_cell_problems(answered, _template()) == []
+    renumbered = _template()  # a notebook whose cell ids changed (copied cells): matched by source
+    for cell in renumbered.cells:
+        cell["id"] = "x" + cell["id"]
+    assert check_cell_problems(renumbered, _template()) == []
+
+
+@pytest.mark.parametrize(("edit", "words"), BROKEN.values(), ids=BROKEN)
+def test_each_broken_check_cell_is_named_with_its_task_and_the_fix(edit, words):
+    learner = _template()
+    edit(learner)
+    problems = check_cell_problems(learner, _template())
+    assert [p.task for p in problems] == [TASK2]
+    message = problems[0].message()
+    assert words in message and message.startswith(TASK2) and "python -m ampcourse build" in message
+    # The fix the message gives works: build's merge puts the course's check cell back and keeps the rest.
+    assert check_cell_problems(merge_exercise(learner, _template()).notebook, _template()) == []
+
+
+def test_only_exercises_with_a_solution_are_watched(tmp_path):
+    assert is_exercise(ROOT / "exercises" / NAME)
+    assert not is_exercise(ROOT / "solutions" / NAME)
+    assert not is_exercise(ROOT / "notebooks" / NAME)
+    assert not is_exercise(tmp_path / "exercises" / "my_notes.ipynb")  # no solution of that name
+    assert not is_exercise(ROOT / "exercises" / "conftest.py")
+
+
+def _run(tmp_path, nb):
+    """The learner's command, ``pytest --nbval exercises/00_start_here.ipynb``, in a copy of the course layout."""
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    shutil.copy(ROOT / "exercises" / "conftest.py", folder / "conftest.py")
+    nbformat.write(nb, folder / NAME)
+    return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-q", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", f"exercises/{NAME}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("variant", ["deleted", "emptied", "# NBVAL_SKIP"])
+def test_pytest_nbval_fails_and_names_the_task(tmp_path, variant):
+    # Answered, so every remaining cell passes: the run fails only because of the broken check cell.
+    nb = read(ROOT / "solutions" / NAME)
+    BROKEN[variant][0](nb)
+    run = _run(tmp_path, nb)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert f"FAILED exercises/{NAME}::check cell of {TASK2}" in run.stdout, run.stdout[-3000:]
+    assert f"✗ {TASK2}: its check cell {BROKEN[variant][1]}" in run.stdout, run.stdout[-3000:]
+    assert "1 failed" in run.stdout.splitlines()[-1], run.stdout[-3000:]
+
+
+def test_pytest_nbval_on_an_intact_answered_exercise_adds_nothing(tmp_path):
+    run = _run(tmp_path, read(ROOT / "solutions" / NAME))
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "check cell of" not in run.stdout
