@@ -1,7 +1,8 @@
 """Lesson 08: DDP + AMP under ``torchrun`` for real — the launcher, the shared recipe and the single-process reference.
 
-The lesson launches real processes: ``python -m torch.distributed.run --nproc-per-node 2 -m ampcourse.ddp_train``
-(the venv's ``torchrun``), gloo on the CPU, NCCL when there is one GPU per rank. This module holds
+The lesson launches real processes: ``python -m ampcourse.torchrun_local --nproc-per-node 2 -m ampcourse.ddp_train``
+(the venv's ``torchrun`` with its rendezvous store on 127.0.0.1 only: :mod:`ampcourse.torchrun_local`), gloo on the
+CPU, NCCL when there is one GPU per rank. This module holds
 
 * :class:`RunConfig` — everything a run depends on (model, data, global batch, AMP dtype, scaler settings, which
   rank gets an injected inf, which rank fails on purpose). It is written as JSON into the run directory, so the
@@ -13,7 +14,7 @@ The lesson launches real processes: ``python -m torch.distributed.run --nproc-pe
   for all but the last micro-batch (when the model has it), ``loss / len(window)``, ``scaler.scale(loss).backward()``,
   ``unscale_``, ``clip_grad_norm_``, ``scaler.step``, ``scaler.update``.
 * :func:`train_single_process` — the reference: one process, the whole global micro-batch at once.
-* :func:`launch` — runs torchrun with a free port (:func:`free_port`), a timeout (the whole process tree is killed),
+* :func:`launch` — runs torchrun on the loopback interface only, with a timeout (the whole process tree is killed),
   torchrun's noisy output captured to a file, and the per-rank JSON-lines logs parsed into a :class:`RunResult`.
   A failing rank raises :class:`LaunchFailed` (``rank 1 failed: ValueError: ...`` plus its last lines), a hang
   raises :class:`LaunchTimeout`.
@@ -45,6 +46,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import torchrun_local
 from .scaler_run import step_was_skipped
 from .validate import as_int, as_positive
 
@@ -511,9 +513,11 @@ def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_
     """Run ``target`` under torchrun with ``nproc`` processes; return the parsed per-rank logs.
 
     ``target`` is a module name (``"ampcourse.ddp_train"``, run with ``-m``) or the path of a ``.py`` script. The
-    command is ``sys.executable -m torch.distributed.run --nproc-per-node N --master-addr 127.0.0.1
-    --local-addr 127.0.0.1 --master-port P ...``: this interpreter's torchrun, a port that was free a moment
-    ago (:func:`free_port`), no restarts.
+    command is ``sys.executable -m ampcourse.torchrun_local --nproc-per-node N --nnodes 1 --rdzv-backend
+    ampcourse-local --rdzv-endpoint 127.0.0.1:0 --local-addr 127.0.0.1 ...``: this interpreter's torchrun, its
+    rendezvous store listening on 127.0.0.1 only, on a port the system picks (:mod:`ampcourse.torchrun_local`:
+    torch's own store listens on every interface), no restarts. Nothing the run opens accepts connections from
+    another machine.
     torchrun's own output (and the workers' stdout/stderr) goes to ``run_dir/torchrun.log``, not to the screen.
 
     Raises:
@@ -533,14 +537,13 @@ def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_
         old.unlink()
     target = str(target)
     is_script = target.endswith(".py") or os.sep in target
-    command = (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--nnodes", "1",
-               "--master-addr", "127.0.0.1", "--local-addr", "127.0.0.1", "--master-port", str(free_port()),
-               "--max-restarts", "0",
+    command = (sys.executable, "-m", "ampcourse.torchrun_local", "--nproc-per-node", str(nproc), "--nnodes", "1",
+               "--rdzv-backend", torchrun_local.BACKEND, "--rdzv-endpoint", f"{torchrun_local.LOOPBACK}:0",
+               "--local-addr", torchrun_local.LOOPBACK, "--max-restarts", "0",
                *(() if is_script else ("-m",)), target, *args)
     environment = dict(os.environ if env is None else env)
     environment.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its banner
-    # Local only: gloo's pairs on the loopback interface. (torch's TCPStore server, which torchrun starts on
-    # the master port, listens on every interface: torch 2.13 has no option to bind it to 127.0.0.1.)
+    # Local only: the rendezvous store listens on 127.0.0.1 (torchrun_local), gloo's pairs on the loopback interface.
     if sys.platform.startswith("linux"):
         environment.setdefault("GLOO_SOCKET_IFNAME", "lo")
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH", "")) if p)
