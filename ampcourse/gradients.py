@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from .device import available_device_types, pick_device
+from .validate import ModelCallFailed, as_device
 
 __all__ = [
     "CATEGORIES",
@@ -253,12 +254,9 @@ def _check_int(value: object, name: str, low: int, high: int | None = None) -> i
 def _check_device(device: object) -> torch.device:
     if device is None:
         return pick_device()
-    if not isinstance(device, (str, torch.device)):
+    if isinstance(device, bool) or not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be None, a str such as 'cpu', or a torch.device (got {device!r})")
-    try:
-        device = torch.device(device)
-    except RuntimeError as error:
-        raise ValueError(f"device {device!r} is not a device torch knows: {error}") from None
+    device = as_device("device", device)  # "CUDA was requested but this torch has no CUDA; use device='cpu'"
     if device.type not in available_device_types():
         raise ValueError(f"device {str(device)!r} is not available here; available: {available_device_types()}")
     return device
@@ -332,7 +330,14 @@ def collect_gradients(
                 batch = slice(step * BATCH_SIZE, (step + 1) * BATCH_SIZE)
                 for p in parameters:
                     p.grad = None
-                logits = model(inputs[batch])
+                try:
+                    logits = model(inputs[batch])
+                except (RuntimeError, TypeError, IndexError) as error:
+                    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                    raise ModelCallFailed(
+                        f"model must map a ({BATCH_SIZE}, {INPUT_FEATURES}) float32 input to ({BATCH_SIZE}, "
+                        f"{NUM_CLASSES}) logits; calling it on such an input failed: {reason}"
+                    ) from error
                 if not isinstance(logits, torch.Tensor) or logits.shape != (BATCH_SIZE, NUM_CLASSES):
                     shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
                     raise ValueError(

@@ -22,7 +22,9 @@ class Table:
         unknown = [c for c in self.columns if any(c not in r for r in self.rows)]
         if unknown:
             raise ValueError(f"columns {unknown} are missing from some rows")
-        self.formats = formats or {}
+        self.formats = _check_formats(formats, self.columns, self.rows)
+        if not isinstance(title, str):
+            raise TypeError(f"title must be a str (got {type(title).__name__})")
         self.title = title
 
     def cell(self, row: dict[str, Any], column: str) -> str:
@@ -30,7 +32,7 @@ class Table:
         fmt = self.formats.get(column)
         if fmt is None:
             return "—" if value is None else str(value)
-        return fmt(value) if callable(fmt) else fmt.format(value)
+        return _apply(fmt, value, column)
 
     def text(self) -> str:
         if not self.rows:
@@ -68,3 +70,41 @@ class Table:
         return (f'<div class="ampcourse-table" style="max-width:100%;overflow-x:auto">'
                 f'<table style="table-layout:auto;margin-left:0">{caption}<thead><tr>{head}</tr></thead>'
                 f"<tbody>{body}</tbody></table></div>")
+
+
+def _apply(fmt: str | Callable[[Any], str], value: Any, column: str) -> str:
+    """``value`` through ``fmt``; a format that cannot show it is a ``ValueError`` naming the column."""
+    try:
+        text = fmt(value) if callable(fmt) else fmt.format(value)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        raise ValueError(f"formats[{column!r}] = {fmt!r} cannot format the value {value!r} "
+                         f"({type(err).__name__}: {err})") from None
+    return text if isinstance(text, str) else str(text)
+
+
+def _check_formats(formats: Any, columns: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``formats`` checked at once (not when the table is first shown): a dict from a column of the table to a
+    format string with one ``{}`` field, such as ``"{:.2f}"``, or to a function of the value; each format is tried
+    on every value of its column."""
+    if formats is None:
+        return {}
+    if not isinstance(formats, dict):
+        raise TypeError(f"formats must be a dict from column name to a format string or a function "
+                        f"(got {type(formats).__name__})")
+    if columns:
+        unknown = [c for c in formats if c not in columns]
+        if unknown:
+            raise ValueError(f"formats names columns that this table does not have: {unknown}; "
+                             f"its columns are {columns}")
+    for column, fmt in formats.items():
+        if isinstance(fmt, str):
+            if "{" not in fmt:
+                raise ValueError(f"formats[{column!r}] = {fmt!r} is not a format string: write it with a "
+                                 f"replacement field, e.g. '{{:{fmt}}}' (a str.format pattern)")
+        elif not callable(fmt):
+            raise TypeError(f"formats[{column!r}] must be a format string such as '{{:.2f}}' or a function "
+                            f"(got {type(fmt).__name__})")
+        for row in rows:
+            if column in row:
+                _apply(fmt, row[column], column)
+    return dict(formats)

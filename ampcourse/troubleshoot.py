@@ -44,7 +44,7 @@ from torch import nn
 
 from .scaler_run import StepCounter, step_was_skipped
 from .tables import Table
-from .validate import as_float, as_int, as_positive
+from .validate import ModelCallFailed, as_device, as_float, as_int, as_positive
 
 __all__ = [
     "RENT_FEATURES", "SYMPTOMS", "AnomalyReport", "BF16Training", "FP32Island", "GradStats", "ModuleRecord",
@@ -225,20 +225,65 @@ def find_nonfinite(model: nn.Module, *inputs: Any, **kwargs: Any) -> NonFiniteRe
         raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
     records: list[ModuleRecord] = []
     handles = []
+    running: list[str] = []  # the modules entered and not yet left: the last one is where an error happened
+
+    def enter_for(name: str) -> Callable:
+        def enter(module: nn.Module, args: Any) -> None:
+            running.append(name)
+        return enter
 
     def hook_for(name: str) -> Callable:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if running:
+                running.pop()
             records.append(_record(len(records), name, module, args, output))
         return hook
 
     try:
         for name, module in model.named_modules():
+            handles.append(module.register_forward_pre_hook(enter_for(name)))
             handles.append(module.register_forward_hook(hook_for(name)))
-        output = model(*inputs, **kwargs)
+        output = _call_model(model, inputs, kwargs, where=running)
     finally:
         for handle in handles:
             handle.remove()
     return NonFiniteReport(records=tuple(records), output=output)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {_dtype_name(value.dtype)} tensor of shape {tuple(value.shape)} on {value.device.type}"
+    return type(value).__name__
+
+
+def _check_logits(logits: Any, targets: torch.Tensor) -> None:
+    """The model's output fits ``cross_entropy`` with these class-index targets."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or len(logits) != len(targets):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"model must map inputs to logits of shape ({len(targets)}, classes) (got {shape})")
+    if len(targets) and not 0 <= int(targets.min()) <= int(targets.max()) < logits.shape[1]:
+        raise ValueError(f"targets must be class indices from 0 to {logits.shape[1] - 1}: the model gives "
+                         f"{logits.shape[1]} logits per row (got values from {int(targets.min())} to "
+                         f"{int(targets.max())})")
+
+
+def _call_model(model: nn.Module, inputs: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
+                argument: str = "inputs", where: Sequence[str] = ()) -> Any:
+    """``model(*inputs, **kwargs)``; an error from inside (most often inputs that do not fit: ``mat1 and mat2 shapes
+    cannot be multiplied``) becomes a :class:`~ampcourse.validate.ModelCallFailed` (a ``ValueError``, and still a
+    ``RuntimeError``) that names ``argument``, what was passed, the module that failed (the last name in
+    ``where``, when the caller tracks it) and the error in one line."""
+    try:
+        return model(*inputs, **(kwargs or {}))
+    except (RuntimeError, TypeError, IndexError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        module = (f" in module '{where[-1] or '(the model)'}' ({type(model.get_submodule(where[-1])).__name__})"
+                  if where else "")
+        passed = ", ".join(_describe(x) for x in (*inputs, *(kwargs or {}).values())) or "nothing"
+        raise ModelCallFailed(
+            f"the model failed{module} on the {argument} given ({passed}): {type(err).__name__}: {reason}. If that "
+            f"is a shape or dtype mismatch, pass {argument} that the model's first layer expects (its input size "
+            "and dtype, on the model's device).") from err
 
 
 # --- The backward pass: detect_anomaly ---------------------------------------------------------------------
@@ -605,8 +650,17 @@ def overflow_model(gain: float = 1e5, seed: int = 0) -> tuple[nn.Module, torch.T
 def activation_peaks(model: nn.Module, inputs: torch.Tensor, device_type: str = "cpu") -> list[dict[str, Any]]:
     """The largest |output| of each module in FP32, bf16 autocast and fp16 autocast, side by side.
 
-    One row per module (execution order), with the float16 limit to compare with.
+    One row per module (execution order), with the float16 limit to compare with. ``device_type`` is the
+    autocast device type: the one ``inputs`` is on.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    if not isinstance(inputs, torch.Tensor):
+        raise TypeError(f"inputs must be a tensor (got {type(inputs).__name__})")
+    device_type = as_device("device_type", device_type).type
+    if inputs.device.type != device_type:
+        raise ValueError(f"device_type={device_type!r}, but inputs are on {inputs.device.type}: autocast for "
+                         f"{device_type} would not touch them. Pass device_type={inputs.device.type!r}.")
     columns: dict[str, NonFiniteReport] = {}
     with torch.no_grad():
         columns["fp32"] = find_nonfinite(model, inputs)
@@ -800,6 +854,9 @@ def large_activation_stats(std: float = 1000.0, n: int = 256, seed: int = 0, dev
 
 # --- Loss-scale histories ----------------------------------------------------------------------------------
 
+MAX_SCALED_STEPS = 10_000
+
+
 @dataclass(frozen=True)
 class ScaleRun:
     """A float16 training run with a real GradScaler (see :func:`scaled_training_run`).
@@ -838,7 +895,19 @@ def scaled_training_run(model: nn.Module, inputs: torch.Tensor, targets: torch.T
         raise TypeError("inputs and targets must be tensors")
     if dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"dtype must be torch.float16 or torch.bfloat16 (got {dtype!r})")
+    if inputs.dim() < 1 or targets.dim() != 1 or len(targets) != len(inputs):
+        rows = len(inputs) if inputs.dim() else "(inputs has no rows)"
+        raise ValueError(f"targets must be class indices, one per row of inputs: a 1-D tensor of length {rows} "
+                         f"(got shape {tuple(targets.shape)})")
+    if targets.dtype != torch.int64:
+        raise TypeError(f"targets must be int64 class indices, as cross_entropy takes them (got "
+                        f"{_dtype_name(targets.dtype)}; use targets.long())")
+    if targets.device != inputs.device:
+        raise ValueError(f"inputs and targets must be on the same device (got {inputs.device} and {targets.device})")
     steps = as_int("steps", steps, minimum=1)
+    if steps > MAX_SCALED_STEPS:
+        raise ValueError(f"steps must be at most {MAX_SCALED_STEPS} (got {steps}): a longer demo run would not "
+                         "finish in reasonable time")
     init_scale, lr = as_positive("init_scale", init_scale), as_positive("lr", lr)
     device_type = inputs.device.type
     model = copy.deepcopy(model)
@@ -849,10 +918,13 @@ def scaled_training_run(model: nn.Module, inputs: torch.Tensor, targets: torch.T
     counter = StepCounter(optimizer)
     scales, losses, stepped = [scaler.get_scale()], [], []
     try:
-        for _ in range(steps):
+        for step in range(steps):
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(device_type=device_type, dtype=dtype):
-                loss = nn.functional.cross_entropy(model(inputs), targets)
+                logits = _call_model(model, (inputs,)) if step == 0 else model(inputs)
+                if step == 0:
+                    _check_logits(logits, targets)
+                loss = nn.functional.cross_entropy(logits, targets)
             calls = counter.calls
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -917,6 +989,9 @@ def diagnose_scale(scales: Sequence[float], *, window: int = 8, max_skip_fractio
         raise ValueError(f"scales needs at least 2 values (before and after one step), got {len(values)}")
     if any(math.isnan(v) or v < 0 or math.isinf(v) for v in values):
         raise ValueError("scales must be finite and >= 0, as GradScaler's scale is")
+    if values[0] == 0:
+        raise ValueError("scales[0] must be > 0: a GradScaler starts at its init_scale, which is > 0 (a history that "
+                         "starts at 0 is not one that scaler.get_scale() gave)")
     window = as_int("window", window, minimum=1)
     max_skip_fraction = as_float("max_skip_fraction", max_skip_fraction)
     if not 0 <= max_skip_fraction < 1:
@@ -929,7 +1004,13 @@ def diagnose_scale(scales: Sequence[float], *, window: int = 8, max_skip_fractio
     first, final = values[0], values[-1]
     common = dict(steps=steps, skipped_steps=skipped_steps, warmup_skips=warmup, trailing_skips=trailing,
                   first_scale=first, final_scale=final)
-    if final == 0 or trailing >= window:
+    if final == 0:
+        zero_from = values.index(0.0)
+        reason = (f"the scale fell to 0 after {zero_from} of {steps} steps ({first:g} → 0: it underflowed float32) "
+                  "after every step overflowed and was skipped, so the model is frozen. A smaller init_scale will not "
+                  "help if the inf comes from the forward pass — find the first non-finite module.")
+        return ScaleDiagnosis(status="collapsing", reason=reason, **common)
+    if trailing >= window:
         reason = (f"the scale went down on each of the last {trailing} of {steps} steps ({first:g} → {final:g}): "
                   "every step overflowed and was skipped, so the model is frozen. A smaller init_scale will not "
                   "help if the inf comes from the forward pass — find the first non-finite module.")

@@ -7,6 +7,12 @@ import numbers
 from typing import Any
 
 
+class ModelCallFailed(ValueError, RuntimeError):
+    """A model or function passed to the package failed when the package called it (e.g. inputs of the wrong shape:
+    ``mat1 and mat2 shapes cannot be multiplied``). A ``ValueError`` whose message names the argument, and still a
+    ``RuntimeError``, as torch's own error was, for code that catches that."""
+
+
 def as_int(name: str, value: Any, *, minimum: int) -> int:
     """``value`` as an int ``>= minimum`` (bools are refused: ``True`` is not a count)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

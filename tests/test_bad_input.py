@@ -189,3 +189,124 @@ def test_sizes_that_cannot_be_allocated_are_refused_with_the_limit():
         bench.matmul_throughput(10**6, 10**6, 10**6)
     with pytest.raises(TypeError, match="rows must be"):
         autocast_lists.as_table(42)
+
+
+# --- What the last probe still found (issue 17): formats, scale histories, the lesson-00 slider, shapes ------------
+
+@pytest.mark.parametrize(("formats", "error", "words"), [
+    ({"a": ".2f"}, ValueError, r"formats\['a'\] = '.2f' is not a format string: .*'\{:.2f\}'"),
+    ({"b": "{:.2f}"}, ValueError, r"formats names columns that this table does not have: \['b'\]; its columns are"),
+    ({"a": "{:q}"}, ValueError, r"formats\['a'\] = '\{:q\}' cannot format the value 1.5"),
+    ({"a": "{:.2f}", "note": "{:d}"}, ValueError, r"formats\['note'\] = '\{:d\}' cannot format the value 'x'"),
+    ({"a": 5}, TypeError, r"formats\['a'\] must be a format string such as '\{:.2f\}' or a function"),
+    ({"a": lambda v: v["key"]}, ValueError, r"formats\['a'\] = .* cannot format the value 1.5 \(TypeError"),
+    ("{:.2f}", TypeError, "formats must be a dict"),
+])
+def test_table_formats_are_checked_when_the_table_is_made(formats, error, words):
+    from ampcourse.tables import Table
+
+    with pytest.raises(error, match=words):
+        Table([{"a": 1.5, "note": "x"}], formats=formats)
+
+
+def test_table_formats_that_fit_still_work():
+    from ampcourse.tables import Table
+
+    table = Table([{"a": 1.5, "b": None}], formats={"a": "{:.2f}", "b": lambda v: "—" if v is None else str(v)})
+    assert table.text().splitlines()[-1].split() == ["1.50", "—"]
+    assert Table([], formats={"a": "{:.2f}"}).text()  # no rows, no columns to check against: accepted
+
+
+def test_a_scale_history_of_zeros_is_refused_and_a_fall_to_zero_is_named():
+    with pytest.raises(ValueError, match=r"scales\[0\] must be > 0: a GradScaler starts at its init_scale"):
+        troubleshoot.diagnose_scale([0.0] * 20)
+    tiny = float(torch.finfo(torch.float32).smallest_normal) * 2.0**-22  # 2^-148: float32's second subnormal
+    diagnosis = troubleshoot.diagnose_scale([tiny * 2, tiny, 0.0, 0.0, 0.0])
+    assert diagnosis.status == "collapsing"
+    assert "the scale fell to 0 after 2 of 4 steps" in diagnosis.reason and "went down on each" not in diagnosis.reason
+
+
+@pytest.mark.parametrize(("value", "error", "words"), [
+    ("x", TypeError, "log10_value must be a number from -9 to 6"),
+    (None, TypeError, "log10_value must be a number"),
+    (True, TypeError, "log10_value must be a number"),
+    (9, ValueError, r"log10_value must be in \[-9.0, 6.0\], the slider's range: values from 1e-9 to 1e6 \(got 9\)"),
+    (1e9, ValueError, r"log10_value must be in \[-9.0, 6.0\]"),
+    (-10, ValueError, r"log10_value must be in \[-9.0, 6.0\]"),
+    (math.nan, ValueError, r"log10_value must be in \[-9.0, 6.0\]"),
+])
+def test_the_lesson00_slider_refuses_what_it_would_clamp(value, error, words):
+    from ampcourse.widgets import lesson00
+
+    with pytest.raises(error, match=words):
+        lesson00.cast_survival(value)
+
+
+def _linear8():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 4))
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda m: troubleshoot.find_nonfinite(m, torch.ones(2, 3)),
+     r"the model failed in module '0' \(Linear\) on the inputs given \(a float32 tensor of shape \(2, 3\) on cpu\): "
+     r"RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+    (lambda m: troubleshoot.find_nonfinite(m, torch.ones(2, 8, dtype=torch.float64)),
+     r"in module '0' \(Linear\) on the inputs given \(a float64 tensor .*must have the same dtype"),
+    (lambda m: troubleshoot.find_nonfinite(m, [1.0, 2.0]), r"on the inputs given \(list\): TypeError"),
+    (lambda m: troubleshoot.activation_peaks(m, torch.ones(2, 3)), r"in module '0' \(Linear\) on the inputs given"),
+    (lambda m: troubleshoot.scaled_training_run(m, torch.ones(2, 3), torch.tensor([0, 1])),
+     r"the model failed on the inputs given \(a float32 tensor of shape \(2, 3\)"),
+    (lambda m: troubleshoot.scaled_training_run(m, torch.ones(2, 8), torch.zeros(3, dtype=torch.long)),
+     r"targets must be class indices, one per row of inputs: a 1-D tensor of length 2 \(got shape \(3,\)\)"),
+    (lambda m: troubleshoot.scaled_training_run(m, torch.ones(2, 8), torch.zeros(2, 4, dtype=torch.long)),
+     r"targets must be class indices, one per row of inputs"),
+    (lambda m: troubleshoot.scaled_training_run(m, torch.ones(2, 8), torch.tensor([0, 7])),
+     r"targets must be class indices from 0 to 3: the model gives 4 logits per row \(got values from 0 to 7\)"),
+    (lambda m: troubleshoot.scaled_training_run(torch.nn.Linear(8, 4), torch.ones(2, 8), torch.tensor([0, 1]),
+                                                steps=10**9),
+     "steps must be at most 10000"),
+    (lambda m: troubleshoot.activation_peaks(m, torch.ones(2, 8), device_type="tpu"), "device_type must name a device"),
+])
+def test_shape_and_dtype_mismatches_are_clear_value_errors(call, words):
+    with pytest.raises(ValueError, match=words) as caught:
+        call(_linear8())
+    assert "Traceback" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [
+    (lambda m: troubleshoot.scaled_training_run(m, torch.ones(2, 8), torch.zeros(2)), TypeError,
+     r"targets must be int64 class indices, as cross_entropy takes them \(got float32; use targets.long\(\)\)"),
+    (lambda m: troubleshoot.activation_peaks(m, [1.0]), TypeError, "inputs must be a tensor"),
+    (lambda m: troubleshoot.activation_peaks("model", torch.ones(2, 8)), TypeError, "model must be a torch.nn.Module"),
+])
+def test_wrong_types_for_the_lesson07_tools_are_type_errors(call, error, words):
+    with pytest.raises(error, match=words):
+        call(_linear8())
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
+def test_activation_peaks_and_collect_gradients_on_missing_cuda():
+    from ampcourse import gradients
+
+    with pytest.raises(ValueError, match=r"CUDA was requested but .*; use device_type='cpu'"):
+        troubleshoot.activation_peaks(_linear8(), torch.ones(2, 8), device_type="cuda")
+    with pytest.raises(ValueError, match=r"CUDA was requested but .*; use device='cpu'"):
+        gradients.collect_gradients(device="cuda")
+
+
+def test_collect_gradients_names_the_input_a_model_must_take():
+    from ampcourse import gradients
+
+    with pytest.raises(ValueError, match=r"model must map a \(256, 32\) float32 input to \(256, 10\) logits; calling "
+                                         r"it on such an input failed: mat1 and mat2 shapes cannot be multiplied"):
+        gradients.collect_gradients(model=torch.nn.Linear(3, 3), steps=1, device="cpu")
+
+
+def test_a_failing_model_is_still_a_runtime_error_for_code_that_caught_torch_s():
+    from ampcourse.validate import ModelCallFailed
+
+    with pytest.raises(ModelCallFailed) as caught:
+        troubleshoot.find_nonfinite(_linear8(), torch.ones(2, 3))
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, RuntimeError)
+    assert isinstance(caught.value.__cause__, RuntimeError)  # torch's own error stays attached

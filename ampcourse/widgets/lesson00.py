@@ -26,6 +26,16 @@ class CastResult:
     largest: float
 
 
+def _check_log10(log10_value: object) -> None:
+    """``log10_value`` is a number within the slider's range (the slider would clamp anything else silently)."""
+    if isinstance(log10_value, bool) or not isinstance(log10_value, (int, float)):
+        raise TypeError(f"log10_value must be a number from {LOG10_RANGE[0]:g} to {LOG10_RANGE[1]:g} "
+                        f"(got {log10_value!r})")
+    if not LOG10_RANGE[0] <= log10_value <= LOG10_RANGE[1]:
+        raise ValueError(f"log10_value must be in {list(LOG10_RANGE)}, the slider's range: values from "
+                         f"1e{LOG10_RANGE[0]:g} to 1e{LOG10_RANGE[1]:g} (got {log10_value})")
+
+
 def cast_value(log10_value: float) -> tuple[float, list[CastResult]]:
     """Cast ``10**log10_value`` (a float32 value) to each of FP32, BF16, FP16.
 
@@ -33,10 +43,7 @@ def cast_value(log10_value: float) -> tuple[float, list[CastResult]]:
     >>> [(r.dtype, r.status) for r in rows]
     [('float32', 'normal'), ('bfloat16', 'normal'), ('float16', 'underflow to 0')]
     """
-    if isinstance(log10_value, bool) or not isinstance(log10_value, (int, float)):
-        raise TypeError(f"log10_value must be a number (got {log10_value!r})")
-    if not LOG10_RANGE[0] <= log10_value <= LOG10_RANGE[1]:
-        raise ValueError(f"log10_value must be in {list(LOG10_RANGE)} (got {log10_value})")
+    _check_log10(log10_value)
     value = torch.tensor(10.0 ** log10_value, dtype=torch.float32)
     rows = []
     for name, dtype in DTYPES.items():
@@ -102,7 +109,12 @@ def cast_readout(data: tuple[float, list[CastResult]]) -> str:
 
 
 def cast_survival(log10_value: float = -8.0) -> LivePlot:
-    """The lesson-00 slider: pick a magnitude, see what FP32, BF16 and FP16 store."""
+    """The lesson-00 slider: pick a magnitude, see what FP32, BF16 and FP16 store.
+
+    ``log10_value`` is where the slider starts, from -9 to 6 (:data:`LOG10_RANGE`); anything else is refused
+    rather than clamped to the slider's end.
+    """
+    _check_log10(log10_value)
     slider = widgets.FloatSlider(value=log10_value, min=LOG10_RANGE[0], max=LOG10_RANGE[1], step=0.25,
                                  description="log10(value)", continuous_update=False,
                                  style={"description_width": "initial"})
