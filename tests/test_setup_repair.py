@@ -1,0 +1,183 @@
+"""``./course`` finds a broken or half-built environment and repairs it (issue 17, "Set-up repairs itself").
+
+Each test builds a scratch venv in seconds (``python -m venv --without-pip``, with empty stand-in packages for the
+course's dependencies and, where a test needs one, a stand-in ``pip`` that records what it is asked to do and
+"installs" a stand-in package) and points ``./course`` at it with ``AMPCOURSE_VENV``. ``./course doctor`` reports
+what set-up would do without changing anything; ``./course setup`` does it.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampcourse.course import ROOT
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32" or shutil.which("bash") is None, reason="./course is bash")
+
+COURSE = (ROOT / "course").read_text()
+DEPENDENCIES = re.search(r'^DEPENDENCIES="([^"]+)"', COURSE, flags=re.M).group(1).split()
+
+FAKE_PIP = '''
+import os, pathlib, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_PIP_LOG"], "a") as log:
+    log.write(" ".join(args) + "\\n")
+if args[:1] == ["--version"]:
+    print("pip 0 (a stand-in for the tests)")
+    sys.exit(0)
+site = pathlib.Path(__file__).resolve().parent.parent
+names = os.environ.get("FAKE_PIP_INSTALLS", "").split()
+for arg in args:
+    if arg == ".[dev]":  # the course package and all its dependencies
+        wanted = names
+    else:
+        wanted = [n for n in names if arg.split("=")[0].split(">")[0].split("<")[0] == n]
+    for name in wanted:
+        (site / name).mkdir(exist_ok=True)
+        (site / name / "__init__.py").write_text("")
+'''
+
+
+def _site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def make_venv(tmp_path: Path, *, pip: bool = True, modules=None, stamp: bool = True) -> Path:
+    """A scratch venv with a real python, empty stand-ins for ``modules`` (default: every dependency but the
+    course package, which Python finds in the repository), a stand-in pip and the "installed" stamp."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = _site_packages(venv)
+    for name in modules if modules is not None else [d for d in DEPENDENCIES if d != "ampcourse"]:
+        (site / name).mkdir()
+        (site / name / "__init__.py").write_text("")
+    if pip:
+        (site / "pip").mkdir()
+        (site / "pip" / "__init__.py").write_text("")
+        (site / "pip" / "__main__.py").write_text(FAKE_PIP)
+    if stamp:
+        checksum = subprocess.run(["cksum"], stdin=open(ROOT / "pyproject.toml", "rb"), capture_output=True,
+                                  text=True, check=True).stdout
+        (venv / ".ampcourse-installed").write_text(checksum)
+    return venv
+
+
+def course(venv: Path, *args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("AMPCOURSE_", "VIRTUAL_ENV"))}
+    environment.update(AMPCOURSE_VENV=str(venv), FAKE_PIP_LOG=str(tmp_path / "pip.log"), **env)
+    return subprocess.run([str(ROOT / "course"), *args], capture_output=True, text=True, env=environment,
+                          timeout=120)
+
+
+def pip_calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "pip.log"
+    return [c for c in log.read_text().splitlines() if c != "--version"] if log.exists() else []
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def test_a_healthy_venv_is_left_alone(tmp_path):
+    venv = make_venv(tmp_path)
+    before = _tree(venv)
+    done = course(venv, "doctor", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "is healthy" in done.stderr
+    assert _tree(venv) == before and pip_calls(tmp_path) == []
+
+
+def test_doctor_finds_a_deleted_torch_folder_and_changes_nothing(tmp_path):
+    venv = make_venv(tmp_path)
+    shutil.rmtree(_site_packages(venv) / "torch")
+    before = _tree(venv)
+    done = course(venv, "doctor", tmp_path=tmp_path)
+    assert done.returncode == 1
+    assert "torch does not import: set-up would reinstall torch==" in done.stderr, done.stderr
+    assert _tree(venv) == before and pip_calls(tmp_path) == []
+
+
+def test_setup_reinstalls_a_deleted_torch_and_checks_the_result(tmp_path):
+    venv = make_venv(tmp_path)
+    shutil.rmtree(_site_packages(venv) / "torch")
+    done = course(venv, "setup", tmp_path=tmp_path, FAKE_PIP_INSTALLS="torch")
+    assert done.returncode == 0, done.stderr
+    assert "repairing" in done.stderr and "torch does not import" in done.stderr
+    calls = pip_calls(tmp_path)
+    assert len(calls) == 1 and re.search(r"install .*--force-reinstall --no-deps .*torch==\S+", calls[0]), calls
+    assert (_site_packages(venv) / "torch" / "__init__.py").exists()
+    assert "is ready" in done.stderr
+
+
+def test_setup_stops_with_a_message_when_the_repair_did_not_take(tmp_path):
+    # pip "succeeds" but torch still does not import (FAKE_PIP_INSTALLS is empty): no start on a broken venv.
+    venv = make_venv(tmp_path)
+    shutil.rmtree(_site_packages(venv) / "torch")
+    done = course(venv, "setup", tmp_path=tmp_path)
+    assert done.returncode == 1
+    assert "still broken after the repair: torch did not import" in done.stderr, done.stderr
+    assert "rm -rf" in done.stderr and "is ready" not in done.stderr
+
+
+def test_a_missing_dependency_is_reinstalled_at_the_version_pyproject_asks_for(tmp_path):
+    venv = make_venv(tmp_path)
+    shutil.rmtree(_site_packages(venv) / "nbval")
+    doctor = course(venv, "doctor", tmp_path=tmp_path)
+    assert doctor.returncode == 1 and "these packages do not import: nbval" in doctor.stderr, doctor.stderr
+    done = course(venv, "setup", tmp_path=tmp_path, FAKE_PIP_INSTALLS="nbval")
+    assert done.returncode == 0, done.stderr
+    calls = pip_calls(tmp_path)
+    assert any(re.search(r"--force-reinstall --no-deps nbval\S*", c) for c in calls), calls
+    assert any(c.endswith("-e .[dev]") for c in calls), calls
+
+
+@pytest.mark.parametrize("how", ["without-pip", "no-python"])
+def test_doctor_finds_a_venv_without_pip_or_python(tmp_path, how):
+    venv = make_venv(tmp_path, pip=False)
+    if how == "no-python":
+        for python in (venv / "bin").glob("python*"):
+            python.unlink()
+    done = course(venv, "doctor", tmp_path=tmp_path)
+    assert done.returncode == 1
+    words = "it has no pip" if how == "without-pip" else "no python in it"
+    assert f"is broken ({words}" in done.stderr and "set-up would delete and rebuild it" in done.stderr, done.stderr
+    assert venv.exists()
+
+
+def test_setup_rebuilds_a_venv_without_pip(tmp_path):
+    # The rebuild is cut short by a PYTHON that does not exist: what matters is that the old venv went.
+    venv = make_venv(tmp_path, pip=False)
+    done = course(venv, "setup", tmp_path=tmp_path, PYTHON=str(tmp_path / "no-such-python"))
+    assert done.returncode == 1
+    assert "it has no pip" in done.stderr and "rebuilding it" in done.stderr, done.stderr
+    assert "no '" in done.stderr and "found" in done.stderr  # make_venv's message about PYTHON
+    assert not venv.exists()
+
+
+def test_a_python_without_ensurepip_gets_a_way_out(tmp_path):
+    """A Python whose ``venv`` makes no pip (Debian without python3-venv): the half-made venv is removed and the
+    message says what to install."""
+    fake_python = tmp_path / "python3-without-ensurepip"
+    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = venv ]; then shift 2; '
+                           f'exec "{sys.executable}" -m venv --without-pip "$@"; fi\nexec "{sys.executable}" "$@"\n')
+    fake_python.chmod(0o755)
+    venv = tmp_path / "venv"
+    done = course(venv, "setup", tmp_path=tmp_path, PYTHON=str(fake_python))
+    assert done.returncode == 1
+    assert "made a .venv without pip" in done.stderr and "python3-venv" in done.stderr, done.stderr
+    assert not venv.exists()
+
+
+def test_changed_requirements_reinstall_the_course_package(tmp_path):
+    venv = make_venv(tmp_path, stamp=False)
+    doctor = course(venv, "doctor", tmp_path=tmp_path)
+    assert doctor.returncode == 1 and "not installed for this pyproject.toml" in doctor.stderr, doctor.stderr
+    done = course(venv, "setup", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert pip_calls(tmp_path) == ["install --quiet -e .[dev]"]
+    assert course(venv, "doctor", tmp_path=tmp_path).returncode == 0
