@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -147,7 +148,12 @@ def pick_device(env: dict[str, str] | None = None) -> torch.device:
     ``ValueError`` that lists the ones it has.
     """
     env = os.environ if env is None else env
-    wanted = env.get(ENV_VAR, "").strip().lower()
+    if not isinstance(env, Mapping):
+        raise TypeError(f"env must be None or a mapping of environment variables, like os.environ (got {env!r})")
+    wanted = env.get(ENV_VAR, "")
+    if not isinstance(wanted, str):
+        raise TypeError(f"env[{ENV_VAR!r}] must be a str such as 'cpu' (got {wanted!r})")
+    wanted = wanted.strip().lower()
     available = available_device_types()
     if not wanted:
         return torch.device(available[0])

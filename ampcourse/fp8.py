@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from .tables import Table
-from .validate import as_int
+from .validate import as_device, as_int
 
 __all__ = [
     "E4M3", "E5M2", "FORMATS", "HISTORY_LENGTHS", "N_STEPS", "SPIKE_STEP", "FP8Fate", "FP8Limits", "PrecisionRun",
@@ -224,9 +224,7 @@ def fp8_matmul_available(device: torch.device | str = "cpu") -> bool:
     On CUDA it needs FP8 Tensor Cores; on a CPU, oneDNN's FP8 matmul, which needs AVX-512 or AMX: on an
     AVX2-only CPU (or under ``DNNL_MAX_CPU_ISA=AVX2``) it raises "could not create a primitive descriptor".
     """
-    if not isinstance(device, (torch.device, str)):
-        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
-    device = torch.device(device)
+    device = as_device("device", device)
     if device.type not in _FP8_MATMUL:
         try:
             a = torch.zeros(16, 16, device=device).to(E4M3)
@@ -242,6 +240,16 @@ def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, *, scale_a: torch.Tenso
                        out_dtype: torch.dtype = torch.float32, **_: Any) -> torch.Tensor:
     """What ``torch._scaled_mm`` computes, by hand: ``(a · scale_a) @ (b · scale_b)`` from the exact FP8 values, in
     FP32, then ``out_dtype`` — for machines without an FP8 matmul (only the summation order may differ)."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise TypeError(f"{name} must be a 2-D tensor (got {getattr(t, 'shape', type(t).__name__)})")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: a's columns must equal b's rows")
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, as torch._scaled_mm takes it (got {type(t).__name__})")
+    if not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype such as torch.float32 (got {out_dtype!r})")
     return ((a.float() * scale_a.float()) @ (b.float() * scale_b.float())).to(out_dtype)
 
 
@@ -331,6 +339,9 @@ SPREAD = 24
 COUNTS = np.array([math.comb(SPREAD, k) for k in range(SPREAD + 1)], dtype=np.int64)
 
 
+MAX_AMAX_STEPS = 10_000_000
+
+
 def amax_sequence(n_steps: int = N_STEPS, spike_bits: int = 0, spike_step: int = SPIKE_STEP) -> np.ndarray:
     """log2 of a tensor's amax step by step (ints): it grows one binade every 50 steps, wobbles up one binade at
     two steps in every nine, and at ``spike_step`` jumps ``spike_bits`` binades for one step (a loss spike).
@@ -342,6 +353,9 @@ def amax_sequence(n_steps: int = N_STEPS, spike_bits: int = 0, spike_step: int =
         5
     """
     n_steps = as_int("n_steps", n_steps, minimum=1)
+    if n_steps > MAX_AMAX_STEPS:
+        raise ValueError(f"n_steps must be at most {MAX_AMAX_STEPS:,} (got {n_steps:,}): the sequence is held in "
+                         "memory")
     spike_bits = as_int("spike_bits", spike_bits, minimum=0)
     spike_step = as_int("spike_step", spike_step, minimum=0)
     steps = np.arange(n_steps)
@@ -485,9 +499,7 @@ def _quiet_stderr():
 
 def fp8_tensor_cores(device: torch.device | str) -> bool:
     """True on a CUDA GPU with FP8 Tensor Cores (compute capability 8.9 or newer: Ada, Hopper, Blackwell)."""
-    if not isinstance(device, (torch.device, str)):
-        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
-    device = torch.device(device)
+    device = as_device("device", device, available=False)
     return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
@@ -533,6 +545,9 @@ def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
     return float(loss.detach())
 
 
+MAX_EPOCHS = 50
+
+
 def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, device: torch.device | str = "cpu",
                        size: str = "small",
                        progress: Callable[[str], Any] | None = None) -> dict[str, list[PrecisionRun]]:
@@ -544,11 +559,14 @@ def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, dev
         raise TypeError(f"seeds must be a non-empty list of ints (got {seeds!r})")
     seeds = [as_int("seed", s, minimum=0) for s in seeds]
     epochs = as_int("epochs", epochs, minimum=1)
-    if not isinstance(device, (torch.device, str)):
-        raise TypeError(f"device must be a torch.device or a str such as 'cpu' (got {device!r})")
-    device = torch.device(device)
-    if size not in SIZES:
+    if epochs > MAX_EPOCHS:
+        raise ValueError(f"epochs must be at most {MAX_EPOCHS} (got {epochs}): each epoch trains "
+                         f"{len(PRECISIONS)} models per seed, and more would not finish in reasonable time")
+    device = as_device("device", device)
+    if not isinstance(size, str) or size not in SIZES:
         raise ValueError(f"size must be one of {tuple(SIZES)} (got {size!r})")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be None or a function taking one str, such as print (got {progress!r})")
     digits = load_digits()
     train_index, val_index = split(len(digits), 0.2, seed=0)
     x_train, y_train = digits.tensors(train_index, device)
@@ -578,8 +596,17 @@ def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, dev
     return runs
 
 
+def _check_runs(runs: Any) -> None:
+    """``runs`` is what :func:`compare_precisions` returns: precision → a non-empty list of PrecisionRun."""
+    if not isinstance(runs, dict) or not all(
+            isinstance(v, (list, tuple)) and v and all(isinstance(r, PrecisionRun) for r in v) for v in runs.values()):
+        raise TypeError("runs must be what compare_precisions returns: a dict from precision to a non-empty list of "
+                        "PrecisionRun")
+
+
 def accuracy_table(runs: dict[str, list[PrecisionRun]]) -> Table:
     """Validation accuracy per precision: mean ± std over seeds, min – max (a measurement: varies by machine)."""
+    _check_runs(runs)
     rows = []
     for precision, items in runs.items():
         accs = [r.accuracy for r in items]
@@ -610,12 +637,18 @@ class TensorSample:
         return torch.cat([t.flatten() for t in self.tensors[role]])
 
 
+MAX_COLLECT_STEPS = 10_000
+
+
 def collect_tensors(steps: int = 10, seed: int = 0) -> TensorSample:
     """Train lesson 09's digits MLP (no dropout) in FP32 for ``steps`` AdamW steps of 64 images, then run one more
     forward and backward and keep, for every linear layer, its input, its weight and its output's gradient."""
     from .capstone import load_digits, make_model, split
 
     steps = as_int("steps", steps, minimum=1)
+    if steps > MAX_COLLECT_STEPS:
+        raise ValueError(f"steps must be at most {MAX_COLLECT_STEPS:,} (got {steps:,}): more would not finish in "
+                         "reasonable time")
     seed = as_int("seed", seed, minimum=0)
     digits = load_digits()
     x_all, y_all = digits.tensors(split(len(digits), 0.2, seed=0)[0])

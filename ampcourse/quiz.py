@@ -53,6 +53,8 @@ COLOURS = {True: "#1a7f37", False: "#b42318", None: "#6b4f00"}  # green, red, am
 
 def feedback(question: Question, choice: int | None) -> tuple[bool, str]:
     """``(correct, message)`` for the option index the learner chose (None: nothing chosen)."""
+    if not isinstance(question, Question):
+        raise TypeError(f"question must be a Question (got {type(question).__name__})")
     if choice is None:
         return False, "Pick an answer first."
     if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice < len(question.options):
@@ -115,8 +117,10 @@ class Quiz(widgets.VBox):
 def feedback_html(correct: bool | None, message: str) -> str:
     """The feedback as HTML: its leading word (Correct / Not quite / Pick an answer first) in bold, all of it
     in a colour that says the same (green, red, amber), so it reads without colour and without emoji fonts."""
-    if correct not in COLOURS:
+    if not (correct is None or isinstance(correct, bool)):
         raise ValueError(f"correct must be True, False or None (got {correct!r})")
+    if not isinstance(message, str):
+        raise TypeError(f"message must be a str (got {type(message).__name__})")
     head = next((w for w in ("Correct", "Not quite", "Pick an answer first") if message.startswith(w)), "")
     # line-height: ipywidgets gives HTML content the controls' 28 px, which spreads a wrapped line far apart.
     return (f'<div style="line-height:1.4;color:{COLOURS[correct]}"><b>{html.escape(head)}</b>'

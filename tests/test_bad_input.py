@@ -310,3 +310,79 @@ def test_a_failing_model_is_still_a_runtime_error_for_code_that_caught_torch_s()
         troubleshoot.find_nonfinite(_linear8(), torch.ones(2, 3))
     assert isinstance(caught.value, ValueError) and isinstance(caught.value, RuntimeError)
     assert isinstance(caught.value.__cause__, RuntimeError)  # torch's own error stays attached
+
+
+# --- Found by a sweep of every public function (wrong types, empty lists, negative or huge sizes, NaN, cuda) -------
+
+def test_fp8_device_arguments_are_checked_like_everywhere_else():
+    from ampcourse import fp8
+
+    with pytest.raises(ValueError, match="device must name a device"):
+        fp8.fp8_tensor_cores("x")
+    with pytest.raises(ValueError, match="device must name a device"):
+        fp8.fp8_matmul_available("x")
+    with pytest.raises(ValueError, match="device must name a device"):
+        fp8.compare_precisions([0], epochs=1, device="x")
+    assert fp8.fp8_tensor_cores("cuda") is HAS_CUDA and fp8.fp8_tensor_cores("cpu") is False
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
+def test_fp8_on_missing_cuda_is_a_clear_error():
+    from ampcourse import fp8
+
+    for call in (lambda: fp8.fp8_matmul_available("cuda"), lambda: fp8.compare_precisions([0], device="cuda")):
+        with pytest.raises(ValueError, match=r"CUDA was requested but .*; use device='cpu'"):
+            call()
+
+
+def test_fp8_sizes_that_cannot_finish_are_refused_with_the_limit():
+    from ampcourse import fp8
+
+    with pytest.raises(ValueError, match=f"n_steps must be at most {fp8.MAX_AMAX_STEPS:,}"):
+        fp8.amax_sequence(10**12)
+    with pytest.raises(ValueError, match=f"epochs must be at most {fp8.MAX_EPOCHS}"):
+        fp8.compare_precisions([0], epochs=10**6)
+    with pytest.raises(ValueError, match=f"steps must be at most {fp8.MAX_COLLECT_STEPS:,}"):
+        fp8.collect_tensors(steps=10**9)
+    with pytest.raises(TypeError, match="progress must be None or a function"):
+        fp8.compare_precisions([0], epochs=1, progress="yes")
+
+
+@pytest.mark.parametrize(("kwargs", "error", "words"), [
+    ({"a": "x"}, TypeError, "a must be a 2-D tensor"),
+    ({"b": torch.ones(3)}, TypeError, "b must be a 2-D tensor"),
+    ({"b": torch.ones(3, 2)}, ValueError, r"a is \(2, 2\) and b is \(3, 2\): a's columns must equal b's rows"),
+    ({"scale_a": 1.0}, TypeError, "scale_a must be a tensor"),
+    ({"out_dtype": "float32"}, TypeError, "out_dtype must be a torch.dtype"),
+])
+def test_emulated_scaled_mm_checks_its_operands(kwargs, error, words):
+    from ampcourse import fp8
+
+    one = torch.ones(())
+    args = {"a": torch.ones(2, 2), "b": torch.ones(2, 2), "scale_a": one, "scale_b": one} | kwargs
+    with pytest.raises(error, match=words):
+        fp8.emulated_scaled_mm(**args)
+    assert fp8.emulated_scaled_mm(torch.ones(2, 2), torch.ones(2, 2), scale_a=one, scale_b=one).tolist() == [[2, 2]] * 2
+
+
+@pytest.mark.parametrize("runs", [None, [], {"fp32": []}, {"fp32": [1.0]}, "fp32"])
+def test_accuracy_table_wants_what_compare_precisions_returns(runs):
+    from ampcourse import fp8
+
+    with pytest.raises(TypeError, match="runs must be what compare_precisions returns"):
+        fp8.accuracy_table(runs)
+
+
+def test_quiz_helpers_and_pick_device_name_their_arguments():
+    from ampcourse import quiz
+
+    with pytest.raises(TypeError, match="question must be a Question"):
+        quiz.feedback("What is fp16?", 0)
+    with pytest.raises(TypeError, match="message must be a str"):
+        quiz.feedback_html(True, None)
+    with pytest.raises(ValueError, match="correct must be True, False or None"):
+        quiz.feedback_html([], "Correct")
+    with pytest.raises(TypeError, match="env must be None or a mapping"):
+        device.pick_device("cpu")
+    with pytest.raises(TypeError, match=r"env\['AMPCOURSE_DEVICE'\] must be a str"):
+        device.pick_device({"AMPCOURSE_DEVICE": 0})
