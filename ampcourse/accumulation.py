@@ -54,6 +54,14 @@ REMAINDERS = ("right", "naive")
 
 
 
+def _as_steps(name: str, value: Any, *, minimum: int) -> int:
+    value = as_int(name, value, minimum=minimum)
+    if value > MAX_STEPS:
+        raise ValueError(f"{name} must be at most {MAX_STEPS:,} steps (got {value:,}): more would not finish in "
+                         "reasonable time")
+    return value
+
+
 def _as_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool (got {value!r})")
@@ -112,6 +120,10 @@ class Problem:
         return self.inputs[index], self.targets[index]
 
 
+MAX_SAMPLES = 1_000_000
+MAX_STEPS = 10_000  # training steps of one demo call (train_steps, resume_*): more would not finish in reasonable time
+
+
 def make_problem(n_samples: int = 32, seed: int = 0) -> Problem:
     """A deterministic tiny regression problem and model factory.
 
@@ -121,6 +133,9 @@ def make_problem(n_samples: int = 32, seed: int = 0) -> Problem:
         (16, 161)
     """
     n_samples = as_int("n_samples", n_samples, minimum=1)
+    if n_samples > MAX_SAMPLES:
+        raise ValueError(f"n_samples must be at most {MAX_SAMPLES:,} (got {n_samples:,}): the demos hold every sample "
+                         "in memory and run them all at once")
     seed = as_int("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.randn(n_samples, N_INPUTS, generator=generator)
@@ -331,6 +346,9 @@ def remainder_report(micro_batches: int = 4, *, n_micro: int = 10, micro_batch_s
     micro_batches = as_int("micro_batches", micro_batches, minimum=1)
     n_micro = as_int("n_micro", n_micro, minimum=1)
     micro_batch_size = as_int("micro_batch_size", micro_batch_size, minimum=1)
+    if n_micro * micro_batch_size > MAX_SAMPLES:
+        raise ValueError(f"n_micro × micro_batch_size must be at most {MAX_SAMPLES:,} samples (got "
+                         f"{n_micro:,} × {micro_batch_size:,})")
     short = n_micro % micro_batches
     if short == 0:
         raise ValueError(f"n_micro = {n_micro} divides into windows of micro_batches = {micro_batches}: "
@@ -469,7 +487,11 @@ def clip_demo(scale: float = 2.0**16, max_norm: float = 1.0, *, clip_value: floa
         norm = float(nn.utils.clip_grad_norm_(model.parameters(), max_norm))
         return norm, int((~torch.isfinite(_flat_grads(model))).sum())
 
-    right_update, right_norm, _, _ = _one_amp_step(problem, scale, lr, right)
+    right_update, right_norm, right_stepped, _ = _one_amp_step(problem, scale, lr, right)
+    if not right_stepped:
+        raise ValueError(f"scale={scale:g} is too large for this demo: the float16 gradients overflow at that "
+                         "scale, so GradScaler skips the step and there is no update to compare. Use a scale of at "
+                         "most 2**16 (the default).")
     wrong_update, wrong_norm, _, _ = _one_amp_step(problem, scale, lr, wrong)
     value_update = _one_amp_step(problem, scale, lr, right_value)[0]
     wrong_value_update = _one_amp_step(problem, scale, lr, wrong_value)[0]
@@ -654,7 +676,7 @@ def train_steps(state: TrainState, n: int) -> TrainState:
     """
     if not isinstance(state, TrainState):
         raise TypeError(f"state must be a TrainState, e.g. make_state() (got {type(state).__name__})")
-    n = as_int("n", n, minimum=0)
+    n = _as_steps("n", n, minimum=0)
     amp = state.scaler is not None
     for _ in range(n):
         x, y = state.problem.batch(state.step, state.batch_size)
@@ -761,7 +783,7 @@ def resume_matches(path: str | os.PathLike, k: int = 20, **settings) -> ResumeRe
         >>> r.resumed_identical, r.no_scaler_identical
         (True, False)
     """
-    k = as_int("k", k, minimum=1)
+    k = _as_steps("k", k, minimum=1)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike (got {type(path).__name__})")
     folder = os.path.dirname(os.path.abspath(path))
@@ -809,7 +831,7 @@ def resume_from_fp32(path: str | os.PathLike, k: int = 20, *, init_scale: float 
     The fresh scaler starts at ``init_scale``; a too-large one costs a few skipped steps at the start,
     then training continues.
     """
-    k = as_int("k", k, minimum=1)
+    k = _as_steps("k", k, minimum=1)
     init_scale = as_positive("init_scale", init_scale)
     fp32 = train_steps(make_state(amp=False, **settings), k)
     save_checkpoint(path, fp32.model, fp32.optimizer, None, fp32.step)

@@ -144,7 +144,7 @@ _PROBE_DTYPES = {"cpu": torch.bfloat16, "maia": torch.bfloat16, "hpu": torch.bfl
 
 
 def _check_device_type(device_type: str) -> str:
-    if device_type not in AUTOCAST_DISPATCH_KEYS:
+    if not isinstance(device_type, str) or device_type not in AUTOCAST_DISPATCH_KEYS:
         raise ValueError(f"unknown device type {device_type!r}; known: {sorted(AUTOCAST_DISPATCH_KEYS)}")
     return device_type
 
@@ -873,8 +873,10 @@ def observe(op: str, device_type: str = "cpu", dtype: torch.dtype = torch.bfloat
         ('fallthrough', 'fp32')
     """
     _check_device_type(device_type)
-    if op not in EXAMPLES:
-        raise KeyError(f"no example call for {op!r}; there are examples for {sorted(EXAMPLES)}")
+    if not isinstance(op, str) or op not in EXAMPLES:
+        raise ValueError(f"op: no example call for {op!r}; there are examples for {sorted(EXAMPLES)}")
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, an autocast dtype (got {dtype!r})")
     runs = tuple(_run(op, device_type, dtype, pattern) for pattern in _PATTERNS)
     fp32, low, mixed = runs
     if fp32.simulated and fp32.error:  # the simulation cannot run this example (a device-only kernel)

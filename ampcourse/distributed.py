@@ -48,7 +48,7 @@ from torch.nn import functional as F
 
 from . import torchrun_local
 from .scaler_run import step_was_skipped
-from .validate import as_int, as_positive
+from .validate import as_device, as_int, as_positive
 
 __all__ = [
     "DTYPES", "LaunchFailed", "LaunchTimeout", "ParamComparison", "RunConfig", "RunResult", "SingleResult",
@@ -166,8 +166,21 @@ class RunConfig:
 
 
 # -------------------------------------------------------------------------------------------- model, data
+def _as_config(config: Any) -> RunConfig:
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"config must be a RunConfig (got {type(config).__name__})")
+    return config
+
+
+def _as_model(model: Any) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    return model
+
+
 def make_model(config: RunConfig) -> nn.Module:
     """The tiny MLP (8 → 16 → 1, tanh; 161 parameters), identical on every call and every rank, on the CPU."""
+    _as_config(config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         return nn.Sequential(nn.Linear(N_INPUTS, N_HIDDEN), nn.Tanh(), nn.Linear(N_HIDDEN, 1))
@@ -179,6 +192,7 @@ def micro_batch(config: RunConfig, index: int, rank: int | None = None) -> tuple
     The data is a noisy one-neuron teacher, generated from ``config.seed`` and ``index`` alone. With
     ``config.inf_window`` set, the last micro-batch of that window holds an inf in rank ``inf_rank``'s first row.
     """
+    _as_config(config)
     index = as_int("index", index, minimum=0)
     m, world = config.micro_batch_size, config.world_size
     generator = torch.Generator().manual_seed(config.seed * 100_003 + index + 1)
@@ -197,16 +211,20 @@ def micro_batch(config: RunConfig, index: int, rank: int | None = None) -> tuple
 
 def window_batches(config: RunConfig, rank: int | None, device: torch.device | str = "cpu") -> list:
     """All ``config.n_micro`` micro-batches of one rank (or the global ones), moved to ``device``."""
+    _as_config(config)
+    device = as_device("device", device)
     return [tuple(t.to(device) for t in micro_batch(config, i, rank)) for i in range(config.n_micro)]
 
 
 def flat_params(model: nn.Module) -> torch.Tensor:
     """All parameters as one flat float64 CPU vector (a copy)."""
+    _as_model(model)
     return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64) for p in model.parameters()])
 
 
 def param_hash(model: nn.Module) -> str:
     """The first 12 hex digits of the SHA-256 of the parameters' bytes: equal hashes = equal bits."""
+    _as_model(model)
     digest = hashlib.sha256()
     for p in model.parameters():
         digest.update(p.detach().to("cpu").contiguous().numpy().tobytes())
@@ -226,6 +244,17 @@ def train_windows(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: to
     ``update``. ``on_window(k, info)`` gets the window's scale, mean local loss, clip norm and whether the step
     was skipped.
     """
+    _as_model(model)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer (got {type(optimizer).__name__})")
+    if not isinstance(scaler, torch.amp.GradScaler):
+        raise TypeError(f"scaler must be a torch.amp.GradScaler (got {type(scaler).__name__})")
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, Sequence):
+        raise TypeError(f"batches must be a list of (x, y) tensor pairs (got {type(batches).__name__})")
+    if dtype not in DTYPES.values():
+        raise ValueError(f"dtype must be one of {list(DTYPES.values())} (got {dtype!r})")
+    if on_window is not None and not callable(on_window):
+        raise TypeError(f"on_window must be None or a function (got {on_window!r})")
     accum_steps = as_int("accum_steps", accum_steps, minimum=1)
     max_norm = as_positive("max_norm", max_norm)
     parameters = [p for p in model.parameters()]

@@ -159,6 +159,9 @@ def format_limits(fmt: str | torch.dtype = "fp16") -> FormatLimits:
 # --------------------------------------------------------------------------------------------------------
 
 
+MAX_WIDTH = 16_384  # a ResidualBlock of 2 × 16384² weights is already 2 GiB
+
+
 class ResidualBlock(nn.Module):
     """``x + down(relu(up(x)))``, with ``down`` initialised near zero.
 
@@ -170,6 +173,10 @@ class ResidualBlock(nn.Module):
     """
 
     def __init__(self, width: int, hidden: int, branch_init: float = BRANCH_INIT) -> None:
+        width = _check_int(width, "width", 1, MAX_WIDTH)
+        hidden = _check_int(hidden, "hidden", 1, MAX_WIDTH)
+        if isinstance(branch_init, bool) or not isinstance(branch_init, numbers.Real) or not math.isfinite(branch_init):
+            raise TypeError(f"branch_init must be a finite real number (got {branch_init!r})")
         super().__init__()
         self.up = nn.Linear(width, hidden)
         self.act = nn.ReLU()

@@ -222,6 +222,9 @@ class RealRun:
                 f"simulator {same}")
 
 
+MAX_REAL_STEPS = 100_000
+
+
 def real_scaler_run(
     steps: int = 200,
     *,
@@ -256,6 +259,10 @@ def real_scaler_run(
         (True, True)
     """
     steps = as_int("steps", steps, minimum=1)
+    if steps > MAX_REAL_STEPS:
+        raise ValueError(f"steps must be at most {MAX_REAL_STEPS:,} (got {steps:,}): each is a real training step, "
+                         "and more would not finish in reasonable time (scaler_sim.simulate_grad_scaler simulates "
+                         "longer runs)")
     seed = as_int("seed", seed, minimum=0)
     init_scale, growth_factor, backoff_factor, growth_interval = _checked_scaler_args(
         init_scale, growth_factor, backoff_factor, growth_interval)

@@ -228,7 +228,7 @@ def test_probing_leaves_autocast_state_alone():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="unknown device type"):
         registered_ops("tpu")
-    with pytest.raises(KeyError, match="no example"):
+    with pytest.raises(ValueError, match="op: no example call for 'aten::nonexistent'"):
         observe("aten::nonexistent")
     with pytest.raises(ValueError, match="docs have lists"):
         documented_ops("mps")

@@ -386,3 +386,70 @@ def test_quiz_helpers_and_pick_device_name_their_arguments():
         device.pick_device("cpu")
     with pytest.raises(TypeError, match=r"env\['AMPCOURSE_DEVICE'\] must be a str"):
         device.pick_device({"AMPCOURSE_DEVICE": 0})
+
+
+def test_accumulation_demos_refuse_sizes_and_scales_they_cannot_show():
+    with pytest.raises(ValueError, match=r"scale=1e\+12 is too large for this demo: .*at most 2\*\*16"):
+        accumulation.clip_demo(scale=1e12)
+    with pytest.raises(ValueError, match=f"n_samples must be at most {accumulation.MAX_SAMPLES:,}"):
+        accumulation.make_problem(10**12)
+    with pytest.raises(ValueError, match=f"n_samples must be at most {accumulation.MAX_SAMPLES:,}"):
+        accumulation.equivalence_report(n_samples=10**12)
+    with pytest.raises(ValueError, match=r"n_micro × micro_batch_size must be at most"):
+        accumulation.remainder_report(micro_batch_size=10**12)
+    with pytest.raises(ValueError, match=f"k must be at most {accumulation.MAX_STEPS:,} steps"):
+        accumulation.resume_from_fp32("unused.pt", k=10**12)
+    with pytest.raises(ValueError, match=f"n must be at most {accumulation.MAX_STEPS:,} steps"):
+        accumulation.train_steps(_state(), 10**12)
+
+
+def test_more_sizes_that_cannot_finish_are_refused_with_the_limit():
+    from ampcourse import gradients, scaler_run
+
+    with pytest.raises(ValueError, match=f"steps must be at most {scaler_run.MAX_REAL_STEPS:,}"):
+        scaler_run.real_scaler_run(10**12)
+    for kwargs, words in (({"width": -1, "hidden": 4}, "width must be from 1"),
+                          ({"width": 4, "hidden": 10**12}, f"hidden must be from 1 to {gradients.MAX_WIDTH}")):
+        with pytest.raises(ValueError, match=words):
+            gradients.ResidualBlock(**kwargs)
+    with pytest.raises(TypeError, match="branch_init must be a finite real number"):
+        gradients.ResidualBlock(4, 4, branch_init="small")
+
+
+def test_autocast_observe_names_op_and_dtype():
+    from ampcourse import autocast_lists
+
+    with pytest.raises(ValueError, match=r"op: no example call for 3"):
+        autocast_lists.observe(3)
+    with pytest.raises(ValueError, match="dtype must be torch.bfloat16 or torch.float16"):
+        autocast_lists.observe("aten::layer_norm", dtype=torch.float64)
+    with pytest.raises(ValueError, match="unknown device type"):
+        autocast_lists.observe("aten::layer_norm", device_type=["cpu"])
+
+
+def test_lesson08_helpers_check_their_arguments():
+    from ampcourse import distributed as d
+
+    config = d.RunConfig(windows=1, dtype="float32")
+    for call, words in ((lambda: d.make_model("config"), "config must be a RunConfig"),
+                        (lambda: d.micro_batch(0, 0), "config must be a RunConfig"),
+                        (lambda: d.window_batches(None, 0), "config must be a RunConfig"),
+                        (lambda: d.flat_params("model"), "model must be a torch.nn.Module"),
+                        (lambda: d.param_hash(None), "model must be a torch.nn.Module")):
+        with pytest.raises(TypeError, match=words):
+            call()
+    with pytest.raises(ValueError, match="device must name a device"):
+        d.window_batches(config, 0, device="x")
+    model = d.make_model(config)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = d.make_scaler(config, enabled=False)
+    batches = d.window_batches(config, None)
+    for kwargs, error, words in (({"optimizer": "sgd"}, TypeError, "optimizer must be a torch.optim.Optimizer"),
+                                 ({"scaler": None}, TypeError, "scaler must be a torch.amp.GradScaler"),
+                                 ({"batches": 5}, TypeError, "batches must be a list"),
+                                 ({"dtype": "float16"}, ValueError, "dtype must be one of"),
+                                 ({"on_window": 1}, TypeError, "on_window must be None or a function")):
+        args = {"model": model, "optimizer": optimizer, "scaler": scaler, "batches": batches, "accum_steps": 2,
+                "max_norm": 1.0, "dtype": torch.float32} | kwargs
+        with pytest.raises(error, match=words):
+            d.train_windows(**args)
