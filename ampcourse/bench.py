@@ -1132,6 +1132,9 @@ def _sweep_step(width: int, depth: int, batch: int, device: torch.device, mode: 
     return _step_fn(model, optimizer, scaler, x, target, mode, device.type)
 
 
+MAX_SWEEP_COUNT = 1000  # rounds, repeats and warmup steps of bf16_sweep
+
+
 def bf16_sweep(widths: Sequence[int] = (64, 128, 256, 512, 1024, 2048), *, depth: int = 4, batch: int = 256,
                device: torch.device | str = "cpu", mode: str = "bf16", rounds: int = 3, repeats: int = 3,
                warmup: int = 1, budget_seconds: float = 10.0, noise_threshold: float = 0.25,
@@ -1160,11 +1163,18 @@ def bf16_sweep(widths: Sequence[int] = (64, 128, 256, 512, 1024, 2048), *, depth
     reason = mode_unavailable_reason(mode, device)
     if reason:
         raise ValueError(f"mode {mode!r} is not available on {device}: {reason}")
+    for width in widths:
+        _refuse_huge_step(width, depth, batch, device)
     rounds = as_int("rounds", rounds, minimum=1)
     repeats = as_int("repeats", repeats, minimum=1)
     warmup = as_int("warmup", warmup, minimum=0)
+    for name, value in (("rounds", rounds), ("repeats", repeats), ("warmup", warmup)):
+        if value > MAX_SWEEP_COUNT:
+            raise ValueError(f"{name} must be at most {MAX_SWEEP_COUNT} (got {value:,}): the first width always runs "
+                             "all its rounds, whatever budget_seconds says, and would not finish in reasonable time")
     budget = as_positive("budget_seconds", budget_seconds)
     threshold = as_positive("noise_threshold", noise_threshold)
+    seed = as_int("seed", seed, minimum=0)
     start = time.perf_counter()
     points: list[SweepPoint] = []
     stopped = None

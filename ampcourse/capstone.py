@@ -105,6 +105,9 @@ def load_digits() -> Digits:
     return Digits(images=images, labels=table[:, N_PIXELS].copy())
 
 
+MAX_SPLIT = 100_000_000
+
+
 def split(n: int, val_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A deterministic shuffled split of ``range(n)``: ``(train_index, val_index)``, each sorted.
 
@@ -116,6 +119,8 @@ def split(n: int, val_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray,
         (8, 2, True)
     """
     n = as_int("n", n, minimum=2)
+    if n > MAX_SPLIT:
+        raise ValueError(f"n must be at most {MAX_SPLIT:,} (got {n:,}): the split holds a permutation of range(n)")
     val_fraction = as_positive("val_fraction", val_fraction)
     if not val_fraction < 1:
         raise ValueError(f"val_fraction must be between 0 and 1, exclusive (got {val_fraction!r})")

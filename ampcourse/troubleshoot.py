@@ -679,6 +679,7 @@ def activation_peaks(model: nn.Module, inputs: torch.Tensor, device_type: str = 
 
 # --- A model trained in bf16 -------------------------------------------------------------------------------
 
+MAX_RENT_ROWS, MAX_RENT_HIDDEN = 1_000_000, 4096  # train_in_bf16's largest data set and hidden layer
 RENT_FEATURES = ("area (m²)", "rooms", "distance to centre (km)", "age (years)")
 
 
@@ -767,6 +768,11 @@ def train_in_bf16(steps: int = 300, seed: int = 0, *, lr: float = 30.0, n: int =
     lr = as_positive("lr", lr)
     n = as_int("n", n, minimum=2)
     hidden = as_int("hidden", hidden, minimum=1)
+    for name, value, limit in (("steps", steps, MAX_SCALED_STEPS), ("n", n, MAX_RENT_ROWS),
+                               ("hidden", hidden, MAX_RENT_HIDDEN)):
+        if value > limit:
+            raise ValueError(f"{name} must be at most {limit:,} (got {value:,}): this demo would not finish in "
+                             "reasonable time")
     inputs, targets = _rent_data(n, torch.Generator().manual_seed(seed))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -453,3 +453,19 @@ def test_lesson08_helpers_check_their_arguments():
                 "max_norm": 1.0, "dtype": torch.float32} | kwargs
         with pytest.raises(error, match=words):
             d.train_windows(**args)
+
+
+def test_sweep_split_and_bf16_training_refuse_sizes_that_cannot_finish():
+    with pytest.raises(ValueError, match=f"rounds must be at most {bench.MAX_SWEEP_COUNT}"):
+        bench.bf16_sweep((8,), rounds=10**12, device="cpu")
+    with pytest.raises(ValueError, match=r"more than this benchmark allows on cpu"):
+        bench.bf16_sweep((8,), batch=10**12, device="cpu")
+    with pytest.raises(TypeError, match="seed must be an int"):
+        bench.bf16_sweep((8,), seed=1.5, device="cpu")
+    with pytest.raises(ValueError, match=f"n must be at most {capstone.MAX_SPLIT:,}"):
+        capstone.split(10**12)
+    for kwargs, limit in (({"steps": 10**12}, troubleshoot.MAX_SCALED_STEPS),
+                          ({"n": 10**12}, troubleshoot.MAX_RENT_ROWS),
+                          ({"hidden": 10**12}, troubleshoot.MAX_RENT_HIDDEN)):
+        with pytest.raises(ValueError, match=f"{next(iter(kwargs))} must be at most {limit:,}"):
+            troubleshoot.train_in_bf16(**kwargs)
