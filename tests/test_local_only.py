@@ -34,6 +34,8 @@ def _address(hex_ip: str) -> str:
 def _listening_by_inode() -> dict[int, tuple[str, int]]:
     found = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not Path(table).exists():  # a kernel without IPv6
+            continue
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             local, state, inode = fields[1], fields[3], int(fields[9])
