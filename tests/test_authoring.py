@@ -2,7 +2,6 @@
 
 import json
 import re
-import shutil
 
 import nbformat
 import pytest
@@ -120,8 +119,8 @@ def _answers(path, note="LEARNER WORK"):
     return path.read_text().count(note)
 
 
-def test_a_learner_working_copy_is_not_stale_and_build_keeps_every_answer(tmp_path):
-    root = _copy_course(tmp_path)
+def test_a_learner_working_copy_is_not_stale_and_build_keeps_every_answer(tmp_path, course_sources):
+    root = course_sources(tmp_path)
     _answer_everything(root)
     before = {p.name: _answers(p) for p in (root / "exercises").glob("*.ipynb")}
     assert all(n >= 2 for n in before.values()), before  # at least one answer and the notes cell each
@@ -146,8 +145,8 @@ def test_a_learner_working_copy_is_not_stale_and_build_keeps_every_answer(tmp_pa
     assert again.backup is None and not [p for p in again.changed if p.parent.name == "exercises"]
 
 
-def test_build_restores_a_deleted_check_and_leaves_an_unreadable_exercise_alone(tmp_path):
-    root = _copy_course(tmp_path)
+def test_build_restores_a_deleted_check_and_leaves_an_unreadable_exercise_alone(tmp_path, course_sources):
+    root = course_sources(tmp_path)
     _answer_everything(root)
     exercise = root / "exercises" / "00_start_here.ipynb"
     nb = authoring.read(exercise)
@@ -165,14 +164,8 @@ def test_build_restores_a_deleted_check_and_leaves_an_unreadable_exercise_alone(
     assert _answers(exercise) >= 3
 
 
-def _copy_course(tmp_path):
-    for folder in ("notebooks", "solutions", "exercises"):
-        shutil.copytree(ROOT / folder, tmp_path / folder)
-    return tmp_path
-
-
-def test_stale_exercise_is_detected_and_rebuilt(tmp_path):
-    root = _copy_course(tmp_path)
+def test_stale_exercise_is_detected_and_rebuilt(tmp_path, course_sources):
+    root = course_sources(tmp_path)
     exercise = root / "exercises" / "00_start_here.ipynb"
     nb = nbformat.read(exercise, as_version=4)
     nb.cells[0].source += "\nedited by hand"
@@ -184,8 +177,8 @@ def test_stale_exercise_is_detected_and_rebuilt(tmp_path):
     assert {p.name for p in authoring.stale_files(root)} == {"99_orphan.ipynb"}
 
 
-def test_changed_solution_makes_the_exercise_stale(tmp_path):
-    root = _copy_course(tmp_path)
+def test_changed_solution_makes_the_exercise_stale(tmp_path, course_sources):
+    root = course_sources(tmp_path)
     solution = root / "solutions" / "00_start_here.ipynb"
     nb = nbformat.read(solution, as_version=4)
     nb.cells[0].source += "\nA new sentence."

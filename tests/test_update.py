@@ -44,12 +44,10 @@ def answer_from_solution(learner_root, name, note="LEARNER WORK"):
 
 
 @pytest.fixture
-def clones(tmp_path):
+def clones(tmp_path, course_sources):
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    upstream = tmp_path / "upstream"
-    for folder in ("notebooks", "solutions", "exercises"):
-        shutil.copytree(ROOT / folder, upstream / folder)
+    upstream = course_sources(tmp_path / "upstream")  # blank exercises even in a learner's working copy
     git(upstream, "init", "-q")
     git(upstream, "add", ".")
     git(upstream, "commit", "-qm", "course")
