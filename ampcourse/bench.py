@@ -24,8 +24,10 @@ FLOP/s
 
 Steps
     :func:`benchmark_step` times one training step of an MLP in one of :data:`MODES`;
-    :func:`compare_precisions` runs several modes in the same process and reports speed-ups against
-    FP32 from that same run.
+    :func:`compare_precisions` times several modes in the same process, interleaved (rounds in
+    alternating order, so a drift of the machine's speed reaches every mode alike), and reports
+    speed-ups against FP32 from that same run, with a warning when the rounds disagree.
+    :func:`bf16_sweep` does the same for FP32 against one AMP mode across layer widths.
 """
 
 from __future__ import annotations
@@ -793,6 +795,18 @@ class StepResult:
     state: dict[str, dict[torch.dtype, int]] | None = None
     first_call_seconds: float | None = None
     error: str | None = None
+    round_medians: tuple[float, ...] | None = None
+
+    @property
+    def spread(self) -> float | None:
+        """(slowest − fastest round's median) / the median of the rounds' medians: 0 when every round agreed.
+
+        ``None`` for a row that did not run; 0 with a single round (nothing to compare).
+        """
+        if self.timing is None:
+            return None
+        medians = self.round_medians or (self.timing.median,)
+        return (max(medians) - min(medians)) / statistics.median(medians)
 
     @property
     def step_flops(self) -> int:
@@ -840,71 +854,154 @@ def _refuse_huge_step(width: int, depth: int, batch: int, device: torch.device) 
                          "bench.MAX_STEP_MACS): it would not finish in reasonable time; use smaller sizes")
 
 
-def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: torch.device | str,
-                   compile: bool = False, warmup: int = 3, repeats: int = 10, seed: int = 0) -> StepResult:
-    """Time one training step (forward, MSE loss, backward, Adam step) of :func:`make_mlp` in ``mode``.
+@dataclass
+class _PreparedStep:
+    """One row of a benchmark, set up and warmed up, ready to be timed (see :func:`_prepare_step`)."""
 
-    fp32: TF32 off. tf32: ``allow_tf32`` on for matmuls and cuDNN (both flags restored afterwards).
-    fp16: float16 autocast and a ``torch.amp.GradScaler``. bf16: bfloat16 autocast, no scaler.
-    ``compile=True`` wraps the model in ``torch.compile``; the first call (which compiles) is timed
-    apart (``first_call_seconds``); a compile failure gives a row whose ``error`` says why.
+    base: dict[str, Any]
+    step: Callable[[], None]
+    flags: Callable[[], Any]  # a fresh context manager: the row's TF32 setting, entered around each timing
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    activations: ActivationReport | None
+    peak: int | None
+    first: float | None
+    times: list[float] = field(default_factory=list)
+    round_medians: list[float] = field(default_factory=list)
 
-    Also measured: the activations saved for backward (eager model; ``None`` for compiled rows, whose
-    graph decides what to save or recompute), the CUDA peak of one more step (None elsewhere), and the
-    state bytes after the steps.
-    """
+    def time(self, repeats: int, device: torch.device, clock: Callable[[], float] | None) -> None:
+        """One round: ``repeats`` timed calls (:func:`time_fn`, no warm-up: the row was warmed up)."""
+        with self.flags():
+            timing = time_fn(self.step, warmup=0, repeats=repeats, device=device, clock=clock)
+        self.times.extend(timing.times)
+        self.round_medians.append(timing.median)
+
+    def result(self, warmup: int) -> StepResult:
+        return StepResult(**self.base, timing=Timing(tuple(self.times), warmup), activations=self.activations,
+                          peak_bytes=self.peak, state=state_bytes(self.model, self.optimizer),
+                          first_call_seconds=self.first, round_medians=tuple(self.round_medians))
+
+
+def _check_step_args(mode, width, depth, batch, device, compile, warmup, repeats):
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
     width = as_int("width", width, minimum=1)
     depth = as_int("depth", depth, minimum=1)
     batch = as_int("batch", batch, minimum=1)
-    _refuse_huge_step(width, depth, batch, _as_device(device))
     device = _as_device(device)
+    _refuse_huge_step(width, depth, batch, device)
     if not isinstance(compile, bool):
         raise TypeError(f"compile must be a bool (got {compile!r})")
     warmup = as_int("warmup", warmup, minimum=0)
     repeats = as_int("repeats", repeats, minimum=1)
+    return width, depth, batch, device, warmup, repeats
+
+
+def _prepare_step(mode: str, *, width: int, depth: int, batch: int, device: torch.device, compile: bool,
+                  warmup: int, seed: int) -> _PreparedStep | StepResult:
+    """Set up one row (arguments already checked): the MLP, its batch, Adam (and a GradScaler for fp16),
+    the activation count, the compile (its first call timed), ``warmup`` untimed steps and, on CUDA, the
+    peak of one more step. Returns a :class:`StepResult` with ``error`` when the row cannot run."""
     base = dict(mode=mode, compiled=compile, width=width, depth=depth, batch=batch, device=str(device))
     reason = mode_unavailable_reason(mode, device)
     if reason:
         return StepResult(**base, error=f"not run: {reason}")
-    model, x, target, optimizer, scaler = _mlp_problem(width, depth, batch, device, mode, seed)
-    flags = tf32_enabled(mode == "tf32") if device.type == "cuda" else contextlib.nullcontext()
-    with flags:
-        activations = None
-        if not compile:
-            dtype = _AUTOCAST_DTYPE.get(mode)
 
-            def forward():
-                with torch.autocast(device_type=device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                    return F.mse_loss(model(x), target)
-            activations = saved_activation_bytes(forward, model)
-        runner = model
-        first = None
-        if compile:
-            try:
-                runner = torch.compile(model)
-                step = _step_fn(runner, optimizer, scaler, x, target, mode, device.type)
-                synchronize(device)
-                start = time.perf_counter()
-                step()
-                synchronize(device)
-                first = time.perf_counter() - start
-            except Exception as err:  # noqa: BLE001 - any compile failure becomes a row that says why
-                message = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                return StepResult(**base, error=f"torch.compile failed: {type(err).__name__}: {message[:160]}")
-        step = _step_fn(runner, optimizer, scaler, x, target, mode, device.type)
-        timing = time_fn(step, warmup=warmup, repeats=repeats, device=device)
-        peak = peak_memory_bytes(step, device)
-    return StepResult(**base, timing=timing, activations=activations, peak_bytes=peak,
-                      state=state_bytes(model, optimizer), first_call_seconds=first)
+    def flags():
+        return tf32_enabled(mode == "tf32") if device.type == "cuda" else contextlib.nullcontext()
+
+    before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    try:
+        model, x, target, optimizer, scaler = _mlp_problem(width, depth, batch, device, mode, seed)
+        with flags():
+            activations = None
+            if not compile:
+                dtype = _AUTOCAST_DTYPE.get(mode)
+
+                def forward():
+                    with torch.autocast(device_type=device.type, dtype=dtype or torch.bfloat16,
+                                        enabled=dtype is not None):
+                        return F.mse_loss(model(x), target)
+                activations = saved_activation_bytes(forward, model)
+            runner = model
+            first = None
+            if compile:
+                try:
+                    runner = torch.compile(model)
+                    step = _step_fn(runner, optimizer, scaler, x, target, mode, device.type)
+                    synchronize(device)
+                    start = time.perf_counter()
+                    step()
+                    synchronize(device)
+                    first = time.perf_counter() - start
+                except Exception as err:  # noqa: BLE001 - any compile failure becomes a row that says why
+                    message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                    return StepResult(**base, error=f"torch.compile failed: {type(err).__name__}: {message[:160]}")
+            step = _step_fn(runner, optimizer, scaler, x, target, mode, device.type)
+            for i in range(warmup):
+                _run(step, f"warm-up call {i + 1} of {warmup}")
+            peak = peak_memory_bytes(step, device)
+    except torch.OutOfMemoryError:
+        return StepResult(**base, error="not run: out of device memory (every row keeps its model and optimizer "
+                                        "while the rounds run): use smaller sizes or fewer modes")
+    if peak is not None:
+        peak -= before  # this row's memory, not the other rows' models that are alive meanwhile
+    return _PreparedStep(base, step, flags, model, optimizer, activations, peak, first)
+
+
+def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: torch.device | str,
+                   compile: bool = False, warmup: int = 3, repeats: int = 10, seed: int = 0) -> StepResult:
+    """Time one training step (forward, MSE loss, backward, Adam step) of :func:`make_mlp` in ``mode``.
+
+    fp32: TF32 off. tf32: TF32 on for matmuls and cuDNN (:func:`tf32_enabled`; restored afterwards).
+    fp16: float16 autocast and a ``torch.amp.GradScaler``. bf16: bfloat16 autocast, no scaler.
+    ``compile=True`` wraps the model in ``torch.compile``; the first call (which compiles) is timed
+    apart (``first_call_seconds``); a compile failure gives a row whose ``error`` says why.
+
+    Also measured: the activations saved for backward (eager model; ``None`` for compiled rows, whose
+    graph decides what to save or recompute), the CUDA peak of one step after the warm-up (None
+    elsewhere; memory the process held before the row was set up is not counted), and the state bytes
+    after the steps. To compare modes, use :func:`compare_precisions`: it interleaves them.
+    """
+    width, depth, batch, device, warmup, repeats = _check_step_args(mode, width, depth, batch, device, compile,
+                                                                      warmup, repeats)
+    row = _prepare_step(mode, width=width, depth=depth, batch=batch, device=device, compile=compile,
+                        warmup=warmup, seed=seed)
+    if isinstance(row, StepResult):
+        return row
+    row.time(repeats, device, None)
+    return row.result(warmup)
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Rows from :func:`compare_precisions`; ``baseline`` is the eager fp32 row of the same run."""
+    """Rows from :func:`compare_precisions`; ``baseline`` is the eager fp32 row of the same run.
+
+    ``rounds``: how many interleaved rounds timed the rows; a row whose rounds' medians disagree by more
+    than ``noise_threshold`` (relative, see :attr:`StepResult.spread`) is :attr:`noisy`, and
+    :attr:`warning` says so. The warning is not part of the table (its text would change from run to
+    run): print it.
+    """
 
     rows: tuple[StepResult, ...]
+    rounds: int = 1
+    noise_threshold: float = 0.25
+
+    @property
+    def noisy(self) -> tuple[StepResult, ...]:
+        """The rows whose rounds disagreed by more than ``noise_threshold`` (the machine was busy: rerun)."""
+        return tuple(r for r in self.rows if r.spread is not None and r.spread > self.noise_threshold)
+
+    @property
+    def warning(self) -> str | None:
+        """A sentence naming the noisy rows, or ``None`` when every row's rounds agreed."""
+        noisy = self.noisy
+        if not noisy:
+            return None
+        worst = max(r.spread for r in noisy)
+        return (f"Warning: the {self.rounds} rounds of {', '.join(r.label for r in noisy)} disagreed by up to "
+                f"{worst:.0%} (more than {self.noise_threshold:.0%}): the machine's speed changed while the benchmark "
+                "ran (other programs, clock or heat); rerun before you believe those speed-ups.")
 
     @property
     def baseline(self) -> StepResult | None:
@@ -978,19 +1075,35 @@ class Comparison:
         first = self.rows[0] if self.rows else None
         title = (f"one training step: {first.depth} × Linear({first.width}, {first.width}) + ReLU, batch "
                  f"{first.batch}, Adam, on {first.device}" if first else "")
+        if first and self.rounds > 1:
+            title += f"; the rows timed in turn, {self.rounds} rounds, every other round in reverse order"
         return Table(rows, title=title)
 
 
 def compare_precisions(*, width: int, depth: int, batch: int, device: torch.device | str,
                        modes: Sequence[str] | None = None, compile: Sequence[bool] = (False,),
-                       compile_modes: Sequence[str] | None = None, warmup: int = 3, repeats: int = 10,
-                       seed: int = 0, progress: Callable[[str], Any] | None = None) -> Comparison:
-    """Run :func:`benchmark_step` for each mode (and each ``compile`` setting) in this one process.
+                       compile_modes: Sequence[str] | None = None, warmup: int = 3, repeats: int = 5,
+                       rounds: int = 4, noise_threshold: float = 0.25, seed: int = 0,
+                       progress: Callable[[str], Any] | None = None,
+                       clock: Callable[[], float] | None = None) -> Comparison:
+    """Time a training step in each mode (and each ``compile`` setting), interleaved, in this one process.
+
+    Every row is set up first — its own model, batch and optimizer (:func:`benchmark_step` describes the
+    modes and what is measured), the compile, ``warmup`` untimed steps. Then the rows are timed in
+    ``rounds`` rounds: in each round every row in turn runs ``repeats`` timed steps (:func:`time_fn`), and
+    every other round goes in reverse order. A drift of the machine's speed during the benchmark (clock
+    boost, heat, another program starting) thus reaches every row alike instead of whichever ran last:
+    with an even number of rounds, a steady drift shifts every row's median by the same amount. Each row
+    reports the median and IQR of all its ``rounds × repeats`` timed steps, and the median of each round
+    (:attr:`StepResult.round_medians`); a row whose rounds disagree by more than ``noise_threshold`` is
+    named in :attr:`Comparison.warning`.
 
     ``modes`` defaults to all :data:`MODES`: a mode the device lacks gives a row that says why.
     ``compile_modes`` limits the compiled runs to these modes (compiling costs seconds to minutes
-    per mode on a CPU). The fp32 eager row is always run first: it is the baseline of the speed-ups.
-    ``progress`` (e.g. ``print``) gets one line as each run starts (no timings: the same on every machine).
+    per mode on a CPU). The fp32 eager row is always there and first: it is the baseline of the speed-ups.
+    Every row's model stays in memory until the rounds end (a row that does not fit says so).
+    ``progress`` (e.g. ``print``) gets one line as each row is set up and one as the timing starts (no
+    timings: the same on every machine). ``clock``: see :func:`time_fn` (inject a fake one to test).
     """
     modes = list(MODES) if modes is None else list(modes)
     bad = [m for m in modes if m not in MODES]
@@ -1001,19 +1114,32 @@ def compare_precisions(*, width: int, depth: int, batch: int, device: torch.devi
     compile_modes = modes if compile_modes is None else list(compile_modes)
     if any(m not in MODES for m in compile_modes):
         raise ValueError(f"compile_modes must be drawn from {MODES} (got {compile_modes!r})")
+    width, depth, batch, device, warmup, repeats = _check_step_args("fp32", width, depth, batch, device, False,
+                                                                      warmup, repeats)
+    rounds = as_int("rounds", rounds, minimum=1)
+    threshold = as_positive("noise_threshold", noise_threshold)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function taking one str, like print, or None (got {progress!r})")
+    if clock is not None and not callable(clock):
+        raise TypeError(f"clock must be a function returning seconds (got {clock!r})")
     order = (["fp32"] if "fp32" not in modes else []) + modes
     runs = [(m, False) for m in order if False in compile or m == "fp32"]
     runs += [(m, True) for m in order if True in compile and m in compile_modes and m in modes]
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be a function taking one str, like print, or None (got {progress!r})")
-    rows = []
+    prepared: list[_PreparedStep | StepResult] = []
     for number, (m, c) in enumerate(runs, 1):
         if progress is not None:
-            progress(f"[{number}/{len(runs)}] {m}" + (" with torch.compile (compiling first: the slow part)" if c
-                                                      else "") + " …")
-        rows.append(benchmark_step(m, width=width, depth=depth, batch=batch, device=device, compile=c,
-                                   warmup=warmup, repeats=repeats, seed=seed))
-    return Comparison(tuple(rows))
+            progress(f"[{number}/{len(runs)}] setting up {m}" + (" with torch.compile (compiling first: the slow "
+                                                                 "part)" if c else "") + " …")
+        prepared.append(_prepare_step(m, width=width, depth=depth, batch=batch, device=device, compile=c,
+                                      warmup=warmup, seed=seed))
+    timed = [row for row in prepared if isinstance(row, _PreparedStep)]
+    if progress is not None:
+        progress(f"timing: {rounds} rounds of {repeats} steps per row, the rows in turn …")
+    for r in range(rounds):
+        for row in timed if r % 2 == 0 else reversed(timed):
+            row.time(repeats, device, clock)
+    rows = tuple(row.result(warmup) if isinstance(row, _PreparedStep) else row for row in prepared)
+    return Comparison(rows, rounds, threshold)
 
 
 # --- where does AMP pay off? a size sweep -------------------------------------------------------------------

@@ -267,6 +267,8 @@ def test_compile_failure_becomes_a_row(monkeypatch):
 def test_compare_precisions_table_and_ratios():
     comparison = compare_precisions(width=8, depth=2, batch=4, device="cpu", warmup=0, repeats=2)
     assert [r.mode for r in comparison.rows] == list(MODES)
+    assert comparison.rounds == 4 and comparison.baseline.timing.runs == 4 * 2
+    assert len(comparison.baseline.round_medians) == 4 and comparison.baseline.spread >= 0
     assert comparison.speedup(comparison.baseline) == 1.0
     bf16 = comparison.row("bf16")
     expected = bf16.activations.total / comparison.baseline.activations.total
@@ -376,3 +378,74 @@ def test_formats_never_print_an_exponent_at_a_unit_boundary():
     assert format_time(0.0009996) == "1 ms" and format_time(0.9996) == "1 s" and format_time(999.6e-9) == "1 µs"
     assert format_time(0.000123) == "123 µs" and format_time(1234.0) == "1230 s"
     assert format_flops(999.6e9) == "1 TFLOP/s" and format_flops(123e9) == "123 GFLOP/s"
+
+
+class DriftingMachine:
+    """Every training step takes 1 s plus ``drift`` s for each step run before it: a machine that slows down
+    steadily (heat, another program starting). ``clock`` is the fake clock; ``log`` the modes in the order run."""
+
+    def __init__(self, drift):
+        self.now, self.drift, self.log = 0.0, drift, []
+
+    def clock(self):
+        return self.now
+
+    def patch(self, monkeypatch):
+        real = bench._step_fn
+
+        def step_fn(model, optimizer, scaler, x, target, mode, device_type):
+            step = real(model, optimizer, scaler, x, target, mode, device_type)
+
+            def timed():
+                step()
+                self.now += 1.0 + self.drift * len(self.log)
+                self.log.append(mode)
+            return timed
+        monkeypatch.setattr(bench, "_step_fn", step_fn)
+
+
+def test_compare_precisions_interleaves_so_a_drift_lands_on_no_mode(monkeypatch):
+    machine = DriftingMachine(drift=0.01)
+    machine.patch(monkeypatch)
+    modes = ["fp32", "fp16", "bf16"]
+    comparison = compare_precisions(width=8, depth=1, batch=2, device="cpu", modes=modes, warmup=1, repeats=2,
+                                    rounds=4, clock=machine.clock)
+    # set-up: each row's warm-up step; then 4 rounds of 2 timed steps per row, every other round reversed
+    timed = machine.log[len(modes):]
+    assert machine.log[:len(modes)] == modes
+    rounds = [timed[i:i + 6] for i in range(0, 24, 6)]
+    forward = [m for m in modes for _ in range(2)]
+    assert rounds == [forward, forward[::-1], forward, forward[::-1]]
+    # every mode costs the same: the steady slow-down reaches all of them alike
+    for row in comparison.rows[1:]:
+        assert comparison.speedup(row) == pytest.approx(1.0, abs=1e-12)
+        assert row.timing.runs == 8 and len(row.round_medians) == 4
+    assert comparison.warning is None
+    # the same machine, one round in a fixed order: the later modes take the blame
+    monkeypatch.undo()
+    late = DriftingMachine(drift=0.01)
+    late.patch(monkeypatch)
+    once = compare_precisions(width=8, depth=1, batch=2, device="cpu", modes=modes, warmup=1, repeats=2, rounds=1,
+                              clock=late.clock)
+    assert once.speedup(once.row("fp16")) < 0.99 and once.speedup(once.row("bf16")) < once.speedup(once.row("fp16"))
+
+
+def test_a_comparison_warns_when_its_rounds_disagree(monkeypatch):
+    machine = DriftingMachine(drift=0.5)  # a machine that slows down fast: later rounds are much slower
+    machine.patch(monkeypatch)
+    comparison = compare_precisions(width=8, depth=1, batch=2, device="cpu", modes=["fp32", "bf16"], warmup=0,
+                                    repeats=1, rounds=4, clock=machine.clock)
+    assert comparison.noisy == comparison.rows and all(r.spread > 0.25 for r in comparison.rows)
+    assert comparison.warning.startswith("Warning: the 4 rounds of fp32, bf16 disagreed by up to")
+    assert "rerun" in comparison.warning and "Warning" not in comparison.table().text()
+    row = dict(mode="fp32", compiled=False, width=8, depth=1, batch=2, device="cpu")
+    steady = bench.StepResult(**row, timing=Timing((1.0, 1.1, 1.2, 1.0), 0), round_medians=(1.0, 1.1, 1.2, 1.0))
+    jumpy = bench.StepResult(**{**row, "mode": "bf16"}, timing=Timing((1.0, 2.0), 0), round_medians=(1.0, 2.0))
+    skipped = bench.StepResult(**{**row, "mode": "tf32"}, error="not run: CUDA only")
+    mixed = bench.Comparison((steady, jumpy, skipped), rounds=2, noise_threshold=0.25)
+    assert steady.spread == pytest.approx(0.2 / 1.05) and skipped.spread is None
+    assert mixed.noisy == (jumpy,) and "of bf16 disagreed by up to 67%" in mixed.warning
+    with pytest.raises(ValueError, match="rounds"):
+        compare_precisions(width=8, depth=1, batch=2, device="cpu", rounds=0)
+    with pytest.raises(ValueError, match="noise_threshold"):
+        compare_precisions(width=8, depth=1, batch=2, device="cpu", noise_threshold=-1)

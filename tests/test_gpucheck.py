@@ -66,6 +66,10 @@ def test_render_lists_every_notebook_and_the_verdict():
               "gpu_tests": {"passed": 1, "failed": 0, "skipped": 0}, "logs": {}}
     text = gpucheck.render(report)
     assert "**Result: FAIL**" in text and "| notebooks/a.ipynb | 3 | FAILED | Cell 2 | – |" in text
+    bench = {"sizes": {}, "table": "the table", "matmuls": [], "noise": None}
+    assert "Warning" not in gpucheck.render({**report, "benchmark": bench})
+    noisy = gpucheck.render({**report, "benchmark": {**bench, "noise": "Warning: the 4 rounds of fp16 disagreed"}})
+    assert "the table\n```\n\nWarning: the 4 rounds of fp16 disagreed\n" in noisy  # under the benchmark table
 
 
 def test_fp8_row_skips_with_a_reason_without_fp8_tensor_cores():
