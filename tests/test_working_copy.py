@@ -8,9 +8,10 @@ nbval. This module makes such a working copy in a temporary folder and runs thos
 ``./course test`` in it (the copy's own package first on ``PYTHONPATH``, so its kernels import the
 copy's ``ampcourse``):
 
-* the copy: every file ``git ls-files`` lists in this checkout (committed or not), committed in a new
-  repository — a fresh clone of the course as it is now (``git`` needed: the metadata test reads the
-  committed notebooks with ``git show``);
+* the copy: every file ``git ls-files`` lists in this checkout (committed or not), the exercises blank and
+  the notebooks' metadata clean as ``build`` writes them, committed in a new repository — a fresh clone of
+  the course as it is now, even when this checkout is itself a learner's working copy (``git`` needed: the
+  metadata test reads the committed notebooks with ``git show``);
 * every exercise answered: the code between the solution's ``BEGIN``/``END SOLUTION`` markers typed
   into each task cell. The exercises in :data:`EXECUTE` are then run by a kernel (nbclient) and saved
   as JupyterLab saves them (:func:`save_like_jupyterlab`); the others get the outputs the solution
@@ -66,7 +67,8 @@ def _git(cwd: Path, *args: str) -> str:
 
 
 def fresh_clone(dest: Path) -> Path:
-    """Every file of this checkout that git tracks or would track, committed in a new repository at ``dest``."""
+    """Every file of this checkout that git tracks or would track, committed in a new repository at ``dest``,
+    with the notebooks that ``build`` generates as it writes them (so the exercises are blank)."""
     files = _git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
     dest.mkdir(parents=True, exist_ok=True)
     for name in filter(None, files):
@@ -74,6 +76,10 @@ def fresh_clone(dest: Path) -> Path:
         if source.is_file():  # a file deleted but not yet committed is not part of the course now
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
+    # The course's notebooks as build writes them: blank exercises, clean metadata. This checkout may itself be
+    # a learner's working copy; its answers and JupyterLab's metadata are not the course a clone would get.
+    for path, text in authoring.generated_files(ROOT).items():
+        (dest / path.relative_to(ROOT)).write_text(text, encoding="utf-8")
     _git(dest, "init", "-q")
     _git(dest, "add", "-A")
     _git(dest, "commit", "-qm", "the course")
