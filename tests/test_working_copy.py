@@ -13,18 +13,19 @@ copy's ``ampcourse``):
   the course as it is now, even when this checkout is itself a learner's working copy (``git`` needed: the
   metadata test reads the committed notebooks with ``git show``);
 * every exercise answered: the code between the solution's ``BEGIN``/``END SOLUTION`` markers typed
-  into each task cell. The exercises in :data:`EXECUTE` are then run by a kernel (nbclient) and saved
-  as JupyterLab saves them (:func:`save_like_jupyterlab`); the others get the outputs the solution
-  notebook stored for the same cells — what running them gives — and JupyterLab's metadata;
+  into each task cell. The exercises in :data:`EXECUTE_EXERCISES` are then run by a kernel (nbclient)
+  and saved as JupyterLab saves them (:func:`save_like_jupyterlab`); the others get the outputs the
+  solution notebook stored for the same cells — what running them gives — and JupyterLab's metadata;
 * every lesson saved as JupyterLab saves it: the lessons in :data:`EXECUTE` run by a kernel and saved
   with their fresh outputs, execution counts, ``language_info`` and widget state (a slider moved); the
   others keep their stored outputs with new execution counts and the same metadata.
 
-Running every exercise and lesson takes most of ``./course test``'s time, so by default only the
-cheapest (lesson and exercise 00) run; ``AMPCOURSE_WORKING_COPY=all`` runs all of them. To try the real
-``./course test`` on a working copy by hand::
+Running every exercise and lesson takes most of ``./course test``'s time, so by default only lesson 00 is
+run and saved, and only exercise 00 and lesson 00 are graded / compared by nbval in the copy (about 30-40 s
+on 2 cores); ``AMPCOURSE_WORKING_COPY=all`` runs every exercise and lesson. To try the real ``./course
+test`` on a working copy by hand::
 
-    python tests/test_working_copy.py /tmp/learner --all   # makes the copy (about 4 minutes on 2 cores)
+    python tests/test_working_copy.py /tmp/learner --all   # the copy, everything run: 2 min on 2 idle cores
     cd /tmp/learner && ./course test                         # its own .venv; about 15 minutes
 """
 
