@@ -1080,6 +1080,10 @@ class Comparison:
         return Table(rows, title=title)
 
 
+#: The most timed steps (rounds × repeats) :func:`compare_precisions` runs per row.
+MAX_TIMED_STEPS = 10_000
+
+
 def compare_precisions(*, width: int, depth: int, batch: int, device: torch.device | str,
                        modes: Sequence[str] | None = None, compile: Sequence[bool] = (False,),
                        compile_modes: Sequence[str] | None = None, warmup: int = 3, repeats: int = 5,
@@ -1117,6 +1121,9 @@ def compare_precisions(*, width: int, depth: int, batch: int, device: torch.devi
     width, depth, batch, device, warmup, repeats = _check_step_args("fp32", width, depth, batch, device, False,
                                                                       warmup, repeats)
     rounds = as_int("rounds", rounds, minimum=1)
+    if rounds * repeats > MAX_TIMED_STEPS:
+        raise ValueError(f"rounds × repeats must be at most {MAX_TIMED_STEPS} timed steps per row (got {rounds:,} × "
+                         f"{repeats:,}): more would not finish in reasonable time and tells no more")
     threshold = as_positive("noise_threshold", noise_threshold)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a function taking one str, like print, or None (got {progress!r})")

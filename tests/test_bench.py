@@ -449,3 +449,5 @@ def test_a_comparison_warns_when_its_rounds_disagree(monkeypatch):
         compare_precisions(width=8, depth=1, batch=2, device="cpu", rounds=0)
     with pytest.raises(ValueError, match="noise_threshold"):
         compare_precisions(width=8, depth=1, batch=2, device="cpu", noise_threshold=-1)
+    with pytest.raises(ValueError, match=r"rounds × repeats must be at most 10000 .*1,000,000 × 5"):
+        compare_precisions(width=8, depth=1, batch=2, device="cpu", rounds=10**6)
