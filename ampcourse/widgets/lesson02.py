@@ -152,9 +152,11 @@ def draw_scale_view(fig: Figure, view: ScaleView) -> str:
     ]
     for patch in bars:
         ax.add_artist(patch)
-    ax.axvline(math.log2(FP16.smallest_subnormal), color=COLORS["black"], linestyle=":", linewidth=1)
-    ax.axvline(math.log2(FP16.smallest_normal), color=COLORS["black"], linestyle="--", linewidth=1)
-    ax.axvline(math.log2(FP16.max), color=COLORS["black"], linestyle="--", linewidth=1)
+    edges_lines = [
+        ax.axvline(math.log2(FP16.smallest_subnormal), color=COLORS["black"], linestyle=":", linewidth=1),
+        ax.axvline(math.log2(FP16.smallest_normal), color=COLORS["black"], linestyle="--", linewidth=1),
+        ax.axvline(math.log2(FP16.max), color=COLORS["black"], linestyle="--", linewidth=1),
+    ]
     ax.text(lo + 0.5, top * 0.8, "← BF16: normal\n   down to 2⁻¹²⁶", fontsize=8, va="top")
     ax.set_xlim(lo, hi)
     ax.set_ylim(0, top)
@@ -165,8 +167,9 @@ def draw_scale_view(fig: Figure, view: ScaleView) -> str:
     title = ax.set_title(_title(view), fontsize=10, loc="left")
     ax.legend(handles=bars, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False,
               borderaxespad=0.1)
-    # Only the bars and the title move with the slider: the rest is a background drawn once.
-    live(fig).update(bars=bars, title=title, dynamic=[*bars, title])
+    # Only the bars and the title move with the slider: the rest is a background drawn once. FP16's edge
+    # lines are drawn again over the bars, as a full render draws them.
+    live(fig).update(bars=bars, title=title, dynamic=[*bars, *edges_lines, title])
     return readout(view)
 
 
