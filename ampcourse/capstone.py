@@ -281,6 +281,26 @@ def cosine_schedule(warmup: int, total: int) -> Callable[[int], float]:
 
 
 # ------------------------------------------------------------------------------------------------ a step
+def _check_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype) -> None:
+    """:func:`train_window`'s arguments, each named in the error when it is not what the step needs."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer (got {type(optimizer).__name__})")
+    if not isinstance(scaler, torch.amp.GradScaler):
+        raise TypeError(f"scaler must be a torch.amp.GradScaler, enabled or not (got {type(scaler).__name__})")
+    if not callable(getattr(scheduler, "step", None)):
+        raise TypeError("scheduler must be a learning-rate scheduler with a step() method "
+                        f"(got {type(scheduler).__name__})")
+    if (isinstance(micro_batches, (str, bytes)) or not isinstance(micro_batches, Sequence) or not micro_batches
+            or not all(isinstance(b, (tuple, list)) and len(b) == 2 and all(isinstance(t, torch.Tensor) for t in b)
+                       for b in micro_batches)):
+        raise ValueError("micro_batches must be a non-empty list of (x, y) tensor pairs: one window, one step")
+    as_positive("max_norm", max_norm)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of torch.float32, torch.bfloat16, torch.float16 (got {dtype!r})")
+
+
 def train_window(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                  scheduler: torch.optim.lr_scheduler.LRScheduler, micro_batches: Sequence[tuple[torch.Tensor,
                                                                                                torch.Tensor]],
@@ -292,6 +312,7 @@ def train_window(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: tor
     ``clip_grad_norm_`` (the true gradients) → ``scaler.step`` → ``scaler.update`` → ``scheduler.step()``
     only if the step was not skipped (the scale did not go down).
     """
+    _check_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)  # bad input: a clear error
     optimizer.zero_grad(set_to_none=True)
     device_type = micro_batches[0][0].device.type
     for x, y in micro_batches:

@@ -469,3 +469,28 @@ def test_sweep_split_and_bf16_training_refuse_sizes_that_cannot_finish():
                           ({"hidden": 10**12}, troubleshoot.MAX_RENT_HIDDEN)):
         with pytest.raises(ValueError, match=f"{next(iter(kwargs))} must be at most {limit:,}"):
             troubleshoot.train_in_bf16(**kwargs)
+
+
+def _window_parts():
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    batch = [(torch.zeros(1, 2), torch.zeros(1, dtype=torch.long))]
+    return [model, optimizer, torch.amp.GradScaler("cpu", enabled=False), scheduler, batch, 1.0, torch.bfloat16]
+
+
+@pytest.mark.parametrize(("position", "value", "error", "words"), [
+    (0, None, TypeError, "model must be a torch.nn.Module"),
+    (1, "sgd", TypeError, "optimizer must be a torch.optim.Optimizer"),
+    (2, None, TypeError, "scaler must be a torch.amp.GradScaler"),
+    (3, 1.0, TypeError, "scheduler must be a learning-rate scheduler"),
+    (4, [], ValueError, "micro_batches must be a non-empty list"),
+    (4, [torch.zeros(2)], ValueError, "micro_batches must be a non-empty list"),
+    (5, -1.0, ValueError, "max_norm"),
+    (6, "bf16", ValueError, "dtype must be one of"),
+])
+def test_train_window_names_a_bad_argument(position, value, error, words):
+    parts = _window_parts()
+    parts[position] = value
+    with pytest.raises(error, match=words):
+        capstone.train_window(*parts)

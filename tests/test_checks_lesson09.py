@@ -111,7 +111,8 @@ def lesson_code_pasted():
     from ampcourse.scaler_run import step_was_skipped
 
     signature, _, body = inspect.getsource(capstone.train_window).split('"""')
-    namespace = {"torch": torch, "nn": nn, "Sequence": Sequence, "step_was_skipped": step_was_skipped}
+    namespace = {"torch": torch, "nn": nn, "Sequence": Sequence, "step_was_skipped": step_was_skipped,
+                 "_check_window": capstone._check_window}
     exec(signature.rstrip() + "\n" + body.lstrip("\n"), namespace)  # noqa: S102 - what a learner would paste
     return namespace["train_window"]
 
