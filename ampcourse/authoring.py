@@ -162,8 +162,10 @@ def toc_markdown(root: Path = ROOT) -> str:
     for item in LESSONS:
         if item.number in live:
             title = _link(item, item.title, "notebooks")
+            # An exercise exists when its solution does (build generates one from the other): reading the
+            # exercises folder made a build after a deleted exercise write a map without it.
             exercise = (_link(item, "exercise", "exercises")
-                        if item.exercise_path(root).exists() else "—")
+                        if item.solution_path(root).exists() else "—")
         else:
             title, exercise = f"{item.title} *(coming soon)*", "—"
         rows.append(f"| {item.number} | {title} | {exercise} | {item.outcome} |")
@@ -180,7 +182,7 @@ def nav_markdown(item: Lesson, root: Path = ROOT) -> str:
     if index > 0:
         prev = LESSONS[index - 1]
         parts.append("← " + _link(prev, f"{prev.number} {prev.title}", "notebooks"))
-    if item.exercise_path(root).exists():
+    if item.solution_path(root).exists():  # the exercise is generated from it
         parts.append(_link(item, f"Exercise {item.number}", "exercises"))
     if index + 1 < len(LESSONS):
         nxt = LESSONS[index + 1]

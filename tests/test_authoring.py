@@ -177,6 +177,17 @@ def test_stale_exercise_is_detected_and_rebuilt(tmp_path, course_sources):
     assert {p.name for p in authoring.stale_files(root)} == {"99_orphan.ipynb"}
 
 
+def test_one_build_restores_a_deleted_exercise_and_nothing_else(tmp_path, course_sources):
+    """The lesson map and a lesson's footer link an exercise because its solution exists, not because the file is
+    there: a build after deleting an exercise once wrote them without it, and only a second build put it back."""
+    root = course_sources(tmp_path)
+    (root / "exercises" / "05_accumulation_clipping.ipynb").unlink()
+    assert {p.name for p in authoring.stale_files(root)} == {"05_accumulation_clipping.ipynb"}
+    authoring.build(root)
+    assert authoring.stale_files(root) == []
+    assert "../exercises/05_accumulation_clipping.ipynb" in (root / "notebooks" / "00_start_here.ipynb").read_text()
+
+
 def test_changed_solution_makes_the_exercise_stale(tmp_path, course_sources):
     root = course_sources(tmp_path)
     solution = root / "solutions" / "00_start_here.ipynb"
