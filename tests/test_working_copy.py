@@ -25,8 +25,8 @@ run and saved, and only exercise 00 and lesson 00 are graded / compared by nbval
 on 2 cores); ``AMPCOURSE_WORKING_COPY=all`` runs every exercise and lesson. To try the real ``./course
 test`` on a working copy by hand::
 
-    python tests/test_working_copy.py /tmp/learner --all   # the copy, everything run: 2 min on 2 idle cores
-    cd /tmp/learner && ./course test                         # its own .venv; about 15 minutes
+    python tests/test_working_copy.py DEST --all   # a new folder DEST, everything run: 2 min on 2 idle cores
+    cd DEST && ./course test                       # its own .venv; about 15 minutes
 """
 
 from __future__ import annotations

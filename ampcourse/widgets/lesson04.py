@@ -177,12 +177,9 @@ def draw_trajectory(fig: Figure, trace: ScalerTrace, *, title: str | None = None
     lines = title.count("\n") + 1 if title else 0
     fig.subplots_adjust(left=0.1, right=0.965, bottom=0.15, top=0.88 - 0.08 * lines)
     ax = fig.subplots()
-    ys = np.where(np.isneginf(log2_scales), ZERO_LOG2, log2_scales)
+    ys, points = _curve(log2_scales)
     handles = []
     if n:
-        # ys[i] is in effect from step i to i + 1 (ys[n], the final scale, from n on): a step line through
-        # the points where it changes, plus the end point, draws the whole trajectory exactly.
-        points = np.concatenate(([0], np.flatnonzero(ys[1:] != ys[:-1]) + 1, [n]))
         curve = Line2D(points, ys[points], drawstyle="steps-post", color=COLORS["blue"], linewidth=1.6,
                        label=label)
         ax.add_line(curve)
@@ -216,6 +213,15 @@ def draw_trajectory(fig: Figure, trace: ScalerTrace, *, title: str | None = None
     live(fig).update(ax=ax, curve=handles[0] if n else None, marks=marks if skipped.size else None,
                      title=title_text, structure=_structure(trace, ys, title))
     return ax
+
+
+def _curve(log2_scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The y values (a scale of 0 at :data:`ZERO_LOG2`) and the steps where the curve is drawn: ys[i] is in
+    effect from step i to i + 1 (ys[n], the final scale, from n on), so a step line through the points where it
+    changes, plus the end point, draws the whole trajectory exactly."""
+    ys = np.where(np.isneginf(log2_scales), ZERO_LOG2, log2_scales)
+    n = len(ys) - 1
+    return ys, np.concatenate(([0], np.flatnonzero(ys[1:] != ys[:-1]) + 1, [n]))
 
 
 def _ylim(ys: np.ndarray, n: int) -> tuple[float, tuple[int, int]]:
@@ -358,13 +364,12 @@ def update_dynamics(fig: Figure, data: DynamicsData) -> str:
     """Move the curve, the skip ticks, the limits and the title of a figure :func:`draw_dynamics` made;
     a move that changes which artists there are (e.g. the first skipped step) draws the figure anew."""
     trace, artists = data.trace, live(fig)
-    ys = np.where(np.isneginf(data.log2_scales), ZERO_LOG2, data.log2_scales)
+    ys, points = _curve(data.log2_scales)
     if _structure(trace, ys, _title(data)) != artists["structure"]:
         fig.clear()
         artists.clear()
         return draw_dynamics(fig, data)
     n, ax = len(trace.scales), artists["ax"]
-    points = np.concatenate(([0], np.flatnonzero(ys[1:] != ys[:-1]) + 1, [n]))
     artists["curve"].set_data(points, ys[points])
     skipped = np.flatnonzero(np.array(trace.skipped, dtype=bool))
     if artists["marks"] is not None:
