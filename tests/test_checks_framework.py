@@ -207,3 +207,48 @@ def test_feedback_html_has_word_and_colour():
         lesson_questions("3")
     with pytest.raises(ValueError, match="kind must be"):
         Question("a?", ["x", "y"], 0, "b", kind="trivia")
+
+
+def _fixture_tables():
+    """WRONG and RIGHT of every tests/test_checks_*.py, merged (tests/grader_fixtures.py says the shape)."""
+    wrong, right = {}, {}
+    for path in sorted((ROOT / "tests").glob("test_checks_*.py")):
+        if path.stem == "test_checks_framework":
+            continue
+        module = importlib.import_module(path.stem)
+        for key, entries in getattr(module, "WRONG", {}).items():
+            wrong.setdefault(key, {}).update(entries)
+        for key, entries in getattr(module, "RIGHT", {}).items():
+            right.setdefault(key, {}).update(entries)
+    return wrong, right
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
+def test_every_task_has_enough_named_fixtures(path):
+    """Every task has >= MIN_WRONG wrong-answer fixtures, each with the words its message must say, and
+    >= MIN_RIGHT right answers written differently from the solution (issue: graders that catch every
+    typical mistake and name it)."""
+    import grader_fixtures
+
+    wrong, right = _fixture_tables()
+    _module, names = _checked_tasks(path)
+    number = path.name[:2]
+    for name in dict.fromkeys(names):
+        w = wrong.get((number, name), {})
+        r = right.get((number, name), {})
+        assert len(w) >= grader_fixtures.MIN_WRONG, (
+            f"{path.name}: task {name} has {len(w)} wrong-answer fixtures (need {grader_fixtures.MIN_WRONG})")
+        assert len(r) >= grader_fixtures.MIN_RIGHT, (
+            f"{path.name}: task {name} has {len(r)} right-answer fixtures (need {grader_fixtures.MIN_RIGHT})")
+        for label, fixture in w.items():
+            assert isinstance(fixture, tuple) and len(fixture) == 2 and isinstance(fixture[1], str) \
+                and fixture[1].strip(), f"{path.name}: wrong answer {label!r} of {name} asserts no message"
+
+
+def test_fixture_count_rule_fails_on_a_bare_task(monkeypatch):
+    """The rule above is not vacuous: a task without fixtures fails it."""
+    import grader_fixtures
+
+    monkeypatch.setattr(grader_fixtures, "MIN_WRONG", 10**6)
+    with pytest.raises(AssertionError, match="wrong-answer fixtures"):
+        test_every_task_has_enough_named_fixtures(SOLUTIONS[0])
