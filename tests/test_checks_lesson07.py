@@ -270,7 +270,7 @@ WRONG = {
         "hard-codes the second block": (fixer(pick="second"), "was finite in float16"),
         "wraps only the module the hooks name": (fixer(pick="leaf"), "your island ends too early"),
         "wraps the whole model": (fixer(pick="whole"), "you put the whole model in an island"),
-        "wraps every block above 1e4": (fixer(pick="threshold"), "close to 65504 but fits float16"),
+        "wraps every block above 1e4": (fixer(pick="threshold"), "close to 65504, yet fits float16"),
         "block.float() instead of an island": (fixer(pick="weights"), "changes nothing"),
         "forgets to return the model": (fixer(pick="nothing returned"), "you returned None"),
     },
