@@ -1,13 +1,21 @@
 """Exercise 07: the checks pass right answers and name each typical wrong one (the fixtures)."""
 
+import copy
+import math
+
+import grader_fixtures
 import pytest
 import torch
 
 from ampcourse.checks import CheckFailed, NotStarted, lesson07
 from ampcourse.device import pick_device
+from ampcourse.troubleshoot import FP32Island, find_nonfinite, fp32_loss
+
+# --- Task 1 ------------------------------------------------------------------------------------------------------
 
 
-def finder(check="isfinite", where="output", keep="first", remove=True):
+def finder(check="isfinite", where="output", keep="first", remove="finally", modules="all", order="execution",
+           give="name"):
     """first_nonfinite_module with one mistake switched on."""
     def first_nonfinite_module(model, x):
         found = []
@@ -24,131 +32,178 @@ def finder(check="isfinite", where="output", keep="first", remove=True):
                 found.append(names[module])
 
         names = {module: name for name, module in model.named_modules()}
-        handles = [m.register_forward_hook(hook) for m in model.modules()]
-        try:
-            model(x)
-        finally:
-            if remove:
+        chosen = [m for m in model.modules() if modules == "all" or not list(m.children())]
+        handles = [m.register_forward_hook(hook) for m in chosen]
+        if remove == "finally":
+            try:
+                model(x)
+            finally:
                 for handle in handles:
                     handle.remove()
+        else:
+            model(x)
+            if remove == "after":
+                for handle in handles:
+                    handle.remove()
+            elif remove == "clear":
+                for m in model.modules():
+                    m._forward_hooks.clear()
         if not found:
             return None
-        return found[0] if keep == "first" else found[-1]
+        if order == "named_modules":
+            found = [name for name, _ in model.named_modules() if name in found]
+        name = found[0] if keep == "first" else found[-1]
+        return type(dict(model.named_modules())[name]).__name__ if give == "class" else name
     return first_nonfinite_module
 
 
-def island(disable=True, cast=True, output_half=False):
-    def fp32_block(block, x):
-        with torch.autocast(device_type=x.device.type, enabled=not disable):
-            out = block(x.float() if cast else x)
-        return out.half() if output_half else out
+def finder_global_hook(model, x):
+    """Right, written otherwise: one global hook, removed by a context manager."""
+    import contextlib
+
+    from torch.nn.modules.module import register_module_forward_hook
+
+    names = {module: name for name, module in model.named_modules()}
+    found = []
+
+    def hook(module, args, output):
+        if module in names and isinstance(output, torch.Tensor) and not found and \
+                (output.isnan().any() or output.isinf().any()):
+            found.append(names[module])
+
+    with contextlib.ExitStack() as stack:
+        stack.callback(register_module_forward_hook(hook).remove)
+        model(x)
+    return found[0] if found else None
+
+
+def finder_find_nonfinite(model, x):
+    """Right: the course's own tool."""
+    first = find_nonfinite(model, x).first
+    return None if first is None else first.name
+
+
+# --- Task 2 ------------------------------------------------------------------------------------------------------
+
+class HandIsland(torch.nn.Module):
+    def __init__(self, module, disable=True, cast=True, back_to_half=False):
+        super().__init__()
+        self.module, self.disable, self.cast, self.back = module, disable, cast, back_to_half
+
+    def forward(self, x):
+        with torch.autocast(device_type=x.device.type, enabled=not self.disable):
+            out = self.module(x.float() if self.cast else x)
+        return out.half() if self.back else out
+
+
+def _first_bad(model, x):
+    with torch.no_grad():
+        return find_nonfinite(model, x).first.name
+
+
+def fixer(pick="first block", island=FP32Island, inplace=True):
+    """fp32_block with one mistake switched on (``pick``: which module goes into the island)."""
+    def fp32_block(model, x):
+        if not inplace:
+            model = copy.deepcopy(model)
+        name = _first_bad(model, x)
+        top = name.split(".")[0]
+        if pick == "first block":
+            target = top
+        elif pick == "leaf":  # wrap exactly the module the hooks name
+            parent, _, leaf = name.rpartition(".")
+            holder = model.get_submodule(parent) if parent else model
+            setattr(holder, leaf, island(getattr(holder, leaf)))
+            return model
+        elif pick == "input":  # the first block that *receives* a non-finite input
+            with torch.no_grad():
+                report = find_nonfinite(model, x)
+            target = next(r.name for r in report.records if not r.input_finite and "." not in r.name)
+        elif pick == "second":
+            target = list(dict(model.named_children()))[1]
+        elif pick == "whole":
+            return island(model)
+        elif pick == "threshold":  # every block with an activation above 1e4
+            with torch.no_grad():
+                report = find_nonfinite(model, x)
+            for top_name in {r.name.split(".")[0] for r in report.records if r.name and r.max_abs > 1e4}:
+                setattr(model, top_name, island(getattr(model, top_name)))
+            return model
+        elif pick == "weights":
+            getattr(model, top).float()
+            return model
+        elif pick == "nothing returned":
+            setattr(model, top, island(getattr(model, top)))
+            return None
+        setattr(model, target, island(getattr(model, target)))
+        return model
     return fp32_block
 
 
-def loss_wrapper(cast_target="if float", cast_logits=True, disable=True):
+def fixer_by_hand(model, x):
+    """Right, written otherwise: own hooks, own island, on a copy, the output cast back to half after the norm."""
+    model = copy.deepcopy(model)
+    names = {m: n for n, m in model.named_modules()}
+    found = []
+    handles = [m.register_forward_hook(lambda m, a, o: found.append(names[m]) if not torch.isfinite(o).all()
+                                       else None) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    top = found[0].split(".")[0]
+    model._modules[top] = HandIsland(model._modules[top], back_to_half=True)
+    return model
+
+
+def fixer_index(model, x):
+    """Right: the position in the Sequential, from the course's tool."""
+    name = _first_bad(model, x).split(".")[0]
+    position = list(dict(model.named_children())).index(name)
+    model[position] = HandIsland(model[position])
+    return model
+
+
+# --- Task 3 ------------------------------------------------------------------------------------------------------
+
+def loss_wrapper(cast_target="if float", cast_logits=True, disable=True, device=None, give="loss"):
     def loss_in_fp32(loss_fn, logits, target):
         if cast_target is True:
             target = target.float()
         elif cast_target == "long":
             target = target.long()
+        elif cast_target == "int":
+            target = target.int() if not target.is_floating_point() else target.float()
         elif cast_target == "if float" and target.is_floating_point():
             target = target.float()
-        with torch.autocast(device_type=logits.device.type, enabled=not disable):
-            return loss_fn(logits.float() if cast_logits else logits, target)
+        with torch.autocast(device_type=device or logits.device.type, enabled=not disable):
+            loss = loss_fn(logits.float() if cast_logits else logits, target)
+        if give == "half":
+            return loss.half()
+        if give == "detached":
+            return loss.detach()
+        if give == "item":
+            return loss.item()
+        return loss
     return loss_in_fp32
 
 
-def test_right_answers_pass(capsys):
-    lesson07.first_nonfinite_module(finder())
-    lesson07.fp32_block(island())
-    lesson07.loss_in_fp32(loss_wrapper())
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 3 and all(line.startswith("✓ Task") for line in lines)
+def loss_tree_map(loss_fn, logits, target):
+    """Right, written otherwise: cast every floating tensor with a tree map, torch.amp spelling."""
+    from torch.utils._pytree import tree_map
+
+    def up(t):
+        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.dtype.is_floating_point else t
+
+    with torch.amp.autocast(logits.device.type, enabled=False):
+        return loss_fn(*tree_map(up, (logits, target)))
 
 
-def test_the_island_block_really_passes_fp16_range():
-    block, _ = lesson07._island_block(pick_device())
-    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(12))
-    with torch.no_grad():
-        assert float(block(x).abs().max()) > torch.finfo(torch.float16).max
+# --- Task 4 ------------------------------------------------------------------------------------------------------
 
-
-FINDER_MISTAKES = {
-    "returns the last instead of the first": (finder(keep="last"), "the last module whose output was non-finite"),
-    "leaves hooks registered": (finder(remove=False), "hooks are still registered"),
-    "only checks for inf": (finder(check="isinf"), "only checked for inf, not NaN"),
-    "only checks for NaN": (finder(check="isnan"), "you only looked for NaN"),
-    "checks inputs instead of outputs": (finder(where="input"), "checked the inputs instead of the outputs"),
-}
-ISLAND_MISTAKES = {
-    "only disables autocast": (island(cast=False), "disabled autocast but the input stayed float16"),
-    "only casts the input": (island(disable=False), "cast the input to float32 but left autocast on"),
-    "neither": (island(disable=False, cast=False), "left autocast on and the input in float16"),
-    "casts the output back to fp16": (island(output_half=True), "cast the output back to float16"),
-}
-LOSS_MISTAKES = {
-    "casts the class-index targets (the seed's wrapper)": (loss_wrapper(cast_target=True),
-                                                          "cast the class-index targets"),
-    "logits not cast": (loss_wrapper(cast_logits=False), "logits reached the loss as torch.float16"),
-    "autocast left on": (loss_wrapper(disable=False), "autocast was still on inside the loss"),
-    "soft targets left in float16": (loss_wrapper(cast_target="never"), "soft targets .* reached the loss as "
-                                                                         "torch.float16"),
-    "every target made long": (loss_wrapper(cast_target="long"), "you turned them into int64"),
-}
-
-
-@pytest.mark.parametrize(("fn", "words"), FINDER_MISTAKES.values(), ids=FINDER_MISTAKES)
-def test_finder_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson07.first_nonfinite_module(fn)
-
-
-@pytest.mark.parametrize(("fn", "words"), ISLAND_MISTAKES.values(), ids=ISLAND_MISTAKES)
-def test_island_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson07.fp32_block(fn)
-
-
-@pytest.mark.parametrize(("fn", "words"), LOSS_MISTAKES.values(), ids=LOSS_MISTAKES)
-def test_loss_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson07.loss_in_fp32(fn)
-
-
-@pytest.mark.parametrize("answer", [None, "", "head", 3, torch.nn.Linear(1, 1)])
-def test_constant_answers_fail_without_a_traceback(answer):
-    with pytest.raises(CheckFailed):
-        lesson07.first_nonfinite_module(lambda model, x: answer)
-    with pytest.raises(CheckFailed):
-        lesson07.fp32_block(lambda block, x: answer)
-    with pytest.raises(CheckFailed):
-        lesson07.loss_in_fp32(lambda loss_fn, logits, target: answer)
-
-
-def test_finite_model_must_give_none():
-    wrong = finder()
-
-    def always_name(model, x):
-        return wrong(model, x) or ""
-
-    with pytest.raises(CheckFailed, match="return None when no module produced inf or NaN"):
-        lesson07.first_nonfinite_module(always_name)
-
-
-def test_not_callable_and_stubs():
-    def stub(*args):
-        raise NotImplementedError("hint")
-
-    for check in (lesson07.first_nonfinite_module, lesson07.fp32_block, lesson07.loss_in_fp32):
-        with pytest.raises(NotStarted):
-            check(stub)
-        with pytest.raises(CheckFailed, match="should be a function"):
-            check(42)
-
-
-# --- Task 4: triage -------------------------------------------------------------------------------------------------
 def triage_right(initial, scales, losses):
-    import math
     if not all(math.isfinite(x) for x in losses):
         return "forward overflow"
     before = [initial, *scales[:-1]]
@@ -157,9 +212,33 @@ def triage_right(initial, scales, losses):
     return "healthy"
 
 
-def triage_any_skip(initial, scales, losses):
+def triage_torch(initial, scales, losses):
+    """Right, written otherwise: tensors, and 'any step taken' instead of 'every step skipped'."""
+    if not bool(torch.isfinite(torch.tensor(losses, dtype=torch.float64)).all()):
+        return "forward overflow"
+    s = torch.tensor([initial, *scales], dtype=torch.float64)
+    return "healthy" if bool((s[1:] >= s[:-1]).any()) else "backward overflow"
+
+
+def _skips(initial, scales, rule):
     before = [initial, *scales[:-1]]
-    return "backward overflow" if any(a < b for b, a in zip(before, scales, strict=True)) else "healthy"
+    return [rule(a, b) for b, a in zip(before, scales, strict=True)]
+
+
+def triage_with(loss_test=math.isfinite, skip=lambda after, before: after < before, losses_seen="all",
+                frozen="all"):
+    def triage(initial, scales, losses):
+        checked = losses if losses_seen == "all" else losses[-1:]
+        if losses_seen != "none" and not all(loss_test(v) for v in checked):
+            return "forward overflow"
+        skipped = _skips(initial, scales, skip)
+        if frozen == "all" and all(skipped) or frozen == "any" and any(skipped) or \
+                frozen == "final" and scales[-1] < initial:
+            return "backward overflow"
+        if frozen == "run of 3" and any(all(skipped[i:i + 3]) for i in range(len(skipped) - 2)):
+            return "backward overflow"
+        return "healthy"
+    return triage
 
 
 def triage_scales_only(initial, scales, losses):
@@ -167,19 +246,144 @@ def triage_scales_only(initial, scales, losses):
     return "forward overflow" if all(a < b for b, a in zip(before, scales, strict=True)) else "healthy"
 
 
-TRIAGE_MISTAKES = {
-    "any skip is a problem": (triage_any_skip, "the scaler doing its job"),
-    "scales only, losses ignored": (triage_scales_only, "Look at the losses before the scales|every step is skipped"),
-    "bad label": (lambda i, s, losses: "overflow", "return one of"),
+WRONG = {
+    ("07", "first_nonfinite_module"): {
+        "returns the last instead of the first": (finder(keep="last"), "the last module whose output was non-finite"),
+        "leaves hooks registered": (finder(remove="never"), "hooks are still registered after the function returned"),
+        "removes hooks without try/finally": (finder(remove="after"), "after a forward pass that raised"),
+        "clears every hook, also the user's": (finder(remove="clear"), "you removed hooks you did not register"),
+        "only checks for inf": (finder(check="isinf"), "only checked for inf, not NaN"),
+        "only checks for NaN": (finder(check="isnan"), "you only looked for NaN"),
+        "checks inputs instead of outputs": (finder(where="input"), "checked the inputs instead of the outputs"),
+        "hooks only the leaf modules": (finder(modules="leaves"), "you hooked only the leaf modules"),
+        "first in named_modules order": (finder(order="named_modules"), "named_modules()"),
+        "returns the class name": (finder(give="class"), "the module's class"),
+        "always a name, never None": (lambda model, x: finder()(model, x) or "",
+                                      "return None when no module produced inf or NaN"),
+    },
+    ("07", "fp32_block"): {
+        "only .float(), autocast left on": (fixer(island=lambda m: HandIsland(m, disable=False)),
+                                            "autocast was still on"),
+        "only autocast off, input not cast": (fixer(island=lambda m: HandIsland(m, cast=False)),
+                                              "its input stayed float16"),
+        "wraps the first block with a non-finite input": (fixer(pick="input"), "only inherits its NaN"),
+        "hard-codes the second block": (fixer(pick="second"), "was finite in float16"),
+        "wraps only the module the hooks name": (fixer(pick="leaf"), "your island ends too early"),
+        "wraps the whole model": (fixer(pick="whole"), "you put the whole model in an island"),
+        "wraps every block above 1e4": (fixer(pick="threshold"), "close to 65504, yet fits float16"),
+        "block.float() instead of an island": (fixer(pick="weights"), "changes nothing"),
+        "forgets to return the model": (fixer(pick="nothing returned"), "you returned None"),
+    },
+    ("07", "loss_in_fp32"): {
+        "casts the class-index targets (the seed's wrapper)": (loss_wrapper(cast_target=True),
+                                                              "cast the class-index targets"),
+        "logits not cast": (loss_wrapper(cast_logits=False), "logits reached the loss as torch.float16"),
+        "autocast left on": (loss_wrapper(disable=False), "autocast was still on inside the loss"),
+        "autocast off for a fixed other device": (loss_wrapper(device="cuda" if pick_device().type == "cpu"
+                                                               else "cpu"), "not a fixed"),
+        "soft targets left in float16": (loss_wrapper(cast_target="never"), "soft targets (float16 class "
+                                                                            "probabilities) reached the loss as "
+                                                                            "torch.float16"),
+        "every target made long": (loss_wrapper(cast_target="long"), "you turned them into torch.int64"),
+        "class indices made int32": (loss_wrapper(cast_target="int"), "reached the loss as torch.int32"),
+        "loss cast back to float16": (loss_wrapper(give="half"), "return the loss as a float32 tensor"),
+        "loss detached": (loss_wrapper(give="detached"), "no gradient path"),
+        "a Python float (.item())": (loss_wrapper(give="item"), "no `.item()`"),
+    },
+    ("07", "triage"): {
+        "any skip is a problem": (triage_with(frozen="any"), "the scaler doing its job"),
+        "scales only, losses ignored": (triage_scales_only, "look at the losses before the scales"),
+        "bad label": (lambda i, s, losses: "overflow", "return one of"),
+        "NaN only (x != x)": (triage_with(loss_test=lambda v: v == v), "`math.isnan` miss inf"),
+        "inf only": (triage_with(loss_test=lambda v: not math.isinf(v)), "`math.isinf` misses NaN"),
+        "only the last loss (a lone NaN read as healthy)": (triage_with(losses_seen="last"),
+                                                           "a single inf or nan loss already means"),
+        "<= counts as a skip": (triage_with(skip=lambda after, before: after <= before), "not `<=`"),
+        "!= counts as a skip": (triage_with(skip=lambda after, before: after != before), "growth after clean steps"),
+        "final scale below the start": (triage_with(frozen="final"), "the scaler doing its job"),
+        "three skips in a row": (triage_with(frozen="run of 3"), "backed off from a too-large start"),
+    },
 }
 
+RIGHT = {
+    ("07", "first_nonfinite_module"): {
+        "hooks on every module, try/finally": finder(),
+        "one global hook, ExitStack": finder_global_hook,
+        "the course's find_nonfinite": finder_find_nonfinite,
+    },
+    ("07", "fp32_block"): {
+        "FP32Island on the first block, in place": fixer(),
+        "FP32Island on a copy": fixer(inplace=False),
+        "own hooks, own island on a copy, output back to half after the norm": fixer_by_hand,
+        "by position in the Sequential": fixer_index,
+    },
+    ("07", "loss_in_fp32"): {
+        "autocast off, cast only floating targets": loss_wrapper(),
+        "tree map, torch.amp.autocast": loss_tree_map,
+        "the course's fp32_loss": lambda loss_fn, logits, target: fp32_loss(loss_fn)(logits, target),
+    },
+    ("07", "triage"): {
+        "losses first, then every step skipped": triage_right,
+        "tensors, any step taken": triage_torch,
+    },
+}
 
-def test_triage_right_answer_passes(capsys):
-    lesson07.triage(triage_right)
-    assert capsys.readouterr().out.startswith("✓ Task 4")
+test_wrong_answer_is_named, test_right_answer_passes = grader_fixtures.tests(WRONG, RIGHT)
 
 
-@pytest.mark.parametrize(("fn", "words"), TRIAGE_MISTAKES.values(), ids=TRIAGE_MISTAKES)
-def test_triage_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson07.triage(fn)
+def test_the_blocks_pass_or_fit_float16_as_the_check_says():
+    device = pick_device()
+    for which, peaks in lesson07.BLOCK_PEAKS.items():
+        model, x = lesson07._block_model(which, device), lesson07._block_input(device)
+        with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.float16):
+            report = find_nonfinite(model, x)
+        assert report.first.name == f"{lesson07._overflowing_block(which)}.up"
+        near = lesson07._near_block(which)
+        assert all(r.n_inf + r.n_nan == 0 for r in report.records if r.name.startswith(near))
+        assert 5e4 < max(r.max_abs for r in report.records if r.name.startswith(near + ".")) < 65504
+        assert list(peaks)[:2] != [None, None]
+
+
+def test_the_container_model_overflows_in_its_own_forward():
+    device = pick_device()
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(3)).to(device)
+    with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.float16):
+        report = find_nonfinite(lesson07._container_model(device), x)
+    assert [r.name for r in report.bad][:1] == ["mix"]
+    assert all(r.finite for r in report.records if r.name == "mix.proj")
+
+
+def test_the_raising_model_raises_after_hooks_fired():
+    fired = []
+    model = lesson07._raising_model(torch.device("cpu"))
+    handle = model.a.register_forward_hook(lambda *args: fired.append(1))
+    with pytest.raises(lesson07._Boom):
+        model(torch.zeros(2, 6))
+    handle.remove()
+    assert fired == [1]
+
+
+@pytest.mark.parametrize("answer", [None, "", "head", 3, torch.nn.Linear(1, 1)])
+def test_constant_answers_fail_without_a_traceback(answer):
+    with pytest.raises(CheckFailed):
+        lesson07.first_nonfinite_module(lambda model, x: answer)
+    with pytest.raises(CheckFailed):
+        lesson07.fp32_block(lambda model, x: answer)
+    with pytest.raises(CheckFailed):
+        lesson07.loss_in_fp32(lambda loss_fn, logits, target: answer)
+
+
+def test_not_callable_and_stubs():
+    def stub(*args):
+        raise NotImplementedError("hint")
+
+    for check in (lesson07.first_nonfinite_module, lesson07.fp32_block, lesson07.loss_in_fp32, lesson07.triage):
+        with pytest.raises(NotStarted):
+            check(stub)
+        with pytest.raises(CheckFailed, match="should be a function"):
+            check(42)
+
+
+def test_triage_cases_follow_the_rule():
+    for _what, initial, scales, losses, want in lesson07.TRIAGE_CASES:
+        assert triage_right(initial, scales, losses) == want

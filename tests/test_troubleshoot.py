@@ -374,3 +374,11 @@ def test_scale_history_png_draws_and_validates():
         troubleshoot.scale_history_png({})
     with pytest.raises(ValueError, match="histories"):
         troubleshoot.scale_history_png({"zero": [1.0, 0.0]})
+
+
+def test_anomaly_overhead_times_on_one_thread_and_restores_the_count():
+    threads = torch.get_num_threads()
+    seen = []
+    troubleshoot.anomaly_overhead(lambda: seen.append(torch.get_num_threads()), repeats=1)
+    assert set(seen) == {1}
+    assert torch.get_num_threads() == threads

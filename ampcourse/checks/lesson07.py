@@ -1,4 +1,5 @@
-"""Checks for exercise 07 (troubleshooting): find the first non-finite module, an FP32 island, an FP32 loss.
+"""Checks for exercise 07 (troubleshooting): find the first non-finite module, diagnose and island the block that
+overflows, an FP32 loss, triage a run's log.
 
 Everything runs under float16 autocast on the course device, with tiny models (float16 matmuls are slow on
 CPUs). What the learner's code does is observed from outside: its return value, the forward hooks left
@@ -34,6 +35,28 @@ class _Sqrt(nn.Module):
         return x.sqrt()
 
 
+class _Amplify(nn.Module):
+    """A container that computes in its own forward: ``proj(x) * gain``. Its child's output is finite;
+    its own is inf (float16), so only a hook on the container itself sees where the inf appeared."""
+
+    def __init__(self, gain: float) -> None:
+        super().__init__()
+        self.proj = nn.Linear(6, 8)
+        self.gain = gain
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) * self.gain
+
+
+class _Boom(RuntimeError):
+    """Raised by the check's raising model (and nothing else)."""
+
+
+class _Raise(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise _Boom("the check's model raises in its forward pass (on purpose)")
+
+
 def _overflow_model(device: torch.device) -> nn.Module:
     """embed → block(up, act) → norm → head; block.up passes 65504 (inf), norm turns it into NaN."""
     torch.manual_seed(7)
@@ -55,9 +78,21 @@ def _nan_model(device: torch.device) -> nn.Module:
                          ).to(device)
 
 
+def _container_model(device: torch.device) -> nn.Module:
+    """mix (a container whose own forward overflows; its child mix.proj stays finite) → norm → head."""
+    torch.manual_seed(10)
+    return nn.Sequential(OrderedDict([("mix", _Amplify(1e6)), ("norm", nn.LayerNorm(8)), ("head", nn.Linear(8, 3))])
+                         ).to(device)
+
+
 def _finite_model(device: torch.device) -> nn.Module:
     torch.manual_seed(9)
     return nn.Sequential(OrderedDict([("a", nn.Linear(6, 8)), ("act", nn.Tanh()), ("b", nn.Linear(8, 3))])).to(device)
+
+
+def _raising_model(device: torch.device) -> nn.Module:
+    torch.manual_seed(9)
+    return nn.Sequential(OrderedDict([("a", nn.Linear(6, 8)), ("act", nn.Tanh()), ("boom", _Raise())])).to(device)
 
 
 def _hooks(model: nn.Module) -> int:
@@ -66,6 +101,17 @@ def _hooks(model: nn.Module) -> int:
 
     local = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
     return local + len(module_mod._global_forward_hooks) + len(module_mod._global_forward_pre_hooks)
+
+
+def _left_behind(task: str, left: int, when: str) -> CheckFailed:
+    if left < 0:
+        return fail(task, f"{-left} forward hook(s) that were on the model before your function ran are gone "
+                          f"{when}: you removed hooks you did not register (clearing `module._forward_hooks`?). "
+                          "Remove only your own: keep the handles `register_forward_hook` returns and call "
+                          "`handle.remove()` on each.")
+    return fail(task, f"your forward hooks are still registered {when} ({left} left): keep the handles that "
+                      "`register_forward_hook` returns and call `handle.remove()` on each, in a `finally:` block "
+                      "so they go even if the forward pass raises.")
 
 
 def _first_nonfinite_input(model: nn.Module, x: torch.Tensor, device: torch.device) -> str | None:
@@ -84,13 +130,56 @@ def _run_finder(task: str, fn, model: nn.Module, x: torch.Tensor, device: torch.
         answer = call(task, fn, "first_nonfinite_module", model, x)
     left = _hooks(model) - before
     if left:
-        raise fail(task, f"your forward hooks are still registered after the function returned ({left} left): keep the "
-                         "handles that `register_forward_hook` returns and call `handle.remove()` on each, "
-                         "in a `finally:` block so they go even if the forward pass raises.")
+        raise _left_behind(task, left, "after the function returned")
     if answer is not None and not isinstance(answer, str):
         raise fail(task, f"return the module's qualified name (a str, as in `model.named_modules()`) or None; you "
                          f"returned a {type(answer).__name__}.")
     return answer
+
+
+def _wrong_first(task: str, answer: Any, expected: str, model: nn.Module, x: torch.Tensor, device: torch.device,
+                 bad: list) -> CheckFailed:
+    """Name the mistake behind a wrong name on a model whose first non-finite output is ``expected``."""
+    names = [name for name, _ in model.named_modules()]
+    bad_names = [r.name for r in bad]
+    kinds = {name: type(module).__name__ for name, module in model.named_modules()}
+    pre_order = [name for name in names if name in bad_names]
+    if answer is None:
+        return fail(task, f"you returned None, but `{expected}` produced inf (its output passed float16's 65504). "
+                          "Check each module's *output* with `torch.isfinite(output).all()` in a forward hook.")
+    if answer not in names:
+        if answer == kinds[expected]:
+            return fail(task, f"you returned {answer!r}, the module's class; return its qualified name as "
+                              f"`model.named_modules()` gives it (here `{expected}`).")
+        return fail(task, f"you returned {answer!r}, which is no module of this model: return a name from "
+                          "`model.named_modules()`.")
+    if answer == _first_nonfinite_input(model, x, device):
+        return fail(task, f"you returned `{answer}`, the first module that *received* an inf: you checked the "
+                          f"inputs instead of the outputs. The inf came out of `{expected}`; test the hook's "
+                          "`output` argument.")
+    nan_first = next((r.name for r in bad if r.n_nan), None)
+    if answer == nan_first and bad[0].n_inf:
+        return fail(task, f"you returned `{answer}`, the first module with a NaN, but `{expected}` produced an inf "
+                        "before it: you only looked for NaN. `torch.isfinite` catches both inf and NaN.")
+    if answer == "" and "" in bad_names:
+        return fail(task, f"you returned '' (the model itself), the last module whose output was non-finite: its "
+                          "hook fires after all its children's, and its output only holds their inf. Either you "
+                          "kept the last name, or you took the first in `model.named_modules()` order, where the "
+                          f"model comes first. Keep the first name in the order the hooks fire: `{expected}`.")
+    if answer in pre_order and names.index(answer) < names.index(expected) and answer != expected:
+        return fail(task, f"you returned `{answer}`, a container that comes before `{expected}` in "
+                          "`model.named_modules()` (parents before children) but whose hook fires *after* its "
+                          "children's: its output only holds their inf. Take the order in which the hooks fire "
+                          "(execution order), not the order of named_modules().")
+    if answer == bad_names[-1] or (len(bad_names) > 1 and answer == bad_names[-2]):
+        return fail(task, f"you returned `{answer or '(the model itself)'}`, the last module whose output was "
+                          f"non-finite, not the first: every module after `{expected}` only inherits its inf. "
+                          "Keep the first name you see (hooks fire in execution order) and ignore later ones.")
+    if answer in bad_names:
+        return fail(task, f"you returned `{answer}`, a later module: the first non-finite output (in execution "
+                          f"order) came from `{expected}`.")
+    return fail(task, f"you returned `{answer}`, whose output was finite; the first module whose output held inf "
+                      f"or NaN is `{expected}`.")
 
 
 def first_nonfinite_module(fn) -> None:
@@ -102,30 +191,11 @@ def first_nonfinite_module(fn) -> None:
 
     model = _overflow_model(device)
     with torch.no_grad(), _autocast(device):
-        report = find_nonfinite(model, x)
-    bad = report.bad
+        bad = list(find_nonfinite(model, x).bad)
     expected = bad[0].name  # "block.up"
     answer = _run_finder(task, fn, model, x, device)
     if answer != expected:
-        first_nan = next(r.name for r in bad if r.n_nan)
-        if answer is None:
-            raise fail(task, f"you returned None, but `{expected}` produced inf (its output passed float16's 65504). "
-                             "Check each module's *output* with `torch.isfinite(output).all()` in a forward hook.")
-        if answer == _first_nonfinite_input(model, x, device):
-            raise fail(task, f"you returned `{answer}`, the first module that *received* an inf: you checked the "
-                             f"inputs instead of the outputs. The inf came out of `{expected}`; test the hook's "
-                             "`output` argument.")
-        if answer == first_nan:
-            raise fail(task, f"you returned `{answer}`, the first module with a NaN, but `{expected}` produced an inf "
-                             "before it: you only looked for NaN. `torch.isfinite` catches both inf and NaN.")
-        if answer in (bad[-1].name, bad[-2].name):
-            raise fail(task, f"you returned `{answer or '(the model itself)'}`, the last module whose output was "
-                             f"non-finite, not the first: every module after `{expected}` only inherits its inf. "
-                             "Keep the first name you see (hooks fire in execution order) and ignore later ones.")
-        if answer in [r.name for r in bad]:
-            raise fail(task, f"you returned `{answer}`, a later module: the first non-finite output (in execution "
-                             f"order) came from `{expected}`.")
-        raise fail(task, f"you returned {answer!r}; the first module whose output held inf or NaN is `{expected}`.")
+        raise _wrong_first(task, answer, expected, model, x, device, bad)
 
     nan_model = _nan_model(device)
     with torch.no_grad(), _autocast(device):
@@ -139,90 +209,212 @@ def first_nonfinite_module(fn) -> None:
                              "`torch.isfinite(output).all()`, which is False for both.")
         raise fail(task, f"on a model where `{expected_nan}` is the first to produce NaN, you returned {answer!r}.")
 
+    container = _container_model(device)
+    with torch.no_grad(), _autocast(device):
+        container_bad = list(find_nonfinite(container, x).bad)
+    expected_container = container_bad[0].name  # "mix": its own forward multiplies by 1e6
+    answer = _run_finder(task, fn, container, x, device)
+    if answer != expected_container:
+        if answer == "norm":
+            raise fail(task, f"on a model whose `{expected_container}` module computes in its own forward "
+                             f"(`proj(x) * 1e6`: its child `{expected_container}.proj` is finite, its own output "
+                             "inf) you returned `norm`: you hooked only the leaf modules. Put a hook on every "
+                             "module (`model.modules()`), containers too.")
+        raise _wrong_first(task, answer, expected_container, container, x, device, container_bad)
+
     finite_model = _finite_model(device)
-    answer = _run_finder(task, fn, finite_model, x, device)
+    calls = []
+    own = finite_model.a.register_forward_hook(lambda module, args, output: calls.append(1))  # the user's hook
+    try:
+        answer = _run_finder(task, fn, finite_model, x, device)
+    finally:
+        own.remove()
     if answer is not None:
         raise fail(task, f"every output of this model is finite, but you returned {answer!r}: return None when no "
                          "module produced inf or NaN.")
-    passed(task, f"`{expected}` (inf, before later NaNs), `{expected_nan}` (NaN only), None for a finite model; no "
-                 "hooks left behind.")
+
+    raising = _raising_model(device)
+    before = _hooks(raising)
+    try:
+        with _autocast(device):
+            fn(raising, x)
+    except Exception:  # noqa: BLE001, S110 - the forward raises on purpose; what counts is the hooks left
+        pass
+    left = _hooks(raising) - before
+    if left:
+        raise _left_behind(task, left, "after a forward pass that raised (the check's model raises on purpose, "
+                                       "after `a` and `act` ran)")
+    passed(task, f"`{expected}` (inf, before later NaNs), `{expected_nan}` (NaN only), `{expected_container}` (a "
+                 "container's own forward), None for a finite model (its own hook kept); no hooks left behind, "
+                 "even when the forward pass raised.")
 
 
-# --- Task 2: an FP32 island --------------------------------------------------------------------------------
+# --- Task 2: diagnose the block that overflows and put it in an FP32 island ---------------------------------
 
-def _island_block(device: torch.device) -> tuple[nn.Module, dict]:
-    torch.manual_seed(11)
-    block = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+BLOCK_PEAKS = {  # per model: the block names in order, and the FP32 peak |output| of each block's up and down
+    "first": {"b0": (4.0e4, 6.0e4), "b1": (2.0e5, 3.0e5), "b2": (30.0, 20.0)},
+    "second": {"encoder": (30.0, 20.0), "mixer": (4.0e4, 6.0e4), "decoder": (2.0e5, 3.0e5)},
+}
+
+
+def _block_model(which: str, device: torch.device) -> nn.Module:
+    """Blocks (up → act → down → norm) and a head; each block's Linears are rescaled to the FP32 peaks of
+    ``BLOCK_PEAKS[which]``: one block passes 65504, one comes close (6·10⁴) and fits, the others are small."""
+    torch.manual_seed(17 if which == "first" else 18)
+    peaks = BLOCK_PEAKS[which]
+    model = nn.Sequential(OrderedDict(
+        [(name, nn.Sequential(OrderedDict([("up", nn.Linear(8, 16)), ("act", nn.ReLU()),
+                                           ("down", nn.Linear(16, 8)), ("norm", nn.LayerNorm(8))])))
+         for name in peaks] + [("head", nn.Linear(8, 3))]))
+    h = _block_input(device).cpu()
     with torch.no_grad():
-        block[0].weight.mul_(1e5)
-    block = block.to(device)
-    seen: dict[str, Any] = {}
+        for name, (up_peak, down_peak) in peaks.items():
+            block = getattr(model, name)
+            for layer, peak in ((block.up, up_peak), (block.down, down_peak)):
+                hidden = layer(h if layer is block.up else block.act(block.up(h)))
+                gain = peak / float(hidden.abs().max())
+                layer.weight.mul_(gain)
+                layer.bias.mul_(gain)
+            h = block(h)
+    return model.to(device)
 
-    def probe(module, args):
-        seen.setdefault("autocast", torch.is_autocast_enabled(device.type))
-        seen.setdefault("dtype", args[0].dtype)
 
-    block[0].register_forward_pre_hook(probe)
-    return block, seen
+def _block_input(device: torch.device) -> torch.Tensor:
+    return torch.randn(16, 8, generator=torch.Generator().manual_seed(19)).to(device)
+
+
+def _probes(model: nn.Module, seen: dict) -> None:
+    """A forward pre-hook on every Linear: whether autocast was on and the dtype of the input it received."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            def probe(module, args, name=name):
+                seen[name] = (torch.is_autocast_enabled(args[0].device.type), args[0].dtype)
+            module.register_forward_pre_hook(probe)
+
+
+class _Island(nn.Module):
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return self.module(x.float())
+
+
+def _overflowing_block(which: str) -> str:
+    return next(name for name, (up, _) in BLOCK_PEAKS[which].items() if up > FP16_MAX)
+
+
+def _near_block(which: str) -> str:
+    return next(name for name, (up, down) in BLOCK_PEAKS[which].items() if 1e4 < max(up, down) < FP16_MAX)
+
+
+def _check_fixed(task: str, fn, which: str, device: torch.device) -> None:
+    import copy
+
+    x = _block_input(device)
+    model = _block_model(which, device)
+    reference = copy.deepcopy(model)
+    target = _overflowing_block(which)
+    setattr(reference, target, _Island(getattr(reference, target)))
+    with torch.no_grad(), _autocast(device):
+        want = reference(x)
+    blocks = list(BLOCK_PEAKS[which])
+    seen: dict[str, tuple[bool, torch.dtype]] = {}
+    _probes(model, seen)
+    linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    before = _hooks(model)
+    with _autocast(device):
+        fixed = call(task, fn, "fp32_block", model, x)
+    left = _hooks(model) - before
+    if left:
+        raise _left_behind(task, left, "on the model after your function returned (from your diagnosis)")
+    if fixed is None:
+        raise fail(task, "you returned None: return the model (changed in place, or a changed copy) whose "
+                         "overflowing block now runs in an FP32 island.")
+    if not isinstance(fixed, nn.Module):
+        raise fail(task, f"return the fixed model (an nn.Module); you returned a {type(fixed).__name__}.")
+    seen.clear()
+    try:
+        with torch.no_grad(), _autocast(device):
+            out = fixed(x)
+    except Exception as err:  # noqa: BLE001 - reported as the mistake it is
+        if any(not on and dtype == torch.float16 for on, dtype in seen.values()):
+            raise fail(task, "your island disables autocast but its input stayed float16: without autocast "
+                             "nothing casts it, and Linear refuses a float16 input with float32 weights (\"mat1 "
+                             "and mat2 must have the same dtype\"). Cast the input too: `block(x.float())`.") from None
+        raise fail(task, "running the model you returned under float16 autocast raised "
+                         f"{type(err).__name__}: {str(err).splitlines()[0][:160]}.") from None
+    missing = [name for name in linears if name not in seen]
+    if missing:
+        raise fail(task, f"the model you returned no longer runs `{missing[0]}`: wrap the block you found "
+                         "(keep its modules and weights), do not replace or drop it.")
+    in_fp32 = {name for name, (on, dtype) in seen.items() if not on and dtype == torch.float32}
+    wrapped = [block for block in [*blocks, "head"] if any(n.split(".")[0] == block for n in in_fp32)]
+    target_layers = [n for n in linears if n.split(".")[0] == target]
+    peak_up, peak_down = BLOCK_PEAKS[which][target]
+    if set(in_fp32) == set(linears):
+        raise fail(task, f"every layer of the model ran in FP32: you put the whole model in an island. Only "
+                         f"`{target}` overflows; the other blocks fit float16 and should keep float16's speed. Wrap "
+                         f"just `{target}`.")
+    if not any(n in in_fp32 for n in target_layers):
+        if wrapped:
+            other = wrapped[0]
+            where = ("comes after it and only inherits its NaN"
+                     if [*blocks, "head"].index(other) > blocks.index(target) else "was finite in float16")
+            raise fail(task, f"you put `{other}` in FP32, but `{other}` {where}: the first non-finite output "
+                             f"comes from `{target}.up` (find it with forward hooks, as in Task 1, on *this* "
+                             f"model). Wrap the top-level block that contains it, `{target}`.")
+        if any(on and dtype == torch.float32 for n, (on, dtype) in seen.items() if n in target_layers):
+            raise fail(task, f"`{target}` received a float32 input but autocast was still on: it cast the input "
+                             f"back to float16 at the first Linear, and its output (up to {peak_up:.3g}) overflowed. "
+                             "The island needs `torch.autocast(device_type=x.device.type, enabled=False)` as well "
+                             "as `.float()`.")
+        raise fail(task, f"no block ran in FP32: `{target}` still ran in float16 and its output (up to "
+                         f"{peak_up:.3g} in FP32) is inf. (`.float()` on a block's weights changes nothing: they "
+                         f"are float32 already, autocast casts at each op.) Put `{target}` in an island.")
+    if not all(n in in_fp32 for n in target_layers):
+        inside = [n for n in target_layers if n in in_fp32]
+        outside = [n for n in target_layers if n not in in_fp32]
+        raise fail(task, f"your island ends too early: `{inside[0]}` ran in FP32, but `{outside[0]}` got float16 "
+                         f"again — autocast cast the island's float32 output (up to {peak_up:.3g}) back down, "
+                         f"and it became inf. End the island where values are back in range: after the block's "
+                         f"LayerNorm, i.e. wrap the whole block `{target}`.")
+    extra = [block for block in wrapped if block != target]
+    if extra:
+        near = _near_block(which)
+        why = (f"its peak ({max(BLOCK_PEAKS[which][near]):.3g}) is close to 65504, yet fits float16"
+               if extra[0] == near else "it fits float16")
+        raise fail(task, f"your island is too large: `{extra[0]}` ran in FP32 too, but {why}. An island costs "
+                         f"16-bit speed: put only the block that overflows, `{target}`, in FP32.")
+    if not isinstance(out, torch.Tensor) or not torch.isfinite(out).all():
+        raise fail(task, "the model's output still holds inf or NaN, although the block ran in FP32.")
+    if not torch.allclose(out.float(), want.float(), rtol=1e-2, atol=1e-2):
+        gap = float((out.float() - want.float()).abs().max())
+        raise fail(task, f"the output differs from that of the model with only `{target}` in an FP32 island (max "
+                         f"difference {gap:.3g}): "
+                         "leave the weights and the other blocks as they are.")
 
 
 def fp32_block(fn) -> None:
-    """Task 2: ``fp32_block(block, x)`` runs ``block`` in FP32 inside a float16 autocast region."""
+    """Task 2: ``fp32_block(model, x)`` finds the block that overflows under float16 autocast and returns the
+    model with that block (only) in an FP32 island."""
     task = "Task 2 (fp32_block)"
     require_callable(task, fn, "fp32_block")
     device = pick_device()
-    generator = torch.Generator().manual_seed(12)
-    x = torch.randn(4, 8, generator=generator).to(device).half()  # what the fp16 layer before would hand over
-    block, seen = _island_block(device)
-    with torch.no_grad():
-        reference = block(x.float())
-    seen.clear()
-    peak = float(reference.abs().max())  # > 65504 (a test makes sure)
-    try:
-        with _autocast(device):
-            out = call(task, fn, "fp32_block", block, x)
-    except CheckFailed:
-        if seen.get("autocast") is False and seen.get("dtype") == torch.float16:
-            raise fail(task, "you disabled autocast but the input stayed float16: without autocast nothing casts it, "
-                             "and Linear refuses a float16 input with float32 weights (\"mat1 and mat2 must have the "
-                             "same dtype\"). Cast the input too: `block(x.float())`.") from None
-        raise
-    if not seen:
-        raise fail(task, "the block was never called: return `block(...)` computed in FP32.")
-    if seen["autocast"]:
-        words = "cast the input to float32 but left autocast on" if seen["dtype"] == torch.float32 else \
-            "left autocast on and the input in float16"
-        raise fail(task, f"you {words}: autocast cast the Linear's input back to float16, and its output (up to "
-                         f"{peak:.3g}) overflowed. Run the block inside `torch.autocast(device_type=x.device.type, "
-                         "enabled=False)` — with the device type of the tensors — and cast the input with `.float()`.")
-    if seen["dtype"] != torch.float32:
-        raise fail(task, f"autocast was off, but the block's input was {seen['dtype']}: cast it with `x.float()`.")
-    if not isinstance(out, torch.Tensor):
-        raise fail(task, f"return the block's output tensor; you returned a {type(out).__name__}.")
-    if out.dtype == torch.float16:
-        raise fail(task, f"you cast the output back to float16, so the values above 65504 (up to {peak:.3g}) became "
-                         "inf again. Return the float32 result: the next autocast op casts it down when it needs to, "
-                         "and after a normalisation it fits.")
-    if out.dtype != torch.float32:
-        raise fail(task, f"the output is {out.dtype}; the island's output should be float32.")
-    if not torch.isfinite(out).all():
-        raise fail(task, "the output holds inf or NaN although the block ran in FP32.")
-    error = float((out.detach() - reference).abs().max()) / peak
-    if error > 1e-5:
-        raise fail(task, f"the output differs from the FP32 reference (max relative error {error:.2g}).")
-    passed(task, f"autocast off and a float32 input inside the block; float32 output up to {peak:.3g}, finite, equal "
-                 "to the FP32 reference.")
-
+    for which in BLOCK_PEAKS:
+        _check_fixed(task, fn, which, device)
+    found = [_overflowing_block(which) for which in BLOCK_PEAKS]
+    passed(task, f"found `{found[0]}` and `{found[1]}` (outputs past 65504) and put each, whole, in FP32: "
+                 "autocast off and float32 inputs there, every other block still float16 (also the ones "
+                 "close to 65504); outputs finite and equal to the reference fix.")
 
 # --- Task 3: the loss in FP32, class indices kept ----------------------------------------------------------
 
-def loss_in_fp32(fn) -> None:
-    """Task 3: ``loss_in_fp32(loss_fn, logits, target)`` computes the loss in FP32, class indices kept int64."""
-    task = "Task 3 (loss_in_fp32)"
-    require_callable(task, fn, "loss_in_fp32")
-    device = pick_device()
-    generator = torch.Generator().manual_seed(13)
-    logits = (torch.randn(6, 5, generator=generator) * 4).to(device).half()
+def _loss_case(task: str, fn, device: torch.device, generator: torch.Generator) -> str:
+    """The class-index case and the soft-target case on ``device``; returns what it verified."""
+    logits = (torch.randn(6, 5, generator=generator) * 4).to(device).half().requires_grad_()
     target = torch.randint(0, 5, (6,), generator=generator).to(device)
     seen: dict[str, Any] = {}
 
@@ -231,7 +423,7 @@ def loss_in_fp32(fn) -> None:
                     autocast=torch.is_autocast_enabled(device.type))
         return nn.functional.cross_entropy(inp, tgt)
 
-    reference = nn.functional.cross_entropy(logits.float(), target)
+    reference = nn.functional.cross_entropy(logits.detach().float(), target)
     try:
         with _autocast(device):
             loss = call(task, fn, "loss_in_fp32", spy_loss, logits, target)
@@ -240,6 +432,9 @@ def loss_in_fp32(fn) -> None:
             raise fail(task, f"you cast the class-index targets to {seen['tgt']} (the seed article's FP32Loss does "
                              "`target.float()`): cross_entropy wants int64 class indices and refuses them. Cast only "
                              "floating-point tensors: `t.float() if t.is_floating_point() else t`.") from None
+        if seen.get("tgt") is not None and seen["tgt"] != torch.int64:
+            raise fail(task, f"the class-index targets reached the loss as {seen['tgt']}: cross_entropy refuses "
+                             "them. Leave integer targets as they are (int64).") from None
         raise
     if not seen:
         raise fail(task, "loss_fn was never called: return `loss_fn(...)` computed in FP32.")
@@ -248,11 +443,17 @@ def loss_in_fp32(fn) -> None:
     if seen["inp"] != torch.float32:
         raise fail(task, f"the logits reached the loss as {seen['inp']}: cast them with `.float()`.")
     if seen["autocast"]:
-        raise fail(task, "autocast was still on inside the loss: `.float()` alone does not take the loss out of "
-                         "autocast — a custom loss's matmuls would run in float16 again. Wrap the call in "
-                         "`torch.autocast(device_type=logits.device.type, enabled=False)`.")
+        raise fail(task, f"autocast was still on inside the loss (on a {device.type} tensor): `.float()` alone "
+                         "does not take the loss out of autocast — a custom loss's matmuls would run in float16 "
+                         "again. Wrap the call in `torch.autocast(device_type=logits.device.type, enabled=False)`, "
+                         "with the device type of the tensors (not a fixed \"cuda\" or \"cpu\").")
     if not isinstance(loss, torch.Tensor) or loss.dtype != torch.float32:
-        raise fail(task, f"return the loss as a float32 tensor (got {getattr(loss, 'dtype', type(loss).__name__)}).")
+        raise fail(task, f"return the loss as a float32 tensor (got {getattr(loss, 'dtype', type(loss).__name__)}): "
+                         "no `.item()`, no cast back to 16 bits.")
+    if not loss.requires_grad:
+        raise fail(task, "the loss you returned has no gradient path to the logits (`.detach()`, "
+                         "`torch.no_grad()` or a new tensor made from its value): backward could not train the "
+                         "model. Return the loss as `loss_fn` computed it.")
     if not torch.allclose(loss.detach(), reference, rtol=1e-6, atol=1e-6):
         raise fail(task, f"the loss is {float(loss.detach()):.6g}, the FP32 reference {float(reference):.6g}.")
     # Soft targets (class probabilities, float16 like the logits): the other legal form; they must reach the loss
@@ -263,36 +464,108 @@ def loss_in_fp32(fn) -> None:
         with _autocast(device):
             soft_loss = call(task, fn, "loss_in_fp32", spy_loss, logits, soft)
     except CheckFailed:
-        if seen.get("tgt") == torch.int64:
-            raise fail(task, "with soft targets (float16 class probabilities) you turned them into int64: only "
-                             "class indices are integers. Cast a floating-point target with `.float()`, leave an "
-                             "integer one alone.") from None
+        if seen.get("tgt") in (torch.int64, torch.int32):
+            raise fail(task, f"with soft targets (float16 class probabilities) you turned them into {seen['tgt']}: "
+                             "only class indices are integers. Cast a floating-point target with `.float()`, leave "
+                             "an integer one alone.") from None
         raise
     if seen.get("tgt") != torch.float32:
         raise fail(task, f"soft targets (float16 class probabilities) reached the loss as {seen.get('tgt')}: cast a "
                          "floating-point target to float32 too, `target.float() if target.is_floating_point()`.")
-    soft_reference = nn.functional.cross_entropy(logits.float(), soft.float())
+    soft_reference = nn.functional.cross_entropy(logits.detach().float(), soft.float())
     if not torch.allclose(soft_loss.detach().float(), soft_reference, rtol=1e-6, atol=1e-6):
         raise fail(task, f"with soft targets the loss is {float(soft_loss.detach()):.6g}, the FP32 reference "
                          f"{float(soft_reference):.6g}.")
-    passed(task, "logits float32, class indices kept int64 and soft targets cast to float32, autocast off inside; "
-                 "both losses equal the FP32 reference.")
+    return device.type
+
+
+def loss_in_fp32(fn) -> None:
+    """Task 3: ``loss_in_fp32(loss_fn, logits, target)`` computes the loss in FP32, class indices kept int64.
+
+    Runs on the course device and, when that is not the CPU, on the CPU too: an answer that turns off autocast
+    for a fixed device type fails on one of them."""
+    task = "Task 3 (loss_in_fp32)"
+    require_callable(task, fn, "loss_in_fp32")
+    generator = torch.Generator().manual_seed(13)
+    devices = [pick_device()] + ([torch.device("cpu")] if pick_device().type != "cpu" else [])
+    ran = [_loss_case(task, fn, device, generator) for device in devices]
+    passed(task, f"logits float32, class indices kept int64 and soft targets cast to float32, autocast off inside "
+                 f"({' and '.join(ran)}); both losses float32 with a gradient path, equal to the FP32 reference.")
 
 # --- Task 4: triage from a run's log ---------------------------------------------------------------------------------
 
+INF, NAN = float("inf"), float("nan")
 TRIAGE_CASES = [  # (what, initial scale, scales after each update, losses, verdict)
     ("a run with two skips in 12 steps", 65536.0,
      [65536.0] * 4 + [32768.0] + [32768.0] * 5 + [16384.0, 16384.0], [2.1, 2.0, 1.9, 1.9, 1.8, 1.7, 1.7, 1.6, 1.5,
                                                                          1.5, 1.4, 1.4], "healthy"),
-    ("a run whose loss turns inf", 65536.0, [32768.0, 16384.0, 8192.0, 4096.0, 2048.0, 1024.0],
-     [2.3, float("inf"), float("inf"), float("nan"), float("inf"), float("inf")], "forward overflow"),
+    ("a run whose loss turns inf (and then NaN)", 65536.0, [32768.0, 16384.0, 8192.0, 4096.0, 2048.0, 1024.0],
+     [2.3, INF, INF, NAN, INF, INF], "forward overflow"),
+    ("a run whose loss turns inf and stays inf (no NaN)", 1024.0, [1024.0, 512.0, 256.0, 128.0, 64.0],
+     [1.5, 1.4, INF, INF, INF], "forward overflow"),
     ("a finite loss but every step skipped", 65536.0, [32768.0 / 2**i for i in range(10)],
-     [2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3], "backward overflow"),
-    ("one step with a NaN loss, then recovery", 1024.0, [1024.0, 512.0, 512.0, 512.0, 512.0, 512.0],
-     [1.2, float("nan"), 1.1, 1.0, 1.0, 0.9], "forward overflow"),
+     [2.3] * 10, "backward overflow"),
+    ("a finite loss, every step skipped, the scale already below 1", 1.0, [0.5, 0.25, 0.125, 0.0625, 0.03125],
+     [2.3] * 5, "backward overflow"),
+    ("one step with a NaN loss, then recovery (the lone non-finite loss)", 1024.0,
+     [1024.0, 512.0, 512.0, 512.0, 512.0, 512.0], [1.2, NAN, 1.1, 1.0, 1.0, 0.9], "forward overflow"),
     ("a clean run", 1024.0, [1024.0, 1024.0, 2048.0, 2048.0], [0.9, 0.8, 0.8, 0.7], "healthy"),
+    ("a clean run whose scale never changes", 4096.0, [4096.0] * 5, [0.9, 0.8, 0.8, 0.7, 0.7], "healthy"),
+    ("a clean run growing at every step (growth_interval=1)", 8.0, [16.0, 32.0, 64.0, 128.0, 256.0],
+     [0.9, 0.8, 0.8, 0.7, 0.7], "healthy"),
+    ("a start that backs off from a too-large scale (first 5 steps skipped), then trains", 2.0**24,
+     [2.0**23, 2.0**22, 2.0**21, 2.0**20, 2.0**19] + [2.0**19] * 7, [2.2] * 5 + [2.1, 2.0, 1.9, 1.9, 1.8, 1.7, 1.6],
+     "healthy"),
 ]
 VERDICTS = ("healthy", "forward overflow", "backward overflow")
+
+
+def _says(task: str, fn, initial: float, scales: list[float], losses: list[float]) -> Any:
+    return call(task, fn, "triage", initial, list(scales), list(losses))
+
+
+def _triage_mistake(task: str, fn, context: str, what: str, initial: float, want: str) -> CheckFailed:
+    """Name the rule behind a wrong verdict, probing the answer with small logs of one kind each."""
+    steady, clean = [1024.0] * 4, [0.9, 0.8, 0.8, 0.7]
+    if want == "healthy":
+        if _got_backward(_says(task, fn, 1024.0, steady, clean)):
+            return fail(task, f"{context}: a scale that stays the same was not lowered, so no step was skipped. A "
+                              "skip is a scale *below* the one before (`after < before`), not `<=`.")
+        if _got_backward(_says(task, fn, 64.0, [128.0, 256.0, 512.0, 1024.0], clean)):
+            return fail(task, f"{context}: a scale that doubles is growth after clean steps, not a skip. Only a "
+                              "scale *below* the one before marks a skipped step.")
+        if "backs off" in what:
+            return fail(task, f"{context}: the first steps were skipped while the scale backed off from a too-large "
+                              "start (lesson 04's real run does the same), then every step was taken. Only a run in "
+                              "which *every* step is skipped is frozen.")
+        return fail(task, f"{context}: a few skipped steps are the scaler doing its job — it probes a higher scale "
+                          "and backs off. Only a non-finite loss, or every step skipped, is a problem.")
+    if want == "forward overflow":
+        sees_inf = _says(task, fn, 1024.0, steady, [0.9, INF, INF, INF]) == "forward overflow"
+        sees_nan = _says(task, fn, 1024.0, steady, [0.9, NAN, NAN, NAN]) == "forward overflow"
+        if not sees_inf and not sees_nan:
+            return fail(task, f"{context}: the loss itself is inf or NaN, so the overflow happened in the forward "
+                              "pass (no loss scale is involved there). Look at the losses before the scales.")
+        if not sees_inf:
+            return fail(task, f"{context}: an inf loss is a forward overflow too. `x != x` and `math.isnan` miss "
+                              "inf: test `math.isfinite(loss)`.")
+        if not sees_nan:
+            return fail(task, f"{context}: a NaN loss is non-finite too. `math.isinf` misses NaN: test "
+                              "`math.isfinite(loss)`.")
+        if "lone" in what:
+            return fail(task, f"{context}: a single inf or NaN loss already means the forward pass overflowed at "
+                              "that step, even though the run recovered. The loss is computed before any scaling, "
+                              "so no scale caused it (lesson 04's healthy skips have finite losses: the inf there "
+                              "is in the scaled gradients). Test every loss with `math.isfinite`, not only the last.")
+        return fail(task, f"{context}: the loss itself is inf or NaN, so the overflow happened in the forward pass "
+                          "(no loss scale is involved there). Look at the losses before the scales.")
+    below = " (even below 1)" if initial <= 1 else ""
+    return fail(task, f"{context}: the loss is finite, yet every step is skipped while the scale keeps halving{below}. "
+                      "The inf appears in the backward pass and is not caused by the scale.")
+
+
+def _got_backward(verdict: Any) -> bool:
+    return verdict == "backward overflow"
 
 
 def triage(fn) -> None:
@@ -306,16 +579,10 @@ def triage(fn) -> None:
         if got == want:
             continue
         context = f"for {what} you said {got!r}, it is {want!r}"
-        if want == "healthy":
-            raise fail(task, f"{context}: a few skipped steps are the scaler doing its job — it probes a higher scale "
-                             "and backs off. Only a non-finite loss, or every step skipped, is a problem.")
-        if want == "forward overflow":
-            raise fail(task, f"{context}: the loss itself is inf or NaN, so the overflow happened in the forward pass "
-                             "(no loss scale is involved there). Look at the losses before the scales.")
-        raise fail(task, f"{context}: the loss is finite, yet every step is skipped while the scale keeps halving. "
-                         "The inf appears in the backward pass and does not come from the scale.")
-    passed(task, f"{len(TRIAGE_CASES)} run logs triaged right: occasional skips are healthy, a non-finite loss means a "
-                 "forward overflow, a finite loss with every step skipped a backward one.")
+        raise _triage_mistake(task, fn, context, what, initial, want)
+    passed(task, f"{len(TRIAGE_CASES)} run logs triaged right: occasional skips (and a start that backs off) are "
+                 "healthy, one non-finite loss is already a forward overflow, a finite loss with every step skipped "
+                 "a backward one.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -331,11 +598,12 @@ HINTS = {
          'model.modules()]; try: model(x) finally: remove; return found[0] or None.'),
     ],
     'fp32_block': [
-        ("Why would `block(x.float())` alone still run in float16 inside the region? (Lesson 07's FP32 "
-         'island.)'),
-        ('autocast casts the inputs of listed ops whatever dtype you give them; turn it off for the block,'
-         ' and give the block a float32 input.'),
-        'with torch.autocast(device_type=x.device.type, enabled=False): return block(x.float()).',
+        ('Which module is the first to give inf? Your Task 1 function (or lesson 07\'s find_nonfinite) '
+         'tells you; which top-level block holds it, and where are its values back in range?'),
+        ('Wrap that whole block (it ends with a LayerNorm) in an island: autocast disabled *and* a float32 '
+         'input. Leave every other block alone, also one whose values come close to 65504.'),
+        ('name = first_nonfinite_module(model, x).split(".")[0]; setattr(model, name, '
+         'FP32Island(getattr(model, name))); return model.'),
     ],
     'loss_in_fp32': [
         'What dtypes may a cross-entropy target have? Lesson 07 names both legal forms.',
@@ -346,10 +614,10 @@ HINTS = {
     ],
     'triage': [
         'Which number in the log is computed before any loss scaling happens? Start there.',
-        ('A non-finite loss means the forward pass overflowed. With finite losses, a skip is a scale '
-         'decrease: occasional ones are normal; a decrease at every step means the backward overflows '
-         'whatever the scale.'),
-        ("if any loss is not finite: 'forward overflow'; elif every scales[i] < the scale before it: "
+        ('A non-finite loss — even a single one — means the forward pass overflowed. With finite losses, a '
+         'skip is a scale *below* the one before: occasional ones are normal; a decrease at every step means '
+         'the backward overflows whatever the scale.'),
+        ("if any loss is not math.isfinite: 'forward overflow'; elif every scales[i] < the scale before it: "
          "'backward overflow'; else 'healthy'."),
     ],
 }

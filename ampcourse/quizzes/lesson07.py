@@ -22,12 +22,13 @@ def questions() -> list[Question]:
             kind="transfer",
         ),
         Question(
-            "The scale halves on every step, from 65536 down to 6e-05 in 30 steps. What helps?",
+            "The scale halves on every step, from 65536 down to 6e-05 in 30 steps, and every loss is NaN. What helps?",
             ["a smaller init_scale", "finding the inf in the forward pass (FP32 island or bf16)",
              "a larger growth_interval"],
             answer=1,
-            why="Every step is skipped even at a tiny scale, so the inf does not come from scaling the gradients: "
-                "here the forward pass overflows. The scaler's settings cannot fix that.",
+            why="The loss is NaN before any scaling, so the forward pass overflows, and every step is skipped "
+                "whatever the scale. The scaler's settings cannot fix that. (With finite losses and every step "
+                "skipped, the inf would be in the backward pass: the scale alone does not say where.)",
             kind="diagnosis",
         ),
         Question(
