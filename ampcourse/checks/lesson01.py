@@ -203,7 +203,7 @@ def _mantissa(dtype: torch.dtype) -> int:
 
 _LOST_MISTAKES = [  # (the wrong rule, what it did wrong): matched against every answer at once
     (lambda w, u, m: _predict_lost(w, u, m, _binade(w, m), "always"),
-     lambda w, m: f"a sum exactly halfway (u = spacing / 2) is a tie, and ties round to the neighbour whose last "
+     lambda w, m: "a sum exactly halfway (u = spacing / 2) is a tie, and ties round to the neighbour whose last "
                   "mantissa bit is even: that is w only when w's last bit is even, else the next value (kept)."),
     (lambda w, u, m: _predict_lost(w, u, m, _binade(w, m), "never"),
      lambda w, m: "u = spacing / 2 is a tie, and a tie rounds to the neighbour whose last mantissa bit is even: "

@@ -257,7 +257,10 @@ def flushed_fraction(fn) -> None:
                              "their number; a zero gradient is not lost to underflow.")
         nz = grads != 0
         scaled = grads.double().abs() * scale
-        share = lambda mask: (mask & nz).sum().item() / nonzero  # noqa: E731
+
+        def share(mask: torch.Tensor, nz: torch.Tensor = nz, nonzero: int = nonzero) -> float:
+            return (mask & nz).sum().item() / nonzero
+
         if abs(got - share(scaled < 2.0**-24)) < 1e-9:
             raise fail(task, f"{context}: values from just above 2**-25 up to 2**-24 round *up* to the smallest "
                              "subnormal, they are not flushed. The cast gives 0 only at or below 2**-25.")
