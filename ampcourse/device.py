@@ -80,12 +80,12 @@ class RecipeRule:
     why: str
 
     def line(self) -> str:
-        """The rule in words: ``condition: recipe. why``."""
+        """The rule in words: ``condition: recipe — why``."""
         dtype = str(self.dtype).removeprefix("torch.")
         recipe = (f"{dtype} + GradScaler" if self.use_grad_scaler
-                  else f"{dtype}, no autocast (AMP off)" if self.dtype == torch.float32
+                  else f"{dtype}, no autocast" if self.dtype == torch.float32
                   else f"{dtype}, no GradScaler")
-        return f"{self.condition}: {recipe}. {self.why}"
+        return f"{self.condition}: {recipe} — {self.why}"
 
 
 RECIPE_RULES = (

@@ -358,8 +358,8 @@ def better_dtype(fn) -> None:
                          "so a value there can lose most of its bits: compute each format's rounding error, and "
                          "compare the largest one of each (not a mean, not an absolute error).")
     passed(task, f"{len(DTYPE_CASES)} value sets judged by their largest relative error: float16 is at least as "
-                 "precise from 2**-17 (inside its subnormals) up to 65520; from 65520 it overflows, and below 2**-17 "
-                 "its subnormal spacing 2**-24 is coarser than bfloat16's unless a value falls on it.")
+                 "precise from 2**-17 (inside its subnormals) up to just below 65520; from 65520 it overflows, and "
+                 "below 2**-17 its subnormal spacing 2**-24 is coarser than bfloat16's unless a value falls on it.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
