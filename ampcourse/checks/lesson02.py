@@ -377,8 +377,9 @@ HINTS = {
         'Only the largest gradient can overflow. What is the biggest S that keeps it at most 65504?',
         ('The exact bound is 65504 / max|g|; you want the largest power of two not above it (think log2, '
          'rounded down).'),
-        ('peak = grads.abs().max().item(); return 2.0 ** math.floor(math.log2(65504 / peak)) — and check '
-         'exact powers of two: a peak of 1.0 gives 2**15, since 2**16 > 65504.'),
+        ('peak = grads.abs().max().item(); return 2.0 ** math.floor(math.log2(65504 / peak)) — math.floor, '
+         'not int(): for a peak above 65504 the exponent is negative and the scale below 1. A peak of 1.0 '
+         'gives 2**15, since 2**16 > 65504; a product of exactly 65504 is still finite.'),
     ],
     'flushed_fraction': [
         ("Which gradients does a float16 cast turn into 0? Task 1's thresholds tell you; the scale "
