@@ -102,6 +102,11 @@ def _ignores_input(model, x):
     return right_forward(model, torch.zeros_like(x))
 
 
+def _converted_input(model, x):
+    with torch.autocast(device_type=_rec()[0], dtype=_rec()[1]):
+        return model(x.to(_rec()[1]))
+
+
 def _last_layer_outside(model, x):
     device_type, dtype = _rec()
     with torch.autocast(device_type=device_type, dtype=dtype):
@@ -168,6 +173,7 @@ WRONG = {
         "empty region": (_empty_region, "did not run under autocast"),
         "output back to float32": (_back_to_float32, "without converting it"),
         "ignores the input": (_ignores_input, "did not see the input you were given"),
+        "converts the input": (_converted_input, "you converted `x`"),
         "last layer outside the region": (_last_layer_outside, "outside the autocast region (Linear)"),
         "returns a tuple": (lambda m, x: (right_forward(m, x),), "return the model's output tensor"),
     },

@@ -142,6 +142,9 @@ def amp_forward(fn) -> None:
         raise fail(task, f"the output has shape {tuple(out.shape)}, expected {tuple(reference.shape)}: "
                          "return `model(x)` itself.")
     if first["input"] is not None and (first["input"] - x.float()).abs().max().item() > 0:
+        if torch.allclose(first["input"], x.float(), rtol=2.0**-7, atol=0):
+            raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, `.to(dtype)`) "
+                             "before the forward. Pass `x` as it is: autocast casts per operation.")
         raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
     error = (out.float() - reference).abs().max().item()
     if error > 0.05:
