@@ -7,39 +7,45 @@ whole course::
 
 The order without the variable is CUDA, then Apple MPS, then CPU.
 
-The recommendation follows the hardware generations (NVIDIA compute capability):
+The recommendation for an NVIDIA GPU is one rule, :data:`RECIPE_RULES` (the first row whose condition
+holds wins); :func:`recommend` applies it and :func:`recipe_rules` prints it, so lesson 00, exercise 00,
+its hint and its check all read the same rows:
 
-=====================  ==========  ======================  =========================================
-GPU generation         capability  recommended AMP dtype   GradScaler
-=====================  ==========  ======================  =========================================
-Blackwell              10.x, 12.x  bfloat16                no (bf16 has FP32's exponent range)
-Hopper                 9.0         bfloat16                no
-Ada Lovelace           8.9         bfloat16                no
-Ampere                 8.0, 8.6    bfloat16                no
-Turing                 7.5         float16                 yes (no bf16 Tensor Cores)
-Volta                  7.0, 7.2    float16                 yes (first Tensor Cores, FP16 only)
-Pascal and older       < 7.0       float16                 yes (no Tensor Cores: memory savings only)
-=====================  ==========  ======================  =========================================
+=================================  ==================  ==========  ==========================================
+condition (compute capability)     AMP dtype           GradScaler  why
+=================================  ==================  ==========  ==========================================
+>= 8.0 (Ampere … Blackwell 12.x)   bfloat16            no          bfloat16 Tensor Cores; FP32's exponent range
+7.x (Volta, Turing)                float16             yes         float16 Tensor Cores only
+5.3, 6.0, 6.2 (Tegra X1, P100,     float16             yes         no Tensor Cores, but FP16 arithmetic at
+Tegra X2)                                                          twice the FP32 rate
+any other below 7.0 (GTX 10xx      float32 (AMP off)   no          FP16 arithmetic far slower than FP32 (6.1:
+= 6.1, Maxwell, Kepler)                                            2 results per clock per SM against 128)
+                                                                   or none at all
+=================================  ==================  ==========  ==========================================
 
-Two limits of a table keyed on the capability alone, which :func:`describe` handles from the device
-name: the GTX 16xx cards (TU11x) are capability 7.5 but have no Tensor Cores; and below 7.0 most
-consumer cards (Pascal GTX 10xx, capability 6.1) run FP16 arithmetic far slower than FP32, so there
-float16 is a memory measure only and plain FP32 is usually the faster choice. On ROCm builds
-(``torch.version.hip``) the "capability" is AMD's gfx version, not NVIDIA's: :func:`describe` does
-not map it to an NVIDIA generation.
+The FP16 rates are those of the CUDA C++ Programming Guide's table "Throughput of Native Arithmetic
+Instructions" (reference, not measured here): 16-bit add/multiply/multiply-add per clock per SM is 256,
+128, 2, 256 on 5.3, 6.0, 6.1, 6.2 against 128, 64, 128, 128 for 32-bit, and absent on 5.0/5.2 and older.
+
+Two limits of a rule keyed on the capability alone, which :func:`describe` handles from the device: the
+GTX 16xx cards (TU11x) are capability 7.5 but have no Tensor Cores; and on ROCm builds
+(``torch.version.hip``) the "capability" is AMD's gfx version, not NVIDIA's, and
+``torch.cuda.is_bf16_supported()`` answers True on every ROCm GPU (``torch/cuda/__init__.py``), so
+:func:`describe` reads the gfx architecture name instead (:data:`ROCM_BF16_ARCHS`).
 
 CPU autocast defaults to bfloat16 (no scaler needed); MPS autocast defaults to float16, which needs
 a scaler. Those two defaults are read from the installed torch (``torch.get_autocast_dtype``).
 Whether a CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX) decides whether bfloat16 autocast
-is faster or slower than FP32 on it (lesson 06 measures it): :func:`cpu_bf16_features` reads the flags.
+is faster or slower than FP32 on it (lesson 06 measures it): :func:`cpu_bf16_features` reads the flags
+(x86 ``flags``, aarch64 ``Features``).
 """
 
 from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -55,8 +61,58 @@ _GENERATIONS = (
     ((8, 0), "Ampere", True, True),
     ((7, 5), "Turing", False, True),
     ((7, 0), "Volta", False, True),
-    ((0, 0), "Pascal or older", False, False),
+    ((6, 0), "Pascal", False, False),
+    ((0, 0), "Maxwell or older", False, False),
 )
+
+FAST_FP16_WITHOUT_TENSOR_CORES = ((5, 3), (6, 0), (6, 2))
+"""Capabilities below 7.0 whose FP16 arithmetic runs at twice the FP32 rate (Tegra X1, P100, Tegra X2)."""
+
+
+@dataclass(frozen=True)
+class RecipeRule:
+    """One row of :data:`RECIPE_RULES`: a condition on the compute capability and the recipe it gives."""
+
+    condition: str
+    holds: Callable[[tuple[int, int]], bool] = field(repr=False, compare=False)
+    dtype: torch.dtype
+    use_grad_scaler: bool
+    why: str
+
+    def line(self) -> str:
+        """The rule in words: ``condition: recipe — why``."""
+        dtype = str(self.dtype).removeprefix("torch.")
+        recipe = (f"{dtype} + GradScaler" if self.use_grad_scaler
+                  else f"{dtype}, no autocast" if self.dtype == torch.float32
+                  else f"{dtype}, no GradScaler")
+        return f"{self.condition}: {recipe} — {self.why}"
+
+
+RECIPE_RULES = (
+    RecipeRule("capability >= (8, 0) (Ampere, Ada, Hopper, Blackwell 10.x and 12.x)",
+               lambda c: c >= (8, 0), torch.bfloat16, False,
+               "bfloat16 Tensor Cores; bfloat16 keeps FP32's exponent range, so no loss scaling"),
+    RecipeRule("(7, 0) <= capability < (8, 0) (Volta, Turing)",
+               lambda c: (7, 0) <= c < (8, 0), torch.float16, True,
+               "float16 Tensor Cores, no bfloat16 ones; float16's narrow range needs a GradScaler"),
+    RecipeRule(f"capability in {FAST_FP16_WITHOUT_TENSOR_CORES} (Tegra X1, Tesla P100, Tegra X2)",
+               lambda c: c in FAST_FP16_WITHOUT_TENSOR_CORES, torch.float16, True,
+               "no Tensor Cores, but FP16 arithmetic at twice the FP32 rate; float16 needs a GradScaler"),
+    RecipeRule("any other capability below (7, 0) (GTX 10xx = 6.1, Maxwell, Kepler)",
+               lambda c: c < (7, 0), torch.float32, False,
+               "FP16 arithmetic far slower than FP32 (6.1) or none at all: train in FP32"),
+)
+"""The course's AMP recipe for an NVIDIA GPU: the first row whose condition holds (see the module doc)."""
+
+
+def recipe_rules() -> list[str]:
+    """:data:`RECIPE_RULES` as lines, first match wins (what lesson 00 and exercise 00 print)."""
+    return [rule.line() for rule in RECIPE_RULES]
+
+
+ROCM_BF16_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
+"""AMD gfx architecture prefixes with bfloat16 matrix instructions (MI100 and later CDNA; RDNA3 and
+later), matched against ``get_device_properties(device).gcnArchName`` (reference, not measured here)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +126,7 @@ class Recommendation:
 
     @property
     def dtype_name(self) -> str:
-        """``"bfloat16"`` or ``"float16"``."""
+        """``"bfloat16"``, ``"float16"`` or ``"float32"`` (a GPU where the course trains without AMP)."""
         return str(self.dtype).removeprefix("torch.")
 
 
@@ -192,30 +248,22 @@ def recommend(
 
     >>> recommend("cuda", (7, 0)).dtype, recommend("cuda", (7, 0)).use_grad_scaler
     (torch.float16, True)
+    >>> recommend("cuda", (6, 1)).dtype_name
+    'float32'
     >>> recommend("cpu").dtype_name
     'bfloat16'
+
+    On CUDA the answer is the first of :data:`RECIPE_RULES` that holds; a float32 recommendation means
+    "train without autocast" (``torch.autocast`` refuses float32 on CUDA and disables itself).
     """
     _check_device_type(device_type)
     if device_type == "cuda":
         if capability is None:
             raise ValueError("recommend('cuda', capability) needs the compute capability, e.g. (8, 0)")
-        name, bf16, tensor_cores = generation(capability)
-        if bf16:
-            return Recommendation(
-                "cuda", torch.bfloat16, False,
-                f"{name} Tensor Cores run bfloat16; it keeps FP32's exponent range, so no loss scaling",
-            )
-        if tensor_cores:
-            return Recommendation(
-                "cuda", torch.float16, True,
-                f"{name} Tensor Cores run float16 but not bfloat16; float16 needs a GradScaler",
-            )
-        return Recommendation(
-            "cuda", torch.float16, True,
-            f"{name} GPUs have no Tensor Cores: float16 (with a GradScaler) only saves memory, and on most "
-            "consumer cards (GTX 10xx) FP16 arithmetic is much slower than FP32: train in FP32 unless "
-            "memory is the limit",
-        )
+        name = generation(capability)[0]
+        rule = next(rule for rule in RECIPE_RULES if rule.holds(capability))
+        return Recommendation("cuda", rule.dtype, rule.use_grad_scaler, f"{name} ({capability[0]}.{capability[1]}): "
+                              f"{rule.why}")
     if capability is not None:
         raise ValueError(f"capability only applies to device_type 'cuda' (got {device_type!r})")
     dtype = torch.get_autocast_dtype(device_type)
@@ -230,22 +278,25 @@ def recommend(
     )
 
 
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-"""The Linux ``/proc/cpuinfo`` flags of x86 CPUs with native bfloat16 arithmetic."""
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16", "svebf16")
+"""The Linux ``/proc/cpuinfo`` flags of CPUs with native bfloat16 arithmetic: x86's AVX512-BF16 and AMX
+(``flags`` line), aarch64's BF16 and SVE-BF16 extensions (``Features`` line, e.g. Graviton3)."""
 
 
 def cpu_bf16_features(cpuinfo: str | None = None) -> tuple[str, ...] | None:
     """The native-bfloat16 flags (:data:`CPU_BF16_FLAGS`) this CPU reports, or None if unknown.
 
-    ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read from this machine when None). Returns None where
-    there is no such file (macOS, Windows) or it has no ``flags`` line (e.g. ARM): then nothing can be said.
-    An empty tuple means an x86 CPU without them: bfloat16 is then converted to FP32 for the arithmetic,
-    and bfloat16 autocast is usually *slower* than FP32.
+    ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read from this machine when None). x86 lists its flags on
+    ``flags`` lines, aarch64 on ``Features`` lines. Returns None where there is no such file (macOS, Windows)
+    or it has neither line: then nothing can be said. An empty tuple means a CPU without them: bfloat16 is
+    then converted to FP32 for the arithmetic, and bfloat16 autocast is usually *slower* than FP32.
 
     >>> cpu_bf16_features("flags : fpu sse avx512f avx512_bf16 amx_bf16 amx_tile")
     ('avx512_bf16', 'amx_bf16')
     >>> cpu_bf16_features("flags : fpu sse avx2")
     ()
+    >>> cpu_bf16_features("Features : fp asimd sve i8mm bf16 svebf16")
+    ('bf16', 'svebf16')
     """
     if cpuinfo is None:
         try:
@@ -256,7 +307,8 @@ def cpu_bf16_features(cpuinfo: str | None = None) -> tuple[str, ...] | None:
     if not isinstance(cpuinfo, str):
         raise TypeError(f"cpuinfo must be the text of /proc/cpuinfo or None (got {type(cpuinfo).__name__})")
     for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
+        label = line.split(":", 1)[0].strip()
+        if label in ("flags", "Features"):
             flags = set(line.split(":", 1)[-1].split())
             return tuple(flag for flag in CPU_BF16_FLAGS if flag in flags)
     return None
@@ -282,23 +334,28 @@ def describe(device: torch.device | None = None) -> Hardware:
     gen = None
     note = ""
     if device.type == "cuda" and torch.version.hip:
-        # ROCm: get_device_capability is AMD's gfx version, which the NVIDIA table does not cover.
+        # ROCm: get_device_capability is AMD's gfx version, which the NVIDIA table does not cover, and
+        # torch.cuda.is_bf16_supported() is True on every ROCm GPU: read this device's gfx architecture.
         name = torch.cuda.get_device_name(device)
-        gen, tensor_cores, note = "AMD (ROCm): not in the NVIDIA table", False, "ROCm build"
-        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        arch = str(getattr(torch.cuda.get_device_properties(device), "gcnArchName", "") or "")
+        bf16 = any(arch.startswith(prefix) for prefix in ROCM_BF16_ARCHS) if arch else None
+        gen, tensor_cores = "AMD (ROCm): not in the NVIDIA table", False
+        note = f"ROCm {arch or 'architecture unknown'}"
         rec = Recommendation(
             "cuda", torch.bfloat16 if bf16 else torch.float16, not bf16,
-            "ROCm GPU: bfloat16 if the GPU supports it (no scaler), else float16 with a GradScaler",
+            f"ROCm GPU {arch or '(architecture unknown)'}: "
+            + ("bfloat16 matrix instructions, no scaler needed" if bf16 else
+               "no bfloat16 matrix instructions known for it: float16 with a GradScaler"),
         )
     elif device.type == "cuda":
-        capability = torch.cuda.get_device_capability(device)
-        gen, _, tensor_cores = generation(capability)
+        # this device's own capability (torch.cuda.is_bf16_supported() asks the *current* device instead)
+        capability = tuple(torch.cuda.get_device_capability(device))
+        gen, bf16, tensor_cores = generation(capability)
         name = torch.cuda.get_device_name(device)
         if capability == (7, 5) and "GTX 16" in name:
             gen, tensor_cores = "Turing (GTX 16xx: no Tensor Cores)", False
-        # including_emulation=False: a V100 or T4 can *store* bfloat16 (the default, True, says yes),
-        # but has no bfloat16 arithmetic units.
-        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        # native bfloat16 arithmetic = bf16 Tensor Cores (8.0 on); a V100 or T4 can only *store* bfloat16,
+        # which torch.cuda.is_bf16_supported() counts by default (including_emulation=True).
         rec = recommend("cuda", capability)
     elif device.type == "mps":
         name, tensor_cores = "Apple GPU (MPS)", False
@@ -310,7 +367,7 @@ def describe(device: torch.device | None = None) -> Hardware:
         bf16 = None if flags is None else bool(flags)
         note = ("CPU flags " + ", ".join(flags) if flags else
                 "no CPU flags to read here" if flags is None else
-                "no AVX512-BF16 or AMX: bfloat16 autocast runs, but is likely slower than FP32")
+                "no AVX512-BF16, AMX or Arm BF16: bfloat16 autocast runs, but is likely slower than FP32")
         rec = recommend("cpu")
     return Hardware(
         device=device,

@@ -1,41 +1,67 @@
 """The lesson-00 checks pass right answers and name each typical wrong one.
 
-Each wrong answer below is a fixture: a mistake a learner makes, and the words the check must use.
+Each wrong answer below is a fixture: a mistake a learner makes, and the words the check must use
+(`tests/grader_fixtures.py` runs them; the framework test counts them).
 """
 
+import copy
+import sys
+
+import grader_fixtures
 import pytest
 import torch
 
+from ampcourse import device as course_device
 from ampcourse.checks import CheckFailed, NotStarted
 from ampcourse.checks import lesson00 as check
-from ampcourse.device import describe
-
-
-def right_bytes(t):
-    return t.numel() * t.element_size()
-
-
-def right_forward(model, x):
-    hw = describe()
-    with torch.autocast(device_type=hw.device.type, dtype=hw.recommendation.dtype):
-        return model(x)
+from ampcourse.device import describe, recommend
 
 
 def stub(*args):
     raise NotImplementedError("write your code here")
 
 
-WRONG_BYTES = {
-    "counts elements": (lambda t: t.numel(), "number of elements"),
-    "counts bits": (lambda t: t.numel() * t.element_size() * 8, "which is bits"),
-    "assumes float32": (lambda t: t.numel() * 4, "as if it were float32"),
-    "returns a string": (lambda t: f"{t.numel() * t.element_size()} bytes", "return a number"),
-    "crashes": (lambda t: t.nbytes(), "raised TypeError"),
-}
+# --- Task 1: tensor_bytes ----------------------------------------------------------------------------------------
+def right_bytes(t):
+    return t.numel() * t.element_size()
+
+
+# --- Task 2: amp_forward -----------------------------------------------------------------------------------------
+def _rec():
+    hw = describe()
+    return hw.device.type, hw.recommendation.dtype
+
+
+def right_forward(model, x):
+    device_type, dtype = _rec()
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        return model(x)
+
+
+def _forward_amp_decorator(model, x):  # torch.amp.autocast as a decorator, device read from the input
+    @torch.amp.autocast(x.device.type, dtype=recommend(x.device.type).dtype)
+    def run(inputs):
+        return model(inputs)
+    return run(x)
+
+
+def _forward_param_device(model, x):  # device read from the model's parameters, enabled=True spelled out
+    where = next(model.parameters()).device.type
+    with torch.autocast(where, dtype=describe().recommendation.dtype, enabled=True):
+        out = model(x)
+    return out
 
 
 def _no_autocast(model, x):
     return model(x)
+
+
+def _converted_output(model, x):  # review B4: no autocast at all, only the output converted
+    return model(x).to(_rec()[1])
+
+
+def _converted_copy(model, x):  # review B4: a 16-bit copy of the model
+    return copy.deepcopy(model).to(_rec()[1])(x.to(_rec()[1]))
 
 
 def _wrong_device(model, x):
@@ -44,56 +70,165 @@ def _wrong_device(model, x):
 
 
 def _half_model(model, x):
-    model.to(torch.bfloat16)
-    return model(x.to(torch.bfloat16))
+    model.to(_rec()[1])
+    return model(x.to(_rec()[1]))
 
 
 def _wrong_dtype(model, x):
-    hw = describe()
-    other = torch.float16 if hw.recommendation.dtype == torch.bfloat16 else torch.bfloat16
-    with torch.autocast(device_type=hw.device.type, dtype=other):
+    device_type, dtype = _rec()
+    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
+    with torch.autocast(device_type=device_type, dtype=other):
         return model(x)
 
 
+def _disabled(model, x):
+    device_type, dtype = _rec()
+    with torch.autocast(device_type=device_type, dtype=dtype, enabled=False):
+        return model(x)
+
+
+def _empty_region(model, x):
+    device_type, dtype = _rec()
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        pass
+    return model(x)
+
+
+def _back_to_float32(model, x):
+    return right_forward(model, x).float()
+
+
 def _ignores_input(model, x):
-    hw = describe()
-    with torch.autocast(device_type=hw.device.type, dtype=hw.recommendation.dtype):
-        return model(torch.zeros_like(x))
+    return right_forward(model, torch.zeros_like(x))
 
 
-WRONG_FORWARD = {
-    "no autocast": (_no_autocast, "did not run under autocast"),
-    "device_type of another device": (_wrong_device, "device_type must match"),
-    "converts the model": (_half_model, "you converted the model"),
-    "other dtype": (_wrong_dtype, "recommended AMP dtype"),
-    "ignores the input": (_ignores_input, "computed on the input you were given"),
-    "returns a tuple": (lambda m, x: (m(x),), "return the model's output tensor"),
+def _converted_input(model, x):
+    with torch.autocast(device_type=_rec()[0], dtype=_rec()[1]):
+        return model(x.to(_rec()[1]))
+
+
+def _last_layer_outside(model, x):
+    device_type, dtype = _rec()
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        h = model[1](model[0](x))
+    return model[2](h.float()).to(dtype)
+
+
+# --- Task 3: choose_recipe ---------------------------------------------------------------------------------------
+def recipe_right(capability):
+    if capability >= (8, 0):
+        return torch.bfloat16, False
+    if capability >= (7, 0) or capability in ((5, 3), (6, 0), (6, 2)):
+        return torch.float16, True
+    return torch.float32, False
+
+
+def recipe_from_recommend(capability):
+    rec = recommend("cuda", capability)
+    return rec.dtype, rec.use_grad_scaler
+
+
+def recipe_by_number(capability):  # major, minor as one number: 10.0 -> 100, 8.0 -> 80
+    code = 10 * capability[0] + capability[1]
+    if code >= 80:
+        return (torch.bfloat16, False)
+    fast_fp16 = code >= 70 or code in (53, 60, 62)
+    return (torch.float16, True) if fast_fp16 else (torch.float32, False)
+
+
+def _string_compare(c):  # review B5: "10.0" >= "8.0" is False as text
+    text = f"{c[0]}.{c[1]}"
+    if text >= "8.0":
+        return torch.bfloat16, False
+    if text >= "7.0" or c in ((5, 3), (6, 0), (6, 2)):
+        return torch.float16, True
+    return torch.float32, False
+
+
+def _known_majors(c):  # review B5
+    if c[0] in (8, 9):
+        return torch.bfloat16, False
+    return (torch.float16, True) if c[0] == 7 or c in ((5, 3), (6, 0), (6, 2)) else (torch.float32, False)
+
+
+WRONG = {
+    ("00", "tensor_bytes"): {
+        "counts elements": (lambda t: t.numel(), "number of elements"),
+        "counts bits": (lambda t: t.numel() * t.element_size() * 8, "which is bits"),
+        "assumes float32": (lambda t: t.numel() * 4, "as if it were float32"),
+        "returns a string": (lambda t: f"{t.numel() * t.element_size()} bytes", "return a number"),
+        "crashes (nbytes is not a method)": (lambda t: t.nbytes(), "raised TypeError"),
+        "storage of a view": (lambda t: t.untyped_storage().nbytes(), "size of the whole storage"),
+        "len instead of numel": (lambda t: len(t) * t.element_size(), "len(t) counts only the first dimension"),
+        "one element": (lambda t: t.element_size(), "bytes of *one* element"),
+    },
+    ("00", "amp_forward"): {
+        "no autocast": (_no_autocast, "did not run under autocast"),
+        "output converted, no autocast (B4)": (_converted_output, "converting a float32 forward's output"),
+        "16-bit copy of the model (B4)": (_converted_copy, "a 16-bit copy of the model) is not autocast"),
+        "device_type of another device": (_wrong_device, "device_type must match"),
+        "converts the model": (_half_model, "you converted the model"),
+        "other dtype": (_wrong_dtype, "recommended AMP dtype"),
+        "enabled=False": (_disabled, "autocast off"),
+        "empty region": (_empty_region, "did not run under autocast"),
+        "output back to float32": (_back_to_float32, "without converting it"),
+        "ignores the input": (_ignores_input, "did not see the input you were given"),
+        "converts the input": (_converted_input, "you converted `x`"),
+        "last layer outside the region": (_last_layer_outside, "outside the autocast region (Linear)"),
+        "returns a tuple": (lambda m, x: (right_forward(m, x),), "return the model's output tensor"),
+    },
+    ("00", "choose_recipe"): {
+        "bfloat16 everywhere": (lambda c: (torch.bfloat16, False), "no bfloat16 Tensor Cores"),
+        "float16 + scaler everywhere": (lambda c: (torch.float16, True), "no FP16 arithmetic units"),
+        "float16 without a scaler": (lambda c: (torch.float16, False) if recipe_right(c)[0] == torch.float16
+                                     else recipe_right(c), "float16 without a GradScaler"),
+        "bfloat16 with a scaler": (lambda c: (torch.bfloat16, True) if c >= (8, 0) else recipe_right(c),
+                                   "only costs time"),
+        "float32 on every GPU before Volta (P100 and Jetson too)": (
+            lambda c: (torch.float32, False) if c < (7, 0) else recipe_right(c), "twice the FP32 rate"),
+        "float16 on every GPU before Volta (the old rule; GTX 1080 too)": (
+            lambda c: (torch.float16, True) if c < (7, 0) else recipe_right(c), "train in FP32"),
+        "string comparison of the capability (B5)": (_string_compare, "two-digit major"),
+        "a list of known majors (B5)": (_known_majors, "two-digit major"),
+        "dtype as a string": (lambda c: ("bfloat16", False), "return a tuple (torch dtype, bool)"),
+        "cutoff at Volta": (lambda c: (torch.bfloat16, False) if c >= (7, 0) else recipe_right(c),
+                            "no bfloat16 Tensor Cores"),
+        "float32 with a scaler": (lambda c: (torch.float32, True) if c == (6, 1) else recipe_right(c),
+                                  "FP32 training has no float16 gradients"),
+        "a list instead of a tuple": (lambda c: list(recipe_right(c)), "return a tuple"),
+    },
 }
+
+RIGHT = {
+    ("00", "tensor_bytes"): {
+        "numel times element_size": right_bytes,
+        "the nbytes attribute": lambda t: t.nbytes,
+        "numel times dtype.itemsize": lambda t: t.numel() * t.dtype.itemsize,
+    },
+    ("00", "amp_forward"): {
+        "torch.autocast with describe()": right_forward,
+        "torch.amp.autocast as a decorator, device from x": _forward_amp_decorator,
+        "device from the parameters, enabled=True": _forward_param_device,
+    },
+    ("00", "choose_recipe"): {
+        "the rule written out": recipe_right,
+        "ampcourse.device.recommend": recipe_from_recommend,
+        "major and minor as one number": recipe_by_number,
+    },
+}
+
+test_wrong_answer_is_named, test_right_answer_passes = grader_fixtures.tests(WRONG, RIGHT)
 
 
 def test_right_answers_pass_with_one_line(capsys):
     check.tensor_bytes(right_bytes)
     check.amp_forward(right_forward)
+    check.choose_recipe(recipe_right)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("✓ Task") for line in lines)
+    assert len(lines) == 3 and all(line.startswith("✓ Task") for line in lines)
 
 
-@pytest.mark.parametrize("name", WRONG_BYTES)
-def test_tensor_bytes_names_the_mistake(name):
-    fn, words = WRONG_BYTES[name]
-    with pytest.raises(CheckFailed, match=words):
-        check.tensor_bytes(fn)
-
-
-@pytest.mark.filterwarnings("ignore:.*autocast.*:UserWarning")
-@pytest.mark.parametrize("name", WRONG_FORWARD)
-def test_amp_forward_names_the_mistake(name):
-    fn, words = WRONG_FORWARD[name]
-    with pytest.raises(CheckFailed, match=words):
-        check.amp_forward(fn)
-
-
-@pytest.mark.parametrize("run", [check.tensor_bytes, check.amp_forward])
+@pytest.mark.parametrize("run", [check.tensor_bytes, check.amp_forward, check.choose_recipe])
 def test_stub_is_not_started_and_non_function_is_explained(run):
     with pytest.raises(NotStarted, match="not started"):
         run(stub)
@@ -101,36 +236,39 @@ def test_stub_is_not_started_and_non_function_is_explained(run):
         run(42)
 
 
-# --- Task 3: choose_recipe ---------------------------------------------------------------------------------------
-def recipe_right(capability):
-    return (torch.bfloat16, False) if capability >= (8, 0) else (torch.float16, True)
+def test_amp_forward_removes_its_hooks_even_when_the_answer_raises():
+    def raises(model, x):
+        raises.model = model
+        raise RuntimeError("boom")
+
+    with pytest.raises(CheckFailed, match="RuntimeError"):
+        check.amp_forward(raises)
+    assert all(not layer._forward_hooks for layer in raises.model)
 
 
-RECIPE_MISTAKES = {
-    "bfloat16 everywhere": (lambda c: (torch.bfloat16, False), "no bfloat16 Tensor Cores"),
-    "float16 + scaler everywhere": (lambda c: (torch.float16, True), "runs bfloat16 as fast"),
-    "float16 without a scaler": (lambda c: (torch.float16, False) if c < (8, 0) else (torch.bfloat16, False),
-                                 "float16 without a GradScaler"),
-    "bfloat16 with a scaler": (lambda c: (torch.bfloat16, True) if c >= (8, 0) else (torch.float16, True),
-                               "only costs time"),
-    "float32 on old GPUs": (lambda c: (torch.float32, False) if c < (7, 0) else recipe_right(c), "chose float32"),
-    "dtype as a string": (lambda c: ("bfloat16", False), "return a tuple \\(torch dtype, bool\\)"),
-    "cutoff at Volta": (lambda c: (torch.bfloat16, False) if c >= (7, 0) else (torch.float16, True),
-                        "no bfloat16 Tensor Cores"),
-}
+def test_choose_recipe_asks_about_every_rule_and_two_digit_majors():
+    rules = {next(i for i, r in enumerate(course_device.RECIPE_RULES) if r.holds(c)) for _, c in check.GPUS}
+    assert rules == set(range(len(course_device.RECIPE_RULES)))
+    assert {(10, 0), (12, 0), (6, 0), (6, 1)} <= {c for _, c in check.GPUS}
 
 
-def test_choose_recipe_right_answer_passes(capsys):
-    check.choose_recipe(recipe_right)
+def test_choose_recipe_hint_tier_3_is_an_answer_the_check_accepts(capsys):
+    """The last hint tier states the same rule as device.RECIPE_RULES: written as code, it passes."""
+    tier3 = check.HINTS["choose_recipe"][2]
+    body = "\n".join("    " + part.strip().replace(": return", ":\n        return", 1)
+                     for part in tier3.rstrip(".").split(";"))
+    namespace = {"torch": torch}
+    exec(f"def choose_recipe(capability):\n{body}\n", namespace)  # noqa: S102
+    check.choose_recipe(namespace["choose_recipe"])
     assert capsys.readouterr().out.startswith("✓ Task 3")
 
 
-@pytest.mark.parametrize(("fn", "words"), RECIPE_MISTAKES.values(), ids=RECIPE_MISTAKES)
-def test_choose_recipe_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        check.choose_recipe(fn)
-
-
-def test_tensor_bytes_storage_of_a_view_is_named():
-    with pytest.raises(CheckFailed, match="size of the whole storage"):
-        check.tensor_bytes(lambda t: t.untyped_storage().nbytes())
+def test_on_a_fp32_gpu_the_forward_check_expects_no_autocast(monkeypatch, capsys):
+    """A GPU whose recipe is FP32 (a GTX 1080): the solution's autocast(dtype=float32) disables itself on
+    CUDA; here the same is faked on the CPU by recommending float32 for it."""
+    real = course_device.describe()
+    fp32 = course_device.Recommendation(real.device.type, torch.float32, False, "test: train in FP32")
+    fake = course_device.Hardware(**{**real.__dict__, "recommendation": fp32})
+    monkeypatch.setattr(sys.modules["ampcourse.checks.lesson00"], "describe", lambda: fake)
+    check.amp_forward(_no_autocast)
+    assert "recipe is FP32" in capsys.readouterr().out

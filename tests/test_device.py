@@ -15,7 +15,13 @@ from ampcourse import device
         ((8, 0), "Ampere", torch.bfloat16, False),
         ((7, 5), "Turing", torch.float16, True),
         ((7, 0), "Volta", torch.float16, True),
-        ((6, 1), "Pascal or older", torch.float16, True),
+        ((7, 2), "Volta", torch.float16, True),
+        ((6, 2), "Pascal", torch.float16, True),
+        ((6, 1), "Pascal", torch.float32, False),
+        ((6, 0), "Pascal", torch.float16, True),
+        ((5, 3), "Maxwell or older", torch.float16, True),
+        ((5, 2), "Maxwell or older", torch.float32, False),
+        ((3, 7), "Maxwell or older", torch.float32, False),
     ],
 )
 def test_recommendation_follows_the_gpu_generation(capability, generation, dtype, scaler):
@@ -92,22 +98,23 @@ def _cuda_is_there(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
 
 
-def test_describe_asks_cuda_for_native_bf16_not_emulation(monkeypatch):
-    """A V100 or T4 can store bfloat16, so is_bf16_supported() says True by default (emulation counted)."""
+def test_describe_reads_native_bf16_from_the_device_asked_not_the_current_one(monkeypatch):
+    """torch.cuda.is_bf16_supported() asks the *current* device (and counts emulation by default, so a V100
+    says True): describe reads the capability of the device it was given."""
     _cuda_is_there(monkeypatch)
-    asked = {}
-
-    def is_bf16_supported(including_emulation=True):
-        asked["including_emulation"] = including_emulation
-        return including_emulation  # what torch answers on a V100: True with emulation, False without
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla T4")
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
-    hw = device.describe(torch.device("cuda"))
-    assert asked == {"including_emulation": False}
-    assert not hw.bf16_supported and "native bfloat16       : no" in str(hw)
-    assert hw.generation == "Turing" and hw.tensor_cores
+    capabilities = {0: (8, 0), 1: (7, 5)}  # current device 0 is an A100, device 1 a T4
+    names = {0: "NVIDIA A100-SXM4-40GB", 1: "Tesla T4"}
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    index = lambda d: 0 if d is None or torch.device(d).index is None else torch.device(d).index  # noqa: E731
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capabilities[index(d)])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: names[index(d)])
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # the current device's answer
+    t4 = device.describe(torch.device("cuda", 1))
+    assert not t4.bf16_supported and "native bfloat16       : no" in str(t4)
+    assert t4.generation == "Turing" and t4.tensor_cores and t4.recommendation.dtype == torch.float16
+    a100 = device.describe(torch.device("cuda", 0))
+    assert a100.bf16_supported and a100.recommendation.dtype == torch.bfloat16
 
 
 def test_describe_knows_gtx16_has_no_tensor_cores(monkeypatch):
@@ -120,27 +127,58 @@ def test_describe_knows_gtx16_has_no_tensor_cores(monkeypatch):
     assert "Tensor Cores          : no" in str(hw)
 
 
-def test_describe_does_not_read_a_rocm_gfx_version_as_an_nvidia_generation(monkeypatch):
+@pytest.mark.parametrize(("arch", "bf16"), [("gfx942:sramecc+:xnack-", True), ("gfx90a", True),
+                                           ("gfx1100", True), ("gfx906", False), ("", None)])
+def test_describe_on_rocm_reads_the_gfx_architecture(monkeypatch, arch, bf16):
+    """On ROCm torch.cuda.is_bf16_supported() is True for every GPU (torch/cuda/__init__.py), and the
+    capability is the gfx version: describe reads gcnArchName instead."""
     _cuda_is_there(monkeypatch)
     monkeypatch.setattr(torch.version, "hip", "6.2.0")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 4))  # gfx942 (MI300)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "AMD Instinct MI300X")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "AMD Instinct GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: type("P", (), {"gcnArchName": arch}))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     hw = device.describe(torch.device("cuda"))
-    assert "Hopper" not in str(hw) and "ROCm" in hw.generation
-    assert hw.capability is None and hw.recommendation.dtype == torch.bfloat16
+    assert "Hopper" not in str(hw) and "ROCm" in hw.generation and hw.capability is None
+    assert hw.bf16_supported is bf16
+    rec = hw.recommendation
+    assert (rec.dtype, rec.use_grad_scaler) == ((torch.bfloat16, False) if bf16 else (torch.float16, True))
+    assert ("no bfloat16" in rec.reason) == (not bf16)
 
 
-def test_pascal_advice_says_fp16_is_for_memory_only():
-    reason = device.recommend("cuda", (6, 1)).reason
-    assert "much slower than FP32" in reason and "memory" in reason
+def test_pascal_recommendation_agrees_with_its_reason():
+    """6.1 (GTX 10xx): FP16 is slow, so the recipe is FP32 and the reason says so; 6.0 (P100): float16 +
+    scaler, and the reason says its FP16 is fast. No recommendation's dtype contradicts its reason."""
+    gtx, p100 = device.recommend("cuda", (6, 1)), device.recommend("cuda", (6, 0))
+    assert (gtx.dtype, gtx.use_grad_scaler) == (torch.float32, False) and "train in FP32" in gtx.reason
+    assert (p100.dtype, p100.use_grad_scaler) == (torch.float16, True) and "twice the FP32 rate" in p100.reason
+    for major in range(13):
+        for minor in range(10):
+            rec = device.recommend("cuda", (major, minor))
+            assert ("train in FP32" in rec.reason) == (rec.dtype == torch.float32)
+            assert rec.use_grad_scaler == (rec.dtype == torch.float16)
+
+
+def test_recipe_rules_are_the_rule_recommend_applies():
+    lines = device.recipe_rules()
+    assert len(lines) == len(device.RECIPE_RULES) == 4
+    for rule, line in zip(device.RECIPE_RULES, lines, strict=True):
+        assert line.startswith(rule.condition) and rule.why in line
+    for capability in [(12, 1), (10, 3), (10, 0), (9, 0), (8, 9), (7, 5), (6, 2), (6, 1), (6, 0), (5, 3), (3, 0)]:
+        first = next(rule for rule in device.RECIPE_RULES if rule.holds(capability))
+        rec = device.recommend("cuda", capability)
+        assert (rec.dtype, rec.use_grad_scaler) == (first.dtype, first.use_grad_scaler)
+        assert first.why in rec.reason
 
 
 def test_cpu_bf16_features_reads_the_flags():
     assert device.cpu_bf16_features("model name : x\nflags : fpu avx512_bf16 amx_bf16\n") == (
         "avx512_bf16", "amx_bf16")
     assert device.cpu_bf16_features("flags\t\t: fpu sse2 avx2 fma\n") == ()
-    assert device.cpu_bf16_features("Processor : ARMv8\nFeatures : fp asimd\n") is None
+    assert device.cpu_bf16_features("Processor : ARMv8\nFeatures : fp asimd\n") == ()
+    graviton3 = "processor\t: 0\nBogoMIPS\t: 2100.00\nFeatures\t: fp asimd sve i8mm bf16 svebf16 rng\n"
+    assert device.cpu_bf16_features(graviton3) == ("bf16", "svebf16")
+    assert device.cpu_bf16_features("processor : 0\nvendor_id : x\n") is None
     with pytest.raises(TypeError, match="cpuinfo must be"):
         device.cpu_bf16_features(3)
 

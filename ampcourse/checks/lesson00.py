@@ -1,10 +1,10 @@
-"""Checks for exercise 00 (start here): two small tasks that prove the grading loop end to end."""
+"""Checks for exercise 00 (start here): three small tasks that prove the grading loop end to end."""
 
 from __future__ import annotations
 
 import torch
 
-from ..device import describe
+from ..device import FAST_FP16_WITHOUT_TENSOR_CORES, RECIPE_RULES, describe, recommend
 from . import call, fail, hints, passed, require_callable
 
 
@@ -20,6 +20,8 @@ def tensor_bytes(fn) -> None:
         torch.zeros(7, dtype=torch.float8_e4m3fn),
         torch.zeros(100)[:10],  # a view: its storage holds 100 elements
         torch.zeros(4, 6, dtype=torch.float16)[:, ::2],  # a non-contiguous view
+        torch.zeros(3, 0, dtype=torch.float32),  # no elements at all
+        torch.zeros(5, 4, dtype=torch.bool),  # one byte per element, though a bool is one bit of information
     ]
     for t in cases:
         got = call(task, fn, "tensor_bytes", t)
@@ -36,6 +38,12 @@ def tensor_bytes(fn) -> None:
         if t._base is not None and got == t.untyped_storage().nbytes():
             raise fail(task, f"for {shape} you returned {got}, the size of the whole storage it shares with the "
                              f"tensor it was sliced from. Count only the view's own elements.")
+        if t.dim() > 1 and got == len(t) * t.element_size() and t.numel():
+            raise fail(task, f"for {shape} you returned {got}: len(t) counts only the first dimension "
+                             f"({len(t)}), not the {t.numel()} elements. Use `t.numel()`.")
+        if got == t.element_size() and t.numel() > 1:
+            raise fail(task, f"for {shape} you returned {got}, the bytes of *one* element. Multiply by the number "
+                             "of elements, `t.numel()`.")
         if got == t.numel():
             raise fail(task, f"for {shape} you returned {got}, the number of elements. Multiply by the "
                              "bytes per element, `t.element_size()`.")
@@ -48,22 +56,51 @@ def tensor_bytes(fn) -> None:
                              "use `t.element_size()`.")
         raise fail(task, f"for {shape} you returned {got}, expected {want} "
                          f"({t.numel()} elements × {t.element_size()} bytes).")
-    passed(task, f"byte counts right for {len(cases)} tensors (float64 down to float8, and views) — "
+    passed(task, f"byte counts right for {len(cases)} tensors (float64 down to float8, bool, empty, views) — "
                  "bfloat16 and float16 take half the bytes of float32.")
 
 
+def _watch(model: torch.nn.Module, device_type: str) -> tuple[list[dict], list]:
+    """Forward hooks on every layer of ``model``: what autocast state each layer really ran under."""
+    seen: list[dict] = []
+
+    def hook(module, inputs, output):
+        seen.append({
+            "layer": type(module).__name__,
+            "autocast": torch.is_autocast_enabled(device_type),
+            "dtype": torch.get_autocast_dtype(device_type),
+            "other": [t for t in ("cpu", "cuda", "mps") if t != device_type and torch.is_autocast_enabled(t)],
+            "input": inputs[0].detach().float().clone() if module is model[0] else None,
+            "output": output.dtype,
+        })
+
+    return seen, [layer.register_forward_hook(hook) for layer in model]
+
+
 def amp_forward(fn) -> None:
-    """Task 2: ``amp_forward(model, x)`` runs the forward pass under autocast on the course device."""
+    """Task 2: ``amp_forward(model, x)`` runs the forward pass under autocast on the course device.
+
+    Forward hooks on every layer record whether autocast was on *while that layer ran*, its dtype and the
+    dtype each layer produced: a float32 forward whose output is converted afterwards
+    (``model(x).to(torch.bfloat16)``, a ``.bfloat16()`` copy of the model) is not autocast.
+    """
     task = "Task 2 (amp_forward)"
     require_callable(task, fn, "amp_forward")
     hardware = describe()
     device, dtype = hardware.device, hardware.recommendation.dtype
+    want = str(dtype).removeprefix("torch.")
+    region = f"`with torch.autocast(device_type={device.type!r}, dtype=torch.{want}):`"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
     x = torch.randn(16, 64, device=device)
     with torch.no_grad():
         reference = model(x)
-    out = call(task, fn, "amp_forward", model, x)
+    seen, handles = _watch(model, device.type)
+    try:
+        out = call(task, fn, "amp_forward", model, x)
+    finally:
+        for handle in handles:
+            handle.remove()
     weight_dtypes = {p.dtype for p in model.parameters()}
     if weight_dtypes != {torch.float32}:
         found = ", ".join(sorted(str(d).removeprefix("torch.") for d in weight_dtypes))
@@ -72,47 +109,84 @@ def amp_forward(fn) -> None:
                          "leave the model as it is and wrap the call in `torch.autocast`.")
     if not isinstance(out, torch.Tensor):
         raise fail(task, f"return the model's output tensor (you returned {type(out).__name__}).")
-    want = str(dtype).removeprefix("torch.")
-    got = str(out.dtype).removeprefix("torch.")
-    if out.dtype == torch.float32:
-        raise fail(task, f"the output is float32, so the forward pass did not run under autocast on "
-                         f"{device.type}. Wrap it in `with torch.autocast(device_type={device.type!r}, "
-                         f"dtype=torch.{want}):` (the device_type must match where the tensors are).")
-    if out.dtype != dtype:
-        raise fail(task, f"the output is {got}, but the recommended AMP dtype on this {device.type} device "
-                         f"is {want}: pass `dtype=torch.{want}` to torch.autocast (see "
-                         "`describe().recommendation`).")
+    if not seen:
+        raise fail(task, "the model you were given never ran (its layers' forward hooks did not fire): a copy "
+                         "of it, or no forward at all. Call `model(x)` itself inside the autocast region.")
+    first = seen[0]
+    autocast_wanted = dtype != torch.float32  # float32: a GPU where the course trains without AMP (RECIPE_RULES)
+    if autocast_wanted and not first["autocast"]:
+        if first["other"]:
+            raise fail(task, f"autocast was on for {', '.join(first['other'])}, not for {device.type}, where the "
+                             f"tensors are: the device_type must match the device. Use {region}")
+        converted = (" Your output is " + str(out.dtype).removeprefix("torch.") + ": converting a float32 "
+                     "forward's output (or a 16-bit copy of the model) is not autocast.") \
+            if out.dtype != torch.float32 else ""
+        raise fail(task, f"the layers ran with autocast off, so the forward pass did not run under autocast on "
+                         f"{device.type}.{converted} Wrap `model(x)` in {region} (the device_type must match "
+                         "where the tensors are).")
+    if autocast_wanted and first["dtype"] != dtype:
+        got = str(first["dtype"]).removeprefix("torch.")
+        raise fail(task, f"autocast ran in {got}, but the recommended AMP dtype on this {device.type} device is "
+                         f"{want}: pass `dtype=torch.{want}` to torch.autocast (see `describe().recommendation`; "
+                         f"without dtype= autocast uses its per-device default, "
+                         f"{str(torch.get_autocast_dtype(device.type)).removeprefix('torch.')} here).")
+    outside = [s["layer"] for s in seen if s["autocast"] != autocast_wanted]
+    if outside:
+        raise fail(task, f"part of the forward ran outside the autocast region ({', '.join(outside)}): the "
+                         "whole `model(x)` call belongs inside it.")
+    if out.dtype != seen[-1]["output"]:
+        raise fail(task, f"the model's last layer produced {str(seen[-1]['output']).removeprefix('torch.')}, but "
+                         f"you returned {str(out.dtype).removeprefix('torch.')}: return the output as autocast "
+                         "made it, without converting it.")
     if out.shape != reference.shape:
         raise fail(task, f"the output has shape {tuple(out.shape)}, expected {tuple(reference.shape)}: "
                          "return `model(x)` itself.")
+    if first["input"] is not None and (first["input"] - x.float()).abs().max().item() > 0:
+        if torch.allclose(first["input"], x.float(), rtol=2.0**-7, atol=0):
+            raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, `.to(dtype)`) "
+                             "before the forward. Pass `x` as it is: autocast casts per operation.")
+        raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
     error = (out.float() - reference).abs().max().item()
     if error > 0.05:
         raise fail(task, f"the output differs from the float32 forward by {error:.3g}, more than {want} "
                          "rounding explains: return `model(x)` computed on the input you were given.")
-    passed(task, "the forward pass ran under autocast in the recommended dtype; the weights stayed "
-                 "float32 and the output matches float32 to within rounding.")
+    if not autocast_wanted:
+        passed(task, "this GPU's recipe is FP32 (device.RECIPE_RULES): the forward ran without autocast and the "
+                     "weights stayed float32.")
+        return
+    passed(task, f"every layer ran under {device.type} autocast in {want} (seen by forward hooks); the weights "
+                 "stayed float32 and the output matches float32 to within rounding.")
 
 # --- Task 3: the recipe for other machines --------------------------------------------------------------------
 
-GPUS = [  # (name, compute capability)
+GPUS = [  # (name, compute capability): every row of device.RECIPE_RULES, and its edges
+    ("GeForce GTX 980 (Maxwell)", (5, 2)),
     ("Tesla P100 (Pascal)", (6, 0)),
+    ("GeForce GTX 1080 (Pascal)", (6, 1)),
+    ("Jetson TX2 (Pascal)", (6, 2)),
     ("Tesla V100 (Volta)", (7, 0)),
     ("T4 (Turing)", (7, 5)),
     ("A100 (Ampere)", (8, 0)),
     ("RTX 3090 (Ampere)", (8, 6)),
     ("L4 (Ada)", (8, 9)),
     ("H100 (Hopper)", (9, 0)),
+    ("B200 (Blackwell)", (10, 0)),
+    ("RTX 5090 (Blackwell)", (12, 0)),
 ]
 
 
-def choose_recipe(fn) -> None:
-    """Task 3: ``choose_recipe(capability)`` returns ``(dtype, use_grad_scaler)`` for an NVIDIA GPU."""
-    from ..device import recommend
+def _name(dtype: object) -> str:
+    return str(dtype).removeprefix("torch.")
 
+
+def choose_recipe(fn) -> None:
+    """Task 3: ``choose_recipe(capability)`` returns ``(dtype, use_grad_scaler)`` for an NVIDIA GPU, by the
+    course's rule (:data:`ampcourse.device.RECIPE_RULES`, which :func:`ampcourse.device.recommend` applies)."""
     task = "Task 3 (choose_recipe)"
     require_callable(task, fn, "choose_recipe")
     for name, capability in GPUS:
         want = recommend("cuda", capability)
+        rule = next(rule for rule in RECIPE_RULES if rule.holds(capability))
         got = call(task, fn, "choose_recipe", capability)
         if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], torch.dtype)
                 and isinstance(got[1], bool)):
@@ -120,25 +194,42 @@ def choose_recipe(fn) -> None:
                              "`(torch.float32, False)`.")
         dtype, scaler = got
         where = f"for the {name}, compute capability {capability}"
-        if dtype == torch.float32:
-            raise fail(task, f"{where} you chose float32: every GPU here runs autocast in a 16-bit dtype, which at "
-                             "least halves activation memory. Choose between bfloat16 and float16.")
+        recipe = f"({_name(want.dtype)}, {want.use_grad_scaler})"
+        if (dtype, scaler) == (want.dtype, want.use_grad_scaler):
+            continue
+        if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise fail(task, f"{where} you chose {_name(dtype)}; choose torch.bfloat16, torch.float16 or "
+                             "torch.float32.")
+        if capability[0] >= 10 and dtype != want.dtype:
+            raise fail(task, f"{where} you chose {_name(dtype)}, but the rule says {recipe}: a two-digit major "
+                             "fell through your test. Compare the tuples (`capability >= (8, 0)`): as strings "
+                             "'10.0' < '8.0', and a list of known majors misses new GPUs.")
+        if dtype == torch.float32 and want.dtype != torch.float32:
+            raise fail(task, f"{where} you chose float32 (AMP off), but the rule says {recipe}: {rule.why}.")
+        if want.dtype == torch.float32 and dtype != torch.float32:
+            fp16 = ("its FP16 arithmetic runs at 2 results per clock per SM against 128 for FP32"
+                    if capability == (6, 1) else "it has no FP16 arithmetic units at all")
+            bf16 = ", and it has no bfloat16 Tensor Cores (they arrived with Ampere, 8.0)" \
+                if dtype == torch.bfloat16 else ""
+            raise fail(task, f"{where} you chose {_name(dtype)}, but {fp16}{bf16}: the rule says {recipe}, "
+                             f"train in FP32. Below 7.0 only {FAST_FP16_WITHOUT_TENSOR_CORES} run FP16 fast.")
         if dtype == torch.bfloat16 and want.dtype == torch.float16:
             raise fail(task, f"{where} you chose bfloat16, but this GPU has no bfloat16 Tensor Cores (they arrived "
                              "with Ampere, capability 8.0): use float16.")
         if dtype == torch.float16 and want.dtype == torch.bfloat16:
             raise fail(task, f"{where} you chose float16: it works with a scaler, but this GPU runs bfloat16 as "
                              "fast and bfloat16 needs no loss scaling. The course recommends bfloat16 from 8.0 on.")
-        if dtype != want.dtype:
-            raise fail(task, f"{where} you chose {dtype}; choose torch.bfloat16 or torch.float16.")
         if dtype == torch.float16 and not scaler:
             raise fail(task, f"{where}: float16 without a GradScaler lets small gradients flush to zero "
                              "(lesson 02). float16 always needs the scaler.")
         if dtype == torch.bfloat16 and scaler:
             raise fail(task, f"{where}: bfloat16 keeps float32's exponent range, so a GradScaler only costs time "
                              "(and the course does not use one with it).")
-    passed(task, f"the right dtype and scaler choice for {len(GPUS)} GPUs, Pascal to Hopper: float16 + GradScaler "
-                 "before Ampere, bfloat16 without a scaler from Ampere on.")
+        raise fail(task, f"{where}: FP32 training has no float16 gradients to protect, so a GradScaler only "
+                         "costs time: return (torch.float32, False).")
+    passed(task, f"the course's recipe for {len(GPUS)} GPUs, Maxwell to Blackwell 12.0: float32 where FP16 is "
+                 f"slow, float16 + GradScaler on {FAST_FP16_WITHOUT_TENSOR_CORES} and Volta/Turing, bfloat16 "
+                 "without a scaler from Ampere on (two-digit majors included).")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -161,12 +252,14 @@ HINTS = {
          'return model(x)`.'),
     ],
     'choose_recipe': [
-        ('Two questions per GPU: which 16-bit dtype do its Tensor Cores run fast, and does that dtype need'
-         " loss scaling? Lesson 00's hardware report answers both for your machine."),
-        ('bfloat16 Tensor Cores arrived with Ampere (capability 8.0); before that, float16 (Tensor Cores '
-         "from Volta, 7.0; none on Pascal). float16's narrow range always needs a GradScaler; bfloat16's "
-         'does not.'),
-        'return (torch.bfloat16, False) if capability >= (8, 0) else (torch.float16, True).',
+        ('The rule is printed above the task (`ampcourse.device.recipe_rules()`): which of its rows holds for '
+         'a capability, and how do you compare (major, minor) pairs so that 10.0 and 12.0 come out above 8.0?'),
+        ('Python compares tuples element by element: `(10, 0) >= (8, 0)` is True, while the strings '
+         "'10.0' >= '8.0' is False. Test the rows in order: from (8, 0), from (7, 0), the three fast-FP16 "
+         'Pascal/Tegra capabilities, everything else.'),
+        ('if capability >= (8, 0): return (torch.bfloat16, False); '
+         f'if capability >= (7, 0) or capability in {FAST_FP16_WITHOUT_TENSOR_CORES}: return (torch.float16, '
+         'True); return (torch.float32, False).'),
     ],
 }
 hint = hints(__name__, HINTS)

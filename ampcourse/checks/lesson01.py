@@ -23,6 +23,8 @@ FP16_CASES = [
     ("0 11110 1111111111", "the largest fp16 value"),
     ("0 00001 0000000000", "the smallest normal"),
     ("0 00000 1000000000", "a subnormal"),
+    ("0 00000 1111111111", "the largest subnormal"),
+    ("1 00000 0000000101", "a negative subnormal"),
     ("0 00000 0000000001", "the smallest subnormal"),
     ("0 00000 0000000000", "zero"),
     ("1 00000 0000000000", "negative zero"),
@@ -176,36 +178,90 @@ UPDATE_CASES = [  # (w, u, dtype, what the case is about)
     (0.01171875, 2.0**-16, torch.bfloat16, "a small weight in bfloat16, where the spacing is small too"),
     (256.0, 1.0, torch.bfloat16, "a tie in bfloat16 at 256, where values are 2 apart"),
     (3.0, 0.005, torch.float16, "a weight of 3 in float16"),
+    (1.875, 0.0007, torch.float16, "a weight between two powers of two: the spacing is that of its binade"),
+    (1.875, 0.005, torch.bfloat16, "the same weight in bfloat16"),
+    (1.875, 0.00095, torch.float16, "just under the spacing of the next binade"),
+    (1024.0, 0.3, torch.float16, "under half the spacing at 1024, over a quarter of it"),
+    (2.0 - 2.0**-10, 2.0**-11, torch.float16, "a tie just below 2: the even neighbour is 2.0"),
+]
+
+
+def _predict_lost(w: float, u: float, m: int, spacing: float, ties: str = "even") -> bool:
+    """A prediction "lost below half the spacing", with a rule for the tie."""
+    if u != spacing / 2:
+        return u < spacing / 2
+    return {"even": int(w / spacing) % 2 == 0, "always": True, "never": False}[ties]
+
+
+def _binade(w: float, m: int) -> float:
+    return 2.0 ** (math.floor(math.log2(w)) - m)
+
+
+def _mantissa(dtype: torch.dtype) -> int:
+    return 10 if dtype == torch.float16 else 7
+
+
+_LOST_MISTAKES = [  # (the wrong rule, what it did wrong): matched against every answer at once
+    (lambda w, u, m: _predict_lost(w, u, m, _binade(w, m), "always"),
+     lambda w, m: "a sum exactly halfway (u = spacing / 2) is a tie, and ties round to the neighbour whose last "
+                  "mantissa bit is even: that is w only when w's last bit is even, else the next value (kept)."),
+    (lambda w, u, m: _predict_lost(w, u, m, _binade(w, m), "never"),
+     lambda w, m: "u = spacing / 2 is a tie, and a tie rounds to the neighbour whose last mantissa bit is even: "
+                  "when that is w itself, the update is lost."),
+    (lambda w, u, m: _predict_lost(w, u, m, 2.0**-m),
+     lambda w, m: f"the spacing between values grows with w: near {w!r} it is 2**(floor(log2 w) - {m}) = "
+                  f"{_binade(w, m):g}, not the spacing at 1.0."),
+    (lambda w, u, m: _predict_lost(w, u, m, w * 2.0**-m),
+     lambda w, m: f"you scaled the spacing by w itself (w × 2**-{m}); it is constant inside a binade: "
+                  f"2**(floor(log2 w) - {m}) = {_binade(w, m):g} for every w in [{2.0 ** math.floor(math.log2(w)):g}, "
+                  f"{2.0 ** (math.floor(math.log2(w)) + 1):g})."),
+    (lambda w, u, m: _predict_lost(w, u, m, _binade(w, 17 - m)),
+     lambda w, m: "the mantissa bits are swapped: float16 has 10 mantissa bits, bfloat16 7."),
+    (lambda w, u, m: _predict_lost(w, u, m, _binade(w, m + 1)),
+     lambda w, m: f"the implicit leading 1 is not a spacing bit: the format stores {m} mantissa bits, so the "
+                  f"spacing is 2**(floor(log2 w) - {m}) = {_binade(w, m):g}."),
+    (lambda w, u, m: _predict_lost(w, u, m, 2.0 ** (math.ceil(math.log2(w)) - m)),
+     lambda w, m: f"round the exponent *down*: w lies in the binade starting at 2**floor(log2 w) = "
+                  f"{2.0 ** math.floor(math.log2(w)):g}, where the spacing is {_binade(w, m):g}."),
 ]
 
 
 def update_is_lost(fn) -> None:
-    """Task 3: ``update_is_lost(w, u, dtype)`` predicts whether ``w + u`` rounds back to ``w``."""
+    """Task 3: ``update_is_lost(w, u, dtype)`` predicts whether ``w + u`` rounds back to ``w``.
+
+    All cases are asked first; when the answers are exactly those of a known wrong rule (a tie rule, the
+    spacing at 1.0, ``w × eps``, swapped or miscounted mantissa bits, a rounded-up exponent), the message
+    names that rule at the first case it gets wrong.
+    """
     task = "Task 3 (update_is_lost)"
     require_callable(task, fn, "update_is_lost")
-    for w, u, dtype, what in UPDATE_CASES:
-        want = _lost(w, u, dtype)
+    answers = []
+    for w, u, dtype, _what in UPDATE_CASES:
         got = call(task, fn, "update_is_lost", w, u, dtype)
         if not isinstance(got, bool):
             raise fail(task, f"for w={w!r}, u={u!r} you returned {got!r}; return True or False.")
-        if got == want:
-            continue
-        name = str(dtype).removeprefix("torch.")
-        m = 10 if dtype == torch.float16 else 7
-        spacing = 2.0 ** (math.floor(math.log2(w)) - m)
-        context = f"w={w!r}, u={u!r} in {name} ({what}): you said {'lost' if got else 'kept'}, torch says " + (
-            "lost" if want else "kept")
-        if u == spacing / 2:
-            raise fail(task, f"{context}. u is exactly half the spacing {spacing:g}: a tie, and ties round to the "
-                             "neighbour whose last mantissa bit is even — that may be w (lost) or the next value "
-                             "(kept).")
-        eps_rule = u < 2.0 ** -m / 2
-        if got == eps_rule and w != 1.0:
-            raise fail(task, f"{context}. The spacing between {name} values grows with w: near {w!r} it is "
-                             f"2**(floor(log2 w) - {m}) = {spacing:g}, not the spacing at 1.0.")
-        raise fail(task, f"{context}. Compare u with half the spacing of {name} values around w.")
-    passed(task, f"{len(UPDATE_CASES)} updates predicted right in float16 and bfloat16, ties included: an update "
-                 "below half the spacing around the weight is lost.")
+        answers.append(got)
+    wrong = [(case, got) for case, got in zip(UPDATE_CASES, answers, strict=True) if got != _lost(*case[:3])]
+    if not wrong:
+        passed(task, f"{len(UPDATE_CASES)} updates predicted right in float16 and bfloat16, ties included: an "
+                     "update below half the spacing around the weight is lost.")
+        return
+    (w, u, dtype, what), got = wrong[0]
+    want = not got
+    name = str(dtype).removeprefix("torch.")
+    m = _mantissa(dtype)
+    spacing = _binade(w, m)
+    context = f"w={w!r}, u={u!r} in {name} ({what}): you said {'lost' if got else 'kept'}, torch says " + (
+        "lost" if want else "kept")
+    for rule, explain in _LOST_MISTAKES:
+        if all(rule(cw, cu, _mantissa(cd)) == a for (cw, cu, cd, _), a in zip(UPDATE_CASES, answers, strict=True)):
+            raise fail(task, f"{context}: {explain(w, m)}")
+    if u == spacing / 2:
+        raise fail(task, f"{context}. u is exactly half the spacing {spacing:g}: a tie, and ties round to the "
+                         "neighbour whose last mantissa bit is even — that may be w (lost) or the next value "
+                         "(kept).")
+    raise fail(task, f"{context}. Compare u with half the spacing of {name} values around w, "
+                     f"2**(floor(log2 w) - {m}) = {spacing:g}.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---

@@ -1,4 +1,5 @@
-"""Checks for exercise 02 (underflow and overflow): predict a cast; choose a safe loss scale."""
+"""Checks for exercise 02 (underflow and overflow): predict a cast; choose a safe loss scale; count the flushed
+gradients; pick the 16-bit dtype with the smaller largest relative error."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ CAST_CASES = [
     (-1.0, "a negative value"),
     (-1e-5, "a negative subnormal"),
     (-1e6, "a large negative value"),
+    (-65520.0, "the negative rounding boundary"),
+    (-(2.0**-25), "minus half the smallest subnormal"),
 ]
 
 
@@ -106,7 +109,9 @@ def _scale_cases() -> list[tuple[torch.Tensor, str]]:
     g = torch.Generator().manual_seed(0)
     cases = []
     for peak, what in ((1e-3, "small gradients"), (1.0, "gradients up to 1"), (2.0**-4, "peak exactly 2**-4"),
-                       (300.0, "large gradients")):
+                       (300.0, "large gradients"), (65504.0 / 2**10, "max|g| · 2**10 exactly 65504"),
+                       (65504.0, "a peak of exactly 65504"), (3.0e5, "a peak far above 65504 (the scale is < 1)"),
+                       (1.0e5, "a peak above 65504 (the scale must be < 1)")):
         t = torch.randn(1000, generator=g)
         t = t / t.abs().max() * peak
         cases.append((t, what))
@@ -117,20 +122,42 @@ def _scale_cases() -> list[tuple[torch.Tensor, str]]:
 
 
 def largest_safe_scale(fn) -> None:
-    """Task 2: ``largest_safe_scale(grads)``: the largest power-of-two loss scale that cannot overflow fp16."""
+    """Task 2: ``largest_safe_scale(grads)``: the largest power-of-two loss scale that cannot overflow fp16.
+
+    The cases include a product landing exactly on 65504 (``≤``, not ``<``) and peaks of 65504 and above
+    (scales 1 and 0.5), where ``int()`` truncation, ``round()`` and a scale floor of 1 go wrong.
+    """
     task = "Task 2 (largest_safe_scale)"
     require_callable(task, fn, "largest_safe_scale")
-    for grads, what in _scale_cases():
-        want = safe_scale(grads)
-        peak = grads.abs().max().item()
+    cases = _scale_cases()
+    answers = []
+    for grads, what in cases:
         got = call(task, fn, "largest_safe_scale", grads.clone())
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
+        if (not isinstance(got, bool) and isinstance(got, (int, float)) and got <= 0
+                and got == math.log2(safe_scale(grads))):
+            raise fail(task, f"for {what} you returned {got:g}, the exponent: return the scale itself, "
+                             f"2**{got:g} = {safe_scale(grads):g}.")
         if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got <= 0:
             raise fail(task, f"for {what} you returned {got!r}; return a positive number, the scale S.")
-        got = float(got)
-        if got == want:
-            continue
+        answers.append(float(got))
+    wrong = [(g, w, a) for (g, w), a in zip(cases, answers, strict=True) if a != safe_scale(g)]
+    if not wrong:
+        passed(task, f"largest safe power-of-two scale right for {len(cases)} gradient sets (max|g|·S ≤ 65504 "
+                     "exactly at the edge, S×2 would overflow; scales below 1 for peaks above 65504).")
+        return
+    for formula, explain in _SCALE_MISTAKES:  # a known wrong formula that gives every answer: name it
+        if all(formula(g) == a for (g, _), a in zip(cases, answers, strict=True)):
+            grads, what, got = wrong[0]
+            peak = grads.abs().max().item()
+            raise fail(task, f"for {what} (max|g| = {peak:g}) you returned {got:g}, expected {safe_scale(grads):g}: "
+                             + explain(grads))
+    for grads, what, got in wrong[:1]:
+        want = safe_scale(grads)
+        peak = grads.abs().max().item()
+        exact = math.log2(FP16_MAX / peak)
+        context = f"for {what} (max|g| = {peak:g}) you returned {got:g}, expected {want:g}"
         if got == math.log2(want):
             raise fail(task, f"for {what} you returned {got:g}, the exponent: return the scale itself, "
                              f"2**{got:g} = {want:g}.")
@@ -140,12 +167,46 @@ def largest_safe_scale(fn) -> None:
         if grads.max().item() < peak and math.isclose(got, safe_scale(grads.clamp(min=0)), rel_tol=0):
             raise fail(task, f"for {what} you used the largest gradient, not the largest magnitude: "
                              f"max|g| = {peak:g} comes from a negative value. Use grads.abs().max().")
+        if exact < 0 and got == 2.0 ** int(exact):
+            raise fail(task, f"{context}: log2(65504 / max|g|) = {exact:.3f} is negative here, and int() truncates "
+                             "toward zero (to 0, so S = 1, which overflows). Round down with math.floor.")
+        if exact < 0 and got == 1.0:
+            raise fail(task, f"{context}: with max|g| above 65504 even S = 1 overflows; a scale below 1 is allowed "
+                             "(and needed) — do not clamp it at 1.")
+        if peak * got * 2 == FP16_MAX or (exact == math.floor(exact) and got == want / 2):
+            raise fail(task, f"{context}: here max|g| × {want:g} is exactly 65504, which is finite in float16. "
+                             "The condition is max|g|·S ≤ 65504 (≤, not <).")
         if peak * got > FP16_MAX:
             raise fail(task, f"for {what} your scale {got:g} overflows: max|g|·S = {peak * got:g} > 65504, "
                              f"so the largest gradient becomes inf in fp16. The answer is {want:g}.")
         raise fail(task, f"for {what} you returned {got:g}; the largest safe power of two is {want:g} "
                          f"(max|g| = {peak:g}, and {peak:g} × {2 * want:g} > 65504). Do not give away range.")
-    passed(task, "largest safe power-of-two scale right for 5 gradient sets (max|g|·S ≤ 65504, S×2 would overflow).")
+
+
+def _log2_limit(grads: torch.Tensor, limit: float = FP16_MAX) -> float:
+    return math.log2(limit / grads.abs().max().item())
+
+
+_SCALE_MISTAKES = [  # (the wrong formula, what it did wrong): matched against every answer at once
+    (lambda g: 2.0 ** int(_log2_limit(g)),
+     lambda g: "log2(65504 / max|g|) is negative when max|g| > 65504, and int() truncates toward zero (to 0 here, "
+               "so S = 1, which overflows). Round down with math.floor."),
+    (lambda g: max(1.0, safe_scale(g)),
+     lambda g: "with max|g| above 65504 even S = 1 overflows; a scale below 1 is allowed (and needed) — do not "
+               "clamp it at 1."),
+    (lambda g: 2.0 ** round(_log2_limit(g)),
+     lambda g: f"round() rounds log2(65504 / max|g|) = {_log2_limit(g):.4f} *up* here, and that scale overflows. "
+               "Round down with math.floor."),
+    (lambda g: 2.0 ** math.floor(_log2_limit(g, 65536.0)),
+     lambda g: "you used 65536 (2**16) as the limit, but float16's largest finite value is 65504 "
+               "(torch.finfo(torch.float16).max)."),
+    (lambda g: 2.0 ** (math.ceil(_log2_limit(g)) - 1),
+     lambda g: "here max|g| × S is exactly 65504 for the right S, which is finite in float16. The condition is "
+               "max|g|·S ≤ 65504 (≤, not <)."),
+    (lambda g: safe_scale(g.clamp(min=0)) if g.max() > 0 else math.nan,
+     lambda g: f"you used the largest gradient, not the largest magnitude: max|g| = {g.abs().max().item():g} comes "
+               "from a negative value. Use grads.abs().max()."),
+]
 
 # --- Task 3: how much underflows? ------------------------------------------------------------------------------
 
@@ -164,6 +225,8 @@ def _flush_cases() -> list[tuple[torch.Tensor, float, str]]:
     grads[::10] = 0.0  # a tenth are exactly zero (e.g. dead ReLU units): they were never "flushed"
     grads[1] = 2.0**-25  # exactly half the smallest subnormal: a tie, rounds to 0
     grads[2] = 2.0**-25 * 1.0001  # just above it: rounds up to 2**-24
+    grads[3] = -0.0  # a negative zero is a zero too
+    grads[4] = -(2.0**-25)  # the tie, negative
     return [(grads, 1.0, "no scaling"), (grads, 2.0**16, "GradScaler's default scale 2**16"),
             (grads, 2.0**8, "a scale of 2**8")]
 
@@ -192,10 +255,27 @@ def flushed_fraction(fn) -> None:
         if abs(got - (want * nonzero + (total - nonzero)) / total) < 1e-6 or abs(got - want * nonzero / total) < 1e-6:
             raise fail(task, f"{context}: count only the gradients that were not zero to begin with, and divide by "
                              "their number; a zero gradient is not lost to underflow.")
-        below = ((grads.double() * scale).abs() < 2.0**-24) & (grads != 0)
-        if abs(got - below.sum().item() / nonzero) < 1e-9:
+        nz = grads != 0
+        scaled = grads.double().abs() * scale
+
+        def share(mask: torch.Tensor, nz: torch.Tensor = nz, nonzero: int = nonzero) -> float:
+            return (mask & nz).sum().item() / nonzero
+
+        if abs(got - share(scaled < 2.0**-24)) < 1e-9:
             raise fail(task, f"{context}: values from just above 2**-25 up to 2**-24 round *up* to the smallest "
                              "subnormal, they are not flushed. The cast gives 0 only at or below 2**-25.")
+        if abs(got - share(scaled < 2.0**-25)) < 1e-9:
+            raise fail(task, f"{context}: a scaled gradient of exactly 2**-25 is a tie between 0 and 2**-24, and "
+                             "ties round to the even neighbour, 0: it is flushed. Use <= 2**-25, not <.")
+        if abs(got - share(scaled < FP16_TINY)) < 1e-9:
+            raise fail(task, f"{context}: you counted the subnormals (below 2**-14) as lost, but a subnormal is "
+                             "still a nonzero value. Only magnitudes at or below 2**-25 become 0.")
+        if abs(got - share(grads.double() * scale <= 2.0**-25)) < 1e-9:
+            raise fail(task, f"{context}: you compared the signed value, so every negative gradient counted as "
+                             "flushed. Judge the magnitude |g × scale|.")
+        if abs(got - want * nonzero) < 1e-6 and nonzero > 1:
+            raise fail(task, f"{context}: you returned a count; return the fraction, divided by the number of "
+                             "nonzero gradients.")
         raise fail(task, f"{context}. A scaled gradient is flushed when its magnitude is at most half the smallest "
                          "subnormal.")
     passed(task, "flushed fractions right with and without a loss scale (zeros excluded, the 2**-25 tie included): "
@@ -209,22 +289,44 @@ def _max_rel_error(values: list[float], dtype: torch.dtype) -> float:
     return ((stored - x).abs() / x.abs()).max().item()
 
 
-DTYPE_CASES = [  # (values, what they are)
+DTYPE_CASES = [  # (values, what they are) — every value nonzero
     ([0.1, 1.5, 300.0, -2.75], "activations of ordinary size"),
     ([1.0e5, 3.0, 0.5], "a value above float16's largest"),
-    ([1.0e-6, 1.0e-7, 3.0e-7], "tiny gradients, below float16's smallest normal"),
+    ([1.0e-6, 1.0e-7, 3.0e-7], "tiny gradients, deep in float16's subnormals"),
     ([1.0e-3, 0.5, -60.0], "values inside float16's normal range"),
     ([7.0e4, 1.0e-9], "both ends out of float16's range"),
+    ([5.0e-5, 1.0], "a float16 subnormal just below 2**-14"),
+    ([3.0e-5, 0.5], "a float16 subnormal in [2**-16, 2**-15)"),
+    ([65510.0, 1.0], "a value between 65504 and 65520, which float16 rounds down to 65504"),
+    ([-65519.0, 0.25], "just below the overflow boundary 65520, negative"),
+    ([65520.0, 1.0], "exactly 65520, where float16 rounds to inf"),
+    ([65504.0, 2.0**-14], "float16's largest value and its smallest normal"),
+    ([1.0e-5, 2.0e-5], "values in [2**-17, 2**-15) where both formats have the same largest error"),
+    ([2.0**-20, 0.3], "a value below 2**-17 that float16 stores exactly (a multiple of 2**-24)"),
+    ([1.1e-6, 0.3], "a value below 2**-17 that float16's subnormal spacing 2**-24 rounds badly"),
+    ([1.0, 2.0, 0.5], "values both formats store exactly: a tie"),
+    ([2.0e-6, 0.1, 0.3, 0.7, 1.1, 2.2, 3.3, 4.4, 5.5, 6.6, 7.7, 9.9],
+     "one value deep in float16's subnormals among ordinary ones: judge the largest error, not the mean"),
 ]
 
 
+def _error_pair(values: list[float]) -> dict[torch.dtype, float]:
+    return {d: _max_rel_error(values, d) for d in (torch.float16, torch.bfloat16)}
+
+
 def better_dtype(fn) -> None:
-    """Task 4: ``better_dtype(values)`` picks float16 or bfloat16, whichever stores the values more precisely."""
+    """Task 4: ``better_dtype(values)`` picks float16 or bfloat16, whichever stores the values with the smaller
+    largest relative error (float16 on a tie).
+
+    The reference is the task's own definition, computed with real casts for each case: no range rule. The
+    cases cover both edges of float16's range, where a range rule goes wrong: subnormals from 2**-17 up keep
+    at least bfloat16's 8 significant bits, and 65504 < |v| < 65520 rounds down to 65504.
+    """
     task = "Task 4 (better_dtype)"
     require_callable(task, fn, "better_dtype")
     for values, what in DTYPE_CASES:
-        errors = {d: _max_rel_error(values, d) for d in (torch.float16, torch.bfloat16)}
-        want = min(errors, key=lambda d: (errors[d], d != torch.float16))
+        errors = _error_pair(values)
+        want = torch.float16 if errors[torch.float16] <= errors[torch.bfloat16] else torch.bfloat16
         got = call(task, fn, "better_dtype", list(values))
         if got not in (torch.float16, torch.bfloat16):
             raise fail(task, f"return torch.float16 or torch.bfloat16 (you returned {got!r}).")
@@ -232,13 +334,32 @@ def better_dtype(fn) -> None:
             continue
         context = (f"for {values} ({what}) you chose {str(got).removeprefix('torch.')}; the largest relative error "
                    f"is {errors[torch.float16]:.2g} in float16 and {errors[torch.bfloat16]:.2g} in bfloat16")
+        mags = [abs(v) for v in values]
+        if errors[torch.float16] == errors[torch.bfloat16]:
+            raise fail(task, f"{context}: equal, a tie, and on a tie the task asks for float16.")
         if want == torch.float16:
+            if any(FP16_MAX < m < 65520 for m in mags):
+                raise fail(task, f"{context}. Above 65504 but below 65520 float16 rounds down to 65504 (an error "
+                                 "under 16/65504 ≈ 2.4e-4), closer than bfloat16's neighbours 65280 and 65536: "
+                                 "float16 only overflows from 65520 on.")
+            if any(2.0**-17 <= m < FP16_TINY for m in mags):
+                raise fail(task, f"{context}. Below 2**-14 float16 is subnormal, but its spacing stays 2**-24, so "
+                                 "from 2**-17 up it keeps at least 8 significant bits, as many as bfloat16: the "
+                                 "crossover lies inside the subnormals, at 2**-17, not at 2**-14.")
+            if any(m < 2.0**-17 for m in mags):
+                raise fail(task, f"{context}. The small value is a multiple of 2**-24 that float16 stores exactly: "
+                                 "compare the rounding errors of these values, not the ranges.")
             raise fail(task, f"{context}. Inside float16's normal range float16 wins: 10 mantissa bits against "
                              "bfloat16's 7, so 8 times finer.")
-        raise fail(task, f"{context}. Outside float16's normal range (above 65504, below 2**-14) float16 overflows "
-                         "or loses its precision in subnormals, while bfloat16 keeps 8 significant bits.")
-    passed(task, f"{len(DTYPE_CASES)} value sets judged right: float16 is finer inside its range, bfloat16 wins as "
-                 "soon as a value leaves it.")
+        if any(m >= 65520 for m in mags):
+            raise fail(task, f"{context}. From 65520 up float16 rounds to inf (an infinite error), while bfloat16 "
+                             "keeps the value to 8 significant bits.")
+        raise fail(task, f"{context}. Below 2**-17 float16's subnormal spacing 2**-24 is coarser than bfloat16's, "
+                         "so a value there can lose most of its bits: compute each format's rounding error, and "
+                         "compare the largest one of each (not a mean, not an absolute error).")
+    passed(task, f"{len(DTYPE_CASES)} value sets judged by their largest relative error: float16 is at least as "
+                 "precise from 2**-17 (inside its subnormals) up to just below 65520; from 65520 it overflows, and "
+                 "below 2**-17 its subnormal spacing 2**-24 is coarser than bfloat16's unless a value falls on it.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -256,8 +377,9 @@ HINTS = {
         'Only the largest gradient can overflow. What is the biggest S that keeps it at most 65504?',
         ('The exact bound is 65504 / max|g|; you want the largest power of two not above it (think log2, '
          'rounded down).'),
-        ('peak = grads.abs().max().item(); return 2.0 ** math.floor(math.log2(65504 / peak)) — and check '
-         'exact powers of two: a peak of 1.0 gives 2**15, since 2**16 > 65504.'),
+        ('peak = grads.abs().max().item(); return 2.0 ** math.floor(math.log2(65504 / peak)) — math.floor, '
+         'not int(): for a peak above 65504 the exponent is negative and the scale below 1. A peak of 1.0 '
+         'gives 2**15, since 2**16 > 65504; a product of exactly 65504 is still finite.'),
     ],
     'flushed_fraction': [
         ("Which gradients does a float16 cast turn into 0? Task 1's thresholds tell you; the scale "
@@ -268,12 +390,14 @@ HINTS = {
          '2**-25)).sum().item() / nonzero.sum().item().'),
     ],
     'better_dtype': [
-        ('Two properties decide: which values each format can hold as normal numbers, and how many '
-         'mantissa bits it has there.'),
-        ("float16: normal from 2**-14 to 65504, 10 mantissa bits. bfloat16: float32's range, 7 mantissa "
-         "bits. Inside float16's normal range float16 is 8× finer; outside it, float16 overflows or drops "
-         'into subnormals.'),
-        'return torch.float16 if every |v| lies in [2**-14, 65504], else torch.bfloat16.',
+        ('The answer is defined by the rounding errors, so compute them: for each value, how far apart are '
+         "the representable neighbours of that value in each format (lesson 01's spacing)?"),
+        ('Near |v| the spacing is 2**(e - m) with e = floor(log2 |v|) and m = 10 (float16) or 7 (bfloat16); '
+         "below float16's smallest normal e stays -14 (subnormals), and a float16 result above 65504 is inf. "
+         'Rounding to nearest is off by at most half a spacing.'),
+        ('m, e = math.frexp(abs(v)); spacing = 2.0 ** (max(e - 1, -14) - 10); stored = round(abs(v) / spacing) '
+         '* spacing (inf if > 65504); error = abs(stored - abs(v)) / abs(v); the same for bfloat16 with -126, 7; '
+         'return torch.float16 if max(float16 errors) <= max(bfloat16 errors) else torch.bfloat16.'),
     ],
 }
 hint = hints(__name__, HINTS)

@@ -7,11 +7,15 @@ def questions() -> list[Question]:
     return [
         Question(
             "What does multiplying the loss by S = 2**10 do to the gradients?",
-            ["nothing: the optimizer divides it out", "multiplies every gradient by 2**10",
-             "adds 10 to every gradient's exponent only where it would underflow"],
+            ["only the loss changes: autograd normalises the gradients, so they come out as before",
+             "multiplies every gradient by 2**10",
+             "multiplies each gradient by 2**10 once per layer it flows back through, so the earliest layers "
+             "get the largest factor"],
             answer=1,
-            why="Backpropagation is linear in the loss, so every gradient is multiplied by S; they must be "
-                "divided by S (unscaled) before the optimizer step.",
+            why="Backpropagation is linear in the loss: d(S·L)/dw = S·dL/dw for every weight and activation, "
+                "once, whatever the depth (the chain rule multiplies by the layers' local derivatives, which S "
+                "does not change). So every gradient is multiplied by S, and must be divided by S (unscaled) "
+                "before the optimizer step.",
         ),
         Question(
             "max|g| is 0.5. What is the largest power-of-two scale that cannot overflow FP16?",
@@ -32,9 +36,10 @@ def questions() -> list[Question]:
             ["the first layer's gradients are below 2**-25 and flush to zero in float16",
              "float16 overflows in the first layer", "autocast skips the first layer"],
             answer=0,
-            why="Gradients shrink as they flow back through the layers; the earliest layers get the smallest. "
-                "Below half of float16's smallest subnormal they round to 0, so those weights never move — "
-                "exactly what a loss scale fixes.",
+            why="Gradients often shrink as they flow back through the layers, so the earliest layers tend to get "
+                "the smallest (in lesson 02's model the tiny ones come from the branch initialisation instead: "
+                "small gradients have more than one cause). Below half of float16's smallest subnormal they round "
+                "to 0, so those weights never move — exactly what a loss scale fixes.",
             kind="diagnosis",
         ),
     ]
