@@ -474,7 +474,8 @@ HINTS = {
         ('Two results: the gradients divided by the scale, and a flag. Which values should raise the flag?'
          ' (Lesson 04: what makes scaler.step skip?)'),
         ('GradScaler does not divide: it multiplies by inv_scale, the reciprocal computed in float64 and '
-         'rounded to float32. The flag is True when any gradient holds an inf *or* a NaN.'),
+         'rounded to float32 (on CPU and CUDA; on MPS in float32). The flag is True when any gradient holds '
+         'an inf *or* a NaN, of either sign.'),
         ('inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float(); return [g * inv for g in '
          'grads], not all(torch.isfinite(g).all() for g in grads).'),
     ],
