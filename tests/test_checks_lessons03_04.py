@@ -291,6 +291,11 @@ def skipped_right(initial, scales):
     return [i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a < b]
 
 
+def _pairs(initial, scales):
+    """(scale before, scale after) for each step."""
+    return list(zip([initial, *scales[:-1]], scales, strict=True))
+
+
 def skipped_loop(initial, scales):
     out, previous = [], initial
     for i, scale in enumerate(scales):
@@ -401,9 +406,9 @@ WRONG = {
         "tracker kept when growth is refused": (update_guard_keeps_tracker, "the tracker still goes back to 0"),
     },
     ("04", "skipped_steps"): {
-        "any change is a skip": (lambda i, s: [k for k, (b, a) in enumerate(zip([i, *s[:-1]], s)) if a != b],
+        "any change is a skip": (lambda i, s: [k for k, (b, a) in enumerate(_pairs(i, s)) if a != b],
                                  "a *growth* also changes the scale"),
-        "an unchanged scale counted": (lambda i, s: [k for k, (b, a) in enumerate(zip([i, *s[:-1]], s)) if a <= b],
+        "an unchanged scale counted": (lambda i, s: [k for k, (b, a) in enumerate(_pairs(i, s)) if a <= b],
                                        "an unchanged scale is a clean step"),
         "compared with the initial scale": (lambda i, s: [k for k, a in enumerate(s) if a < i],
                                             "you compared each scale with initial_scale"),
@@ -412,7 +417,7 @@ WRONG = {
         "step 0 never judged": (lambda i, s: [k for k in range(1, len(s)) if s[k] < s[k - 1]],
                                 "step 0 can be skipped too"),
         "a count": (lambda i, s: len(skipped_right(i, s)), "you returned a count"),
-        "a flag per step": (lambda i, s: [b > a for b, a in zip([i, *s[:-1]], s)], "return a list of step indices"),
+        "a flag per step": (lambda i, s: [b > a for b, a in _pairs(i, s)], "return a list of step indices"),
         "modifies the log": (skipped_mutates, "changed the list it was given"),
     },
     ("04", "unscale_by_hand"): {

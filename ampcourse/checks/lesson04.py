@@ -313,9 +313,9 @@ def _skip_mistakes(initial: float, scales: list[float]) -> list[tuple[list[int],
     """What typical wrong readings of a scale log give, with the message naming each."""
     before = [initial, *scales[:-1]]
     return [
-        ([i for i, (b, a) in enumerate(zip(before, scales)) if a != b],
+        ([i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a != b],
          "a *growth* also changes the scale. Only a decrease means a skipped step (update() backs off after an inf)."),
-        ([i for i, (b, a) in enumerate(zip(before, scales)) if a <= b],
+        ([i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a <= b],
          "an unchanged scale is a clean step (the growth tracker counted it): only a decrease means a skip."),
         ([i for i, a in enumerate(scales) if a < initial],
          "you compared each scale with initial_scale; compare scales[i] with the scale just before step i "
@@ -323,7 +323,7 @@ def _skip_mistakes(initial: float, scales: list[float]) -> list[tuple[list[int],
         ([i - 1 for i in range(1, len(scales)) if scales[i] < scales[i - 1]],
          "off by one. scales[i] is the scale after step i's update; compare it with the scale before that step "
          "(initial_scale for step 0)."),
-        ([i + 1 for i, (b, a) in enumerate(zip(before, scales)) if a < b],
+        ([i + 1 for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a < b],
          "off by one. scales[i] is the scale after step i's update; compare it with the scale before that step "
          "(initial_scale for step 0)."),
         ([i for i in range(1, len(scales)) if scales[i] < scales[i - 1]],
@@ -355,8 +355,8 @@ def skipped_steps(fn) -> None:
                 raise fail(task, f"{context}: {message}")
         raise fail(task, f"{context}. A step was skipped exactly when the scale went down at its update().")
     passed(task, f"the skipped steps of {len(_scale_logs())} scale logs read right — including an overflow right "
-                 "after a growth, a back-off to an earlier scale, a scale below 1 and a run where every step is skipped "
-                 "(an inf or NaN that the scale did not cause).")
+                 "after a growth, a back-off to an earlier scale, a scale below 1 and a run where every step is "
+                 "skipped (an inf or NaN that the scale did not cause).")
 
 # --- Task 4: unscale_ and the inf check, by hand ------------------------------------------------------------------
 
