@@ -5,7 +5,7 @@ Autocast keeps one op list per device.  An op on a list gets a *policy*:
 * ``"lower_precision_fp"``: floating-point inputs are cast to autocast's dtype (bf16/fp16) and the
   op runs in it (matmuls, convolutions);
 * ``"fp32"``: inputs are cast up to float32, or the op is asked for a float32 result (losses,
-  norms, reductions on CUDA);
+  on CUDA also softmax, ``sum``, the norms: :func:`fp32_rule`);
 * ``"promote"``: if the inputs' dtypes differ, all are cast to the widest one (``cat`` on CPU,
   ``addcmul`` on CUDA).
 
@@ -53,10 +53,12 @@ What the lists say in torch 2.13
 --------------------------------
 * Both devices run matmuls and convolutions low (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``linear``,
   ``matmul``, ``conv*``) and losses in float32 (``mse_loss``, ``nll_loss``, ``l1_loss``, ...).
-* CUDA (and MPS, XPU) also cast up normalisation, softmax, reductions and pointwise transcendental
-  ops: ``layer_norm``, ``group_norm``, ``rms_norm``, ``softmax``, ``log_softmax``, ``sum``,
-  ``prod``, ``cumsum``, ``exp``, ``log``, ``pow``, ``norm``...  **None of these is on a CPU list**:
-  under CPU autocast a bf16 ``layer_norm`` or ``softmax`` runs in bf16.
+* CUDA (and MPS, XPU) also cast up some normalisations, softmax, sums and products, norms and
+  pointwise transcendental ops: ``layer_norm``, ``group_norm``, ``rms_norm``, ``softmax``,
+  ``log_softmax``, ``sum``, ``prod``, ``cumsum``, ``exp``, ``log``, ``pow``, ``norm``...  Not every
+  reduction: ``mean``, ``var``, ``std``, ``max`` and ``batch_norm`` are on no CUDA list
+  (:func:`fp32_rule` names them, read from the installed torch).  **None of the FP32 ones but
+  ``prod`` is on a CPU list**: under CPU autocast a bf16 ``layer_norm`` or ``softmax`` runs in bf16.
 * CPU instead casts up linear algebra, FFTs, 3-D pooling and padding (``inverse``, ``linalg_*``,
   ``fft_*``, ``max_pool3d``, ``reflection_pad1d``, ...) and registers ``cross_entropy_loss`` itself
   (``prod`` and ``cdist`` are float32 on both).
