@@ -519,3 +519,23 @@ def test_every_wrong_update_message_is_reachable():
     # B6: the back-off rounding message fires on the 0.3 pattern (it could not with powers of two only).
     with pytest.raises(CheckFailed, match="round the backed-off scale to float32"):
         lesson04.update_scale(update_backoff_unrounded)
+
+
+def test_the_two_no_inf_checks_texts_get_their_own_diagnosis():
+    # B19: torch raises "No inf checks were recorded for this optimizer." in step() (no gradients) and
+    # "... prior to update." in update() (update twice, or before step): the messages must differ.
+    from ampcourse.checks import raised_message
+
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer, scaler = torch.optim.SGD([param], lr=0.1), torch.amp.GradScaler("cpu")
+    scaler.scale(param.sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    with pytest.raises(AssertionError) as twice:
+        scaler.update()
+    assert "ran twice in one step" in raised_message("amp_step", twice.value)
+    scaler.scale(param.sum())  # no backward: no gradients for step() to check
+    optimizer.zero_grad()
+    with pytest.raises(AssertionError) as no_grads:
+        scaler.step(optimizer)
+    assert "found no gradients to check" in raised_message("amp_step", no_grads.value)
