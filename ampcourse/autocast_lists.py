@@ -5,7 +5,7 @@ Autocast keeps one op list per device.  An op on a list gets a *policy*:
 * ``"lower_precision_fp"``: floating-point inputs are cast to autocast's dtype (bf16/fp16) and the
   op runs in it (matmuls, convolutions);
 * ``"fp32"``: inputs are cast up to float32, or the op is asked for a float32 result (losses,
-  norms, reductions on CUDA);
+  on CUDA also softmax, ``sum``, the norms: :func:`fp32_rule`);
 * ``"promote"``: if the inputs' dtypes differ, all are cast to the widest one (``cat`` on CPU,
   ``addcmul`` on CUDA).
 
@@ -53,10 +53,12 @@ What the lists say in torch 2.13
 --------------------------------
 * Both devices run matmuls and convolutions low (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``linear``,
   ``matmul``, ``conv*``) and losses in float32 (``mse_loss``, ``nll_loss``, ``l1_loss``, ...).
-* CUDA (and MPS, XPU) also cast up normalisation, softmax, reductions and pointwise transcendental
-  ops: ``layer_norm``, ``group_norm``, ``rms_norm``, ``softmax``, ``log_softmax``, ``sum``,
-  ``prod``, ``cumsum``, ``exp``, ``log``, ``pow``, ``norm``...  **None of these is on a CPU list**:
-  under CPU autocast a bf16 ``layer_norm`` or ``softmax`` runs in bf16.
+* CUDA (and MPS, XPU) also cast up some normalisations, softmax, sums and products, norms and
+  pointwise transcendental ops: ``layer_norm``, ``group_norm``, ``rms_norm``, ``softmax``,
+  ``log_softmax``, ``sum``, ``prod``, ``cumsum``, ``exp``, ``log``, ``pow``, ``norm``...  Not every
+  reduction: ``mean``, ``var``, ``std``, ``max`` and ``batch_norm`` are on no CUDA list
+  (:func:`fp32_rule` names them, read from the installed torch).  **None of the FP32 ones but
+  ``prod`` is on a CPU list**: under CPU autocast a bf16 ``layer_norm`` or ``softmax`` runs in bf16.
 * CPU instead casts up linear algebra, FFTs, 3-D pooling and padding (``inverse``, ``linalg_*``,
   ``fft_*``, ``max_pool3d``, ``reflection_pad1d``, ...) and registers ``cross_entropy_loss`` itself
   (``prod`` and ``cdist`` are float32 on both).
@@ -104,6 +106,9 @@ __all__ = [
     "EXAMPLES",
     "POLICIES",
     "DocCheck",
+    "LOSS_NAMES",
+    "RULE_NAMES",
+    "RULE_OPS",
     "ListRow",
     "device_trace",
     "Observation",
@@ -115,6 +120,10 @@ __all__ = [
     "compare_lists",
     "demo_three_behaviours",
     "differences",
+    "fp32_rule",
+    "fp32_split",
+    "loss_exceptions",
+    "policy_of",
     "documented_ops",
     "observe",
     "probe",
@@ -995,3 +1004,88 @@ def as_table(rows: Iterable) -> Table:
 
     return Table([{n: cell(getattr(row, n)) for n in names} for row in rows], columns=names)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Which ops run in FP32 on which device: the one source the lesson, the exercise, hints and check read
+# ---------------------------------------------------------------------------------------------
+
+RULE_OPS = {
+    # the name lesson 03 and exercise 03 use → the aten op the probe asks about (its policy decides)
+    "sum": "aten::sum",
+    "prod": "aten::prod",
+    "cumsum": "aten::cumsum",
+    "logsumexp": "aten::logsumexp",
+    "vector_norm": "aten::linalg_vector_norm",
+    "layer_norm": "aten::layer_norm",
+    "group_norm": "aten::group_norm",
+    "rms_norm": "aten::rms_norm",
+    "softmax": "aten::softmax.int",
+    "log_softmax": "aten::log_softmax.int",
+    "exp": "aten::exp",
+    "log": "aten::log",
+    "pow": "aten::pow.Tensor_Scalar",
+    "mean": "aten::mean",
+    "var": "aten::var",
+    "std": "aten::std",
+    "max": "aten::max",
+    "amax": "aten::amax",
+    "batch_norm": "aten::batch_norm",
+    "linalg_inv": "aten::linalg_inv",
+    "mse_loss": "aten::mse_loss",
+    "l1_loss": "aten::l1_loss",
+    "binary_cross_entropy": "aten::binary_cross_entropy",
+    "ctc_loss": "aten::ctc_loss.IntList",
+}
+"""Ops lesson 03 names when it says which ops autocast runs in FP32 on which device."""
+
+LOSS_NAMES = ("mse_loss", "l1_loss", "binary_cross_entropy", "ctc_loss")
+RULE_NAMES = tuple(n for n in RULE_OPS if n not in LOSS_NAMES and n != "linalg_inv")
+"""The reductions, norms, softmaxes and transcendental ops of lesson 03's FP32 rule (losses and linalg aside)."""
+
+
+@functools.cache
+def policy_of(name: str, device_type: str) -> str:
+    """The probed policy of a :data:`RULE_OPS` name (``"sum"``) or an aten op (``"aten::sum"``) on a device."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, one of {sorted(RULE_OPS)} or an aten op name (got {name!r})")
+    op = RULE_OPS.get(name, name)
+    if not op.startswith("aten::"):
+        raise ValueError(f"name must be one of {sorted(RULE_OPS)} or an aten op name like 'aten::sum' (got {name!r})")
+    return probe(op, _check_device_type(device_type)).policy
+
+
+def fp32_split(device_type: str, names: Iterable[str] = RULE_NAMES) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(names autocast runs in float32 on device_type, names it does not)``, probed from the installed torch.
+
+    Example::
+
+        >>> fp32_split("cuda", ("sum", "mean", "layer_norm", "batch_norm"))
+        (('sum', 'layer_norm'), ('mean', 'batch_norm'))
+    """
+    names = tuple(names)
+    on = tuple(n for n in names if policy_of(n, device_type) == "fp32")
+    return on, tuple(n for n in names if n not in on)
+
+
+def fp32_rule(device_type: str) -> str:
+    """One sentence: which of :data:`RULE_OPS` (losses aside) autocast runs in FP32 on ``device_type``, and
+    which reductions and norms it does not (they follow their input's dtype). Read by lesson 03, exercise 03's
+    task text, its hint and its check."""
+    on, off = fp32_split(device_type)
+    low = [n for n in off if policy_of(n, device_type) == "fallthrough"]
+    return (f"{device_type.upper()} autocast runs in float32: {', '.join(on) or 'none of them'}; "
+            f"on no {device_type.upper()} list (so in their input's dtype): {', '.join(low) or 'none'}")
+
+
+def loss_exceptions(device_types: Iterable[str] = ("cpu", "cuda", "mps")) -> dict[str, dict[str, str]]:
+    """The losses of :data:`LOSS_NAMES` that are not in FP32 on every one of ``device_types``:
+    ``{name: {device: policy}}`` (``binary_cross_entropy``: banned on CUDA, on no MPS list; ``ctc_loss``: CPU only).
+    """
+    device_types = tuple(_check_device_type(d) for d in device_types)
+    out = {}
+    for name in LOSS_NAMES:
+        policies = {d: policy_of(name, d) for d in device_types}
+        if set(policies.values()) != {"fp32"}:
+            out[name] = policies
+    return out

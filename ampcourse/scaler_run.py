@@ -335,10 +335,13 @@ class StepAnatomy:
         title = (f"one AMP step at S = {_fmt_scale(self.scale_before)}"
                  f"{' with an inf injected into one gradient' if self.inject_inf else ''}")
         return Table(self.rows, columns=ANATOMY_COLUMNS, formats={
-            "max |grad|": _fmt_number, "‖grad‖ / ‖FP32 grad‖": _fmt_number, "scale": _fmt_scale}, title=title)
+            "max |grad|": _fmt_number, RATIO_COLUMN: _fmt_number, "scale": _fmt_scale}, title=title)
 
 
-ANATOMY_COLUMNS = ("stage", "call", "max |grad|", "‖grad‖ / ‖FP32 grad‖", "inf/NaN values", "scale",
+RATIO_COLUMN = "‖grad‖ / ‖FP32 grad‖ (finite values)"
+"""The norm-ratio column: the norms over the finite values only (an injected inf would make it inf)."""
+
+ANATOMY_COLUMNS = ("stage", "call", "max |grad|", RATIO_COLUMN, "inf/NaN values", "scale",
                    "what happened")
 
 
@@ -399,7 +402,7 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
             maximum = grads.abs().max().item()  # inf or nan as soon as one value is
             if finite.any():
                 ratio = (grads[finite].double().norm() / reference[finite].double().norm()).item()
-        rows.append({"stage": stage, "call": call, "max |grad|": maximum, "‖grad‖ / ‖FP32 grad‖": ratio,
+        rows.append({"stage": stage, "call": call, "max |grad|": maximum, RATIO_COLUMN: ratio,
                      "inf/NaN values": nonfinite, "scale": current_scale, "what happened": note})
         return ratio
 
@@ -458,3 +461,50 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
 
 
 
+
+
+def nan_origin(scale: float = 2.0**24, seed: int = 0) -> Table:
+    """Where the NaNs of a real FP16 overflow come from: one scaled backward pass of :func:`tiny_model` at scale
+    ``scale``, with the count of +inf, -inf and NaN values in each gradient, from the output back to the weights.
+
+    The output gradient (float16) overflows to +inf and -inf — one sign per example — and so does every gradient
+    on the way back through tanh, but none is NaN there. The NaNs appear in the weight and bias gradients: their
+    matmuls (and sums) add the examples' +inf and -inf over the batch, and inf − inf = NaN.
+
+    Example::
+
+        >>> rows = nan_origin().rows
+        >>> [(r["gradient"], r["NaN"]) for r in rows][:2]
+        [('∂loss/∂output  (model[2]’s output)', 0), ('∂loss/∂tanh output', 0)]
+    """
+    scale = as_positive("scale", scale)
+    model, inputs, targets = tiny_model(as_int("seed", seed, minimum=0))
+    x, y = _batch(inputs, targets, 0)
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        def hook(grad: torch.Tensor) -> None:
+            seen[name] = grad.detach().clone()
+        return hook
+
+    with torch.autocast("cpu", dtype=torch.float16):
+        pre = model[0](x)
+        pre.register_hook(keep("∂loss/∂(x·W0ᵀ + b0)  (into tanh)"))
+        act = model[1](pre)
+        act.register_hook(keep("∂loss/∂tanh output"))
+        out = model[2](act)
+        out.register_hook(keep("∂loss/∂output  (model[2]’s output)"))
+        loss = nn.functional.mse_loss(out, y)
+    (loss * scale).backward()  # what scaler.scale(loss).backward() does
+    order = ["∂loss/∂output  (model[2]’s output)", "∂loss/∂tanh output", "∂loss/∂(x·W0ᵀ + b0)  (into tanh)"]
+    grads = [(name, seen[name]) for name in order] + [(f"{name}.grad", p.grad) for name, p in
+                                                     reversed(list(model.named_parameters()))]
+    rows = [{"gradient": name, "dtype": _dtype_short(g.dtype), "+inf": int((g == math.inf).sum()),
+             "-inf": int((g == -math.inf).sum()), "NaN": int(g.isnan().sum()), "values": g.numel()}
+            for name, g in grads]
+    return Table(rows, columns=["gradient", "dtype", "+inf", "-inf", "NaN", "values"],
+                 title=f"one FP16 backward pass of loss × {_fmt_scale(scale)}: where the NaNs appear")
+
+
+def _dtype_short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

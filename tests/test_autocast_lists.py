@@ -274,3 +274,39 @@ def test_device_trace_names_bad_arguments():
         device_trace(_classifier_head, "cpu", torch.float32)
     with pytest.raises(ValueError):
         device_trace(_classifier_head, "tpu")
+
+
+def test_the_fp32_rule_names_what_the_review_found():
+    # B8: on CUDA sum, the norms, layer/group/rms_norm are FP32; mean, var, std, max, batch_norm are on no list.
+    from ampcourse.autocast_lists import fp32_rule, fp32_split, loss_exceptions, policy_of
+
+    on, off = fp32_split("cuda", ("sum", "prod", "cumsum", "logsumexp", "vector_norm", "layer_norm", "group_norm",
+                                  "rms_norm", "mean", "var", "std", "max", "batch_norm"))
+    assert on == ("sum", "prod", "cumsum", "logsumexp", "vector_norm", "layer_norm", "group_norm", "rms_norm")
+    assert off == ("mean", "var", "std", "max", "batch_norm")
+    assert policy_of("batch_norm", "mps") == "fp32" and policy_of("linalg_inv", "cpu") == "fp32"
+    assert "mean" in fp32_rule("cuda").split("on no CUDA list")[1]
+    assert "sum" in fp32_rule("cuda").split("on no CUDA list")[0]
+    # B13: the losses that are not FP32 everywhere
+    assert loss_exceptions() == {
+        "binary_cross_entropy": {"cpu": "fp32", "cuda": "banned", "mps": "fallthrough"},
+        "ctc_loss": {"cpu": "fp32", "cuda": "fallthrough", "mps": "fallthrough"}}
+    with pytest.raises(ValueError, match="name must be one of"):
+        policy_of("summ", "cuda")
+    with pytest.raises(TypeError, match="name must be a str"):
+        policy_of(3, "cuda")
+
+
+def test_lesson03_prose_agrees_with_the_rule():
+    # The recap and the CUDA section name examples of the rule; each must be what fp32_split says.
+    import json
+
+    from ampcourse.autocast_lists import fp32_split
+    from ampcourse.course import ROOT
+
+    cells = json.loads((ROOT / "notebooks" / "03_autocast.ipynb").read_text(encoding="utf-8"))["cells"]
+    prose = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert "not `mean`, `var`, `max`,\n  `batch_norm`" in prose
+    on, off = fp32_split("cuda", ("sum", "exp", "layer_norm", "mean", "var", "max", "batch_norm"))
+    assert on == ("sum", "exp", "layer_norm") and off == ("mean", "var", "max", "batch_norm")
+    assert "reductions come back in FP32" not in prose and "losses everywhere" not in prose

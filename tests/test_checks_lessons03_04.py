@@ -1,7 +1,9 @@
 """Exercises 03–04: the checks pass right answers and name each typical wrong one (the fixtures)."""
 
 import math
+import warnings
 
+import grader_fixtures
 import numpy as np
 import pytest
 import torch
@@ -9,28 +11,46 @@ import torch
 from ampcourse.checks import CheckFailed, NotStarted, lesson03, lesson04
 from ampcourse.device import pick_device
 
-BF16, FP32 = torch.bfloat16, torch.float32
+BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
 RIGHT_DTYPES = {"hidden": BF16, "act": BF16, "logits": BF16, "loss": FP32, "weight": FP32, "weight.grad": FP32}
+ON_CUDA = pick_device().type == "cuda"
 
 
 def _dtypes(**changes):
     return lambda: {**RIGHT_DTYPES, **changes}
 
 
-WRONG_DTYPES = {
-    "loss in bf16": (_dtypes(loss=BF16), "FP32 list"),
-    "weights cast": (_dtypes(weight=BF16), "never changes parameters"),
-    "grads in bf16": (_dtypes(**{"weight.grad": BF16}), "dtype of its leaf"),
-    "relu in fp32": (_dtypes(act=FP32), "no autocast rule"),
-    "linear in fp32": (_dtypes(hidden=FP32), "lower-precision list"),
-    "strings": (_dtypes(loss="float32"), "give a torch dtype"),
-    "missing key": (lambda: {"hidden": BF16}, "no entry for"),
-}
+def dtypes_by_running():
+    """A right answer written otherwise: run the code and read the dtypes."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = model[0](torch.randn(5, 8))
+        act = model[1](hidden)
+        logits = model[2](act)
+        loss = torch.nn.functional.cross_entropy(logits, torch.randint(0, 4, (5,)))
+    loss.backward()
+    return {"hidden": hidden.dtype, "act": act.dtype, "logits": logits.dtype, "loss": loss.dtype,
+            "weight": model[0].weight.dtype, "weight.grad": model[0].weight.grad.dtype}
 
 
+# --- exercise 03, Task 2: fp32_island ---------------------------------------------------------------------------
 def island_right(f, x):
     with torch.autocast(device_type=x.device.type, enabled=False):
         return f(x.float())
+
+
+def island_amp_spelling(f, x):
+    with torch.amp.autocast(x.device.type, enabled=False):
+        return f(x.to(torch.float32))
+
+
+def island_decorated(f, x):
+    @torch.autocast(device_type=x.device.type, enabled=False)
+    def run(t):
+        return f(t.float())
+
+    return run(x)
 
 
 def island_no_disable(f, x):
@@ -42,13 +62,21 @@ def island_no_cast(f, x):
         return f(x)
 
 
-def island_deprecated_cuda_spelling(f, x):
-    import warnings
+def island_cast_after(f, x):
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return f(x).float()
 
+
+def island_deprecated_cuda_spelling(f, x):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with torch.cuda.amp.autocast(enabled=False):  # deprecated, and only about CUDA: CPU autocast stays on
             return f(x.float())
+
+
+def island_other_device(f, x):
+    with torch.autocast(device_type="cuda" if x.device.type != "cuda" else "cpu", enabled=False):
+        return f(x.float())
 
 
 def island_casts_back(f, x):
@@ -61,128 +89,33 @@ def island_turns_autocast_off(f, x):
     return f(x.float())
 
 
-WRONG_ISLANDS = {
-    "autocast left on": (island_no_disable, "autocast was still on"),
-    "input not cast": (island_no_cast, "Pass `x.float\\(\\)`"),
-    "torch.cuda.amp spelling": (island_deprecated_cuda_spelling,
-                                "autocast was still on" if pick_device().type != "cuda" else "never"),
-    "result cast back": (island_casts_back, "do not cast\\s+the result back"),
-    "autocast switched off for good": (island_turns_autocast_off, "switched off for the rest"),
-    "never calls f": (lambda f, x: x.float(), "never called f"),
-}
-if pick_device().type == "cuda":  # there the deprecated CUDA spelling does disable autocast: not a mistake
-    del WRONG_ISLANDS["torch.cuda.amp spelling"]
+# --- exercise 03, Task 3: predict_cuda_dtypes -------------------------------------------------------------------
+CUDA_RIGHT = {"bmm": FP16, "conv1d": FP16, "gelu": FP16, "cumprod": FP32, "log1p": FP32, "rsqrt": FP32,
+              "smooth_l1_loss": FP32, "var_mean": FP16}
 
 
-def _amp_dtype(x):
-    return torch.float16
+def cuda_from_probe():
+    """A right answer written otherwise: ask the probe for each op's CUDA policy."""
+    from ampcourse.autocast_lists import probe
+
+    ops = {"bmm": "aten::bmm", "conv1d": "aten::conv1d", "gelu": "aten::gelu", "cumprod": "aten::cumprod",
+           "log1p": "aten::log1p", "rsqrt": "aten::rsqrt", "smooth_l1_loss": "aten::smooth_l1_loss",
+           "var_mean": "aten::var_mean"}
+    return {k: FP32 if probe(op, "cuda").policy == "fp32" else FP16 for k, op in ops.items()}
 
 
+def _cuda(**changes):
+    return lambda: {**CUDA_RIGHT, **changes}
+
+
+# --- exercise 04, Task 1: amp_step --------------------------------------------------------------------------------
 def step_right(model, loss_fn, optimizer, scaler, x, y):
     optimizer.zero_grad()
-    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-
-
-def step_loss_outside(model, loss_fn, optimizer, scaler, x, y):
-    optimizer.zero_grad()
-    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
-        logits = model(x)
-    loss = loss_fn(logits, y)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def step_no_update(model, loss_fn, optimizer, scaler, x, y):
-    optimizer.zero_grad()
-    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-
-
-def step_update_first(model, loss_fn, optimizer, scaler, x, y):
-    optimizer.zero_grad()
-    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.update()
-    scaler.step(optimizer)
-
-
-def step_direct(model, loss_fn, optimizer, scaler, x, y):
-    optimizer.zero_grad()
-    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    optimizer.step()
-    scaler.update()
-
-
-def step_unscaled_backward(model, loss_fn, optimizer, scaler, x, y):
-    optimizer.zero_grad()
-    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
-        loss = loss_fn(model(x), y)
-    loss.backward()
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def step_no_zero_grad(model, loss_fn, optimizer, scaler, x, y):
-    with torch.autocast(device_type=x.device.type, dtype=_amp_dtype(x)):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def step_forward_outside(model, loss_fn, optimizer, scaler, x, y):
-    optimizer.zero_grad()
-    logits = model(x)  # the review's finding 34: only the loss under autocast
-    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
-        loss = loss_fn(logits, y)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-
-
-def step_bf16(model, loss_fn, optimizer, scaler, x, y):
-    optimizer.zero_grad()
-    with torch.autocast(device_type=x.device.type):  # the CPU default, bfloat16
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-
-
-def _step_returning(what):
-    def step(model, loss_fn, optimizer, scaler, x, y):
-        optimizer.zero_grad()
-        with torch.autocast(device_type=x.device.type, dtype=torch.float16):
-            loss = loss_fn(model(x), y)
-        scaled = scaler.scale(loss)
-        scaled.backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return {"tensor": loss, "scaled": scaled.item(), "none": None}[what]
-    return step
-
-
-def step_zero_at_end(model, loss_fn, optimizer, scaler, x, y):
     with torch.autocast(device_type=x.device.type, dtype=torch.float16):
         loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-    optimizer.zero_grad()
     return loss.item()
 
 
@@ -195,25 +128,68 @@ def step_alternative_style(model, loss_fn, optimizer, scaler, x, y):
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-    return loss.item()
+    return float(loss)
 
 
-WRONG_STEPS = {
-    "forward outside autocast": (step_forward_outside, "forward pass `model\\(x\\)` ran outside the autocast"),
-    "bfloat16 instead of float16": (step_bf16, "computed in bfloat16: the task asks for float16"),
-    "returns the loss tensor": (_step_returning("tensor"), "you returned a tensor"),
-    "returns the scaled loss": (_step_returning("scaled"), "you returned the scaled loss"),
-    "returns nothing": (_step_returning("none"), "return the loss as a Python float"),
-    "zero_grad at the end": (step_zero_at_end, "clear the gradients at the \\*end\\* of the step"),
-    "loss outside autocast": (step_loss_outside, "loss was computed outside the autocast region"),
-    "step without update": (step_no_update, "without `scaler.update\\(\\)`"),
-    "update before step": (step_update_first, "ran before `scaler.step"),
-    "optimizer.step directly": (step_direct, "called `optimizer.step\\(\\)` yourself"),
-    "backward on the unscaled loss": (step_unscaled_backward, "`scaler.scale\\(loss\\)` was never called"),
-    "no zero_grad": (step_no_zero_grad, "forgot\\s+`optimizer.zero_grad\\(\\)`"),
-}
+def step_explicit_unscale(model, loss_fn, optimizer, scaler, x, y):
+    model.zero_grad()
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # allowed: step() then does not unscale again
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach().item()
 
 
+def _step(*, forward="inside", loss="inside", dtype=torch.float16, zero="start", backward="scaled",
+          stepping="scaler", update="after", returns="item", own_scaler=False, unscale_twice=False):
+    """One AMP step with one thing changed: the typical mistakes, built from the right step."""
+
+    def step(model, loss_fn, optimizer, scaler, x, y):
+        if own_scaler:
+            scaler = torch.amp.GradScaler(x.device.type)
+        if zero == "start":
+            optimizer.zero_grad()
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        if forward == "outside":
+            logits = model(x)
+        elif forward == "last layer outside":
+            with torch.autocast(device_type=x.device.type, **kwargs):
+                hidden = model[1](model[0](x))
+            logits = model[2](hidden.float())
+        with torch.autocast(device_type=x.device.type, **kwargs):
+            if forward == "inside":
+                logits = model(x)
+            if loss == "inside":
+                value = loss_fn(logits, y)
+        if loss == "outside":
+            value = loss_fn(logits, y)
+        scaled = scaler.scale(value) if backward == "scaled" else value
+        scaled.backward()
+        if update == "before":
+            scaler.update()
+        if unscale_twice:
+            scaler.unscale_(optimizer)
+            scaler.unscale_(optimizer)
+        if stepping == "scaler":
+            scaler.step(optimizer)
+        else:
+            scaler.unscale_(optimizer)
+            optimizer.step()
+        if update in ("after", "twice"):
+            scaler.update()
+        if update == "twice":
+            scaler.update()
+        if zero == "end":
+            optimizer.zero_grad()
+        return {"item": lambda: value.item(), "tensor": lambda: value, "scaled": lambda: scaled.item(),
+                "none": lambda: None}[returns]()
+
+    return step
+
+
+# --- exercise 04, Task 2: update_scale ----------------------------------------------------------------------------
 def float32(value):
     return torch.tensor(value, dtype=torch.float32).item()
 
@@ -279,6 +255,13 @@ def update_guard_keeps_tracker(scale, tracker, found_inf, g, b, n):
     return (grown, 0) if math.isfinite(grown) else (scale, tracker)
 
 
+def update_backoff_unrounded(scale, tracker, found_inf, g, b, n):
+    """Rounds a grown scale to float32, but not a backed-off one (the review's B6)."""
+    if found_inf:
+        return scale * b, 0
+    return update_right(scale, tracker, found_inf, g, b, n)
+
+
 def update_every_step(scale, tracker, found_inf, g, b, n):
     return (scale * b, 0) if found_inf else (scale * g, tracker + 1)
 
@@ -302,17 +285,186 @@ def update_no_backoff(scale, tracker, found_inf, g, b, n):
     return update_right(scale, tracker, found_inf, g, b, n)
 
 
-WRONG_UPDATES = {
-    "grows every step": (update_every_step, "grew the scale after every step"),
-    "tracker not reset after growth": (update_no_reset_after_growth, "after growing, reset"),
-    "tracker not reset on inf": (update_no_reset_on_inf, "reset the growth tracker to 0 as well"),
-    "no backoff": (update_no_backoff, "multiply the scale by backoff_factor"),
-    "returns the scale only": (lambda s, t, f, g, b, n: s, "return a tuple"),
-    "scale kept as a Python float (no float32 rounding)": (update_python_floats, "stored as 3.299999952316284"),
-    "float32 arithmetic (factor rounded first)": (update_float32_maths, "you multiplied in float32"),
-    "grows into inf": (update_grows_into_inf, "never grows its scale into inf"),
-    "tracker kept when growth is refused": (update_guard_keeps_tracker, "the tracker still goes back to 0"),
+# --- exercise 04, Task 3: skipped_steps ---------------------------------------------------------------------------
+def skipped_right(initial, scales):
+    before = [initial, *scales[:-1]]
+    return [i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a < b]
+
+
+def _pairs(initial, scales):
+    """(scale before, scale after) for each step."""
+    return list(zip([initial, *scales[:-1]], scales, strict=True))
+
+
+def skipped_loop(initial, scales):
+    out, previous = [], initial
+    for i, scale in enumerate(scales):
+        if scale < previous:
+            out.append(i)
+        previous = scale
+    return out
+
+
+def skipped_numpy(initial, scales):
+    return list(np.flatnonzero(np.diff([initial, *scales]) < 0))  # numpy integers
+
+
+def skipped_mutates(initial, scales):
+    scales.insert(0, initial)
+    return [i - 1 for i in range(1, len(scales)) if scales[i] < scales[i - 1]]
+
+
+# --- exercise 04, Task 4: unscale_by_hand -------------------------------------------------------------------------
+def unscale_right(grads, scale):
+    inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float()
+    return [g * inv for g in grads], not all(torch.isfinite(g).all() for g in grads)
+
+
+def unscale_python_reciprocal(grads, scale):
+    """Right too: a tensor times a Python float computes in float32, with the scalar rounded to float32 once."""
+    inv = 1.0 / scale
+    return [g * inv for g in grads], any(not torch.isfinite(g).all().item() for g in grads)
+
+
+def unscale_torch_kernel(grads, scale):
+    """Right too: GradScaler's own kernel, in place on copies."""
+    out = [g.clone() for g in grads]
+    found = torch.zeros(())
+    torch._amp_foreach_non_finite_check_and_unscale_(out, found, torch.tensor(1.0 / scale))
+    return out, bool(found.item())
+
+
+def _unscaled(grads, scale):
+    return unscale_right(grads, scale)[0]
+
+
+WRONG = {
+    ("03", "predict_dtypes"): {
+        "loss in bf16": (_dtypes(loss=BF16), "FP32 list"),
+        "weights cast": (_dtypes(weight=BF16), "never changes parameters"),
+        "grads in bf16": (_dtypes(**{"weight.grad": BF16}), "dtype of its leaf"),
+        "relu in fp32": (_dtypes(act=FP32), "no autocast rule"),
+        "linear in fp32": (_dtypes(hidden=FP32), "lower-precision list"),
+        "everything bfloat16": (lambda: {k: BF16 for k in RIGHT_DTYPES}, "'loss' is float32"),
+        "float16, the CUDA default": (_dtypes(hidden=FP16, act=FP16, logits=FP16), "'hidden' is bfloat16"),
+        "strings": (_dtypes(loss="float32"), "give a torch dtype"),
+        "missing key": (lambda: {"hidden": BF16}, "no entry for"),
+        "a list": (lambda: list(RIGHT_DTYPES.values()), "return a dict"),
+    },
+    ("03", "fp32_island"): {
+        "autocast left on": (island_no_disable, "autocast was still on"),
+        "input not cast": (island_no_cast, "Pass `x.float()`"),
+        "result cast up afterwards": (island_cast_after, "f got a bfloat16 tensor"),
+        "disabled for the other device": (island_other_device, "autocast was still on"),
+        "result cast back": (island_casts_back, "do not cast the result back"),
+        "autocast switched off for good": (island_turns_autocast_off, "switched off for the rest"),
+        "never calls f": (lambda f, x: x.float(), "never called f"),
+        **({} if ON_CUDA else {  # on CUDA the deprecated CUDA spelling does disable autocast: not a mistake
+            "torch.cuda.amp spelling": (island_deprecated_cuda_spelling, "autocast was still on")}),
+    },
+    ("03", "predict_cuda_dtypes"): {
+        "the CPU's lists": (_cuda(cumprod=FP16, log1p=FP16, rsqrt=FP16), "on the CPU it is not"),
+        "every statistic in float32": (_cuda(var_mean=FP32), "a statistic like mean and var, on no CUDA list"),
+        "activations in float32": (_cuda(gelu=FP32), "cheap pointwise activation, on no CUDA list"),
+        "matmuls in float32": (_cuda(bmm=FP32, conv1d=FP32), "a matmul, on CUDA's lower-precision list"),
+        "transcendentals left in float16": (_cuda(log1p=FP16, rsqrt=FP16), "a transcendental pointwise op"),
+        "a loss in float16": (_cuda(smooth_l1_loss=FP16), "a loss, on CUDA's FP32 list"),
+        "everything float16": (lambda: {k: FP16 for k in CUDA_RIGHT}, "4 of 8 wrong"),
+        "everything float32": (lambda: {k: FP32 for k in CUDA_RIGHT}, "4 of 8 wrong"),
+        "bfloat16 named": (_cuda(bmm=BF16), "give torch.float16 or torch.float32"),
+        "a missing key": (lambda: {k: v for k, v in CUDA_RIGHT.items() if k != "gelu"}, "exactly the keys"),
+    },
+    ("04", "amp_step"): {
+        "forward outside autocast": (_step(forward="outside"), "forward pass `model(x)` ran outside the autocast"),
+        "last layer outside autocast": (_step(forward="last layer outside"), "layer model[2] ran outside"),
+        "bfloat16 instead of float16": (_step(dtype=None), "computed in bfloat16: the task asks for float16"),
+        "returns the loss tensor": (_step(returns="tensor"), "you returned a tensor"),
+        "returns the scaled loss": (_step(returns="scaled"), "you returned the scaled loss"),
+        "returns nothing": (_step(returns="none"), "return the loss as a Python float"),
+        "zero_grad at the end": (_step(zero="end"), "clear the gradients at the *end* of the step"),
+        "no zero_grad": (_step(zero="never"), "forgot `optimizer.zero_grad()`"),
+        "loss outside autocast": (_step(loss="outside"), "loss was computed outside the autocast region"),
+        "step without update": (_step(update="never"), "without `scaler.update()`"),
+        "update before step": (_step(update="before"), "ran before `scaler.step"),
+        "update twice (B19)": (_step(update="twice"), "ran twice in one step"),
+        "unscale_ twice": (_step(unscale_twice=True), "ran twice in one step"),
+        "optimizer.step directly": (_step(stepping="direct"), "called `optimizer.step()` yourself"),
+        "backward on the unscaled loss": (_step(backward="unscaled"), "`scaler.scale(loss)` was never called"),
+        "a new GradScaler inside the step": (_step(own_scaler=True), "the scaler you were given was never used"),
+    },
+    ("04", "update_scale"): {
+        "grows every step": (update_every_step, "grew the scale after every step"),
+        "tracker not reset after growth": (update_no_reset_after_growth, "after growing, reset"),
+        "tracker not reset on inf": (update_no_reset_on_inf, "reset the growth tracker to 0 as well"),
+        "no backoff": (update_no_backoff, "multiply the scale by backoff_factor"),
+        "returns the scale only": (lambda s, t, f, g, b, n: s, "return a tuple"),
+        "scale kept as a Python float (no float32 rounding)": (update_python_floats, "stored as 3.299999952316284"),
+        "backed-off scale not rounded (B6)": (update_backoff_unrounded,
+                                              "round the backed-off scale to float32 (0.8999999761581421"),
+        "float32 arithmetic (factor rounded first)": (update_float32_maths, "you multiplied in float32"),
+        "grows into inf": (update_grows_into_inf, "never grows its scale into inf"),
+        "tracker kept when growth is refused": (update_guard_keeps_tracker, "the tracker still goes back to 0"),
+    },
+    ("04", "skipped_steps"): {
+        "any change is a skip": (lambda i, s: [k for k, (b, a) in enumerate(_pairs(i, s)) if a != b],
+                                 "a *growth* also changes the scale"),
+        "an unchanged scale counted": (lambda i, s: [k for k, (b, a) in enumerate(_pairs(i, s)) if a <= b],
+                                       "an unchanged scale is a clean step"),
+        "compared with the initial scale": (lambda i, s: [k for k, a in enumerate(s) if a < i],
+                                            "you compared each scale with initial_scale"),
+        "off by one (earlier)": (lambda i, s: [k - 1 for k in range(1, len(s)) if s[k] < s[k - 1]], "off by one"),
+        "off by one (later)": (lambda i, s: [k + 1 for k in skipped_right(i, s)], "off by one"),
+        "step 0 never judged": (lambda i, s: [k for k in range(1, len(s)) if s[k] < s[k - 1]],
+                                "step 0 can be skipped too"),
+        "a count": (lambda i, s: len(skipped_right(i, s)), "you returned a count"),
+        "a flag per step": (lambda i, s: [b > a for b, a in _pairs(i, s)], "return a list of step indices"),
+        "modifies the log": (skipped_mutates, "changed the list it was given"),
+    },
+    ("04", "unscale_by_hand"): {
+        "divides by the scale": (lambda g, s: ([t / s for t in g], not all(torch.isfinite(t).all() for t in g)),
+                                 "you divided by the scale"),
+        "multiplies by the scale": (lambda g, s: ([t * s for t in g], not all(torch.isfinite(t).all() for t in g)),
+                                    "you multiplied the gradients by the scale"),
+        "inf only, NaN missed": (lambda g, s: (_unscaled(g, s), any(torch.isinf(t).any().item() for t in g)),
+                                 "A NaN is as fatal as an inf"),
+        "NaN only, inf missed": (lambda g, s: (_unscaled(g, s), any(torch.isnan(t).any().item() for t in g)),
+                                 "an inf in the first gradient: you said found_inf=False"),
+        "+inf only (== inf)": (lambda g, s: (_unscaled(g, s), any((t == math.inf).any().item() or
+                                                                  torch.isnan(t).any().item() for t in g)),
+                               "can be -inf as well as +inf"),
+        "first gradient only": (lambda g, s: (_unscaled(g, s), not torch.isfinite(g[0]).all().item()),
+                                "every gradient of the list counts"),
+        "not unscaled": (lambda g, s: (list(g), not all(torch.isfinite(t).all() for t in g)), "came back unchanged"),
+        "found_inf as a tensor of several values": (lambda g, s: (_unscaled(g, s), torch.zeros(2)),
+                                                    "found_inf must be a bool"),
+        "only the gradients": (lambda g, s: _unscaled(g, s), "return a tuple"),
+    },
 }
+
+RIGHT = {
+    ("03", "predict_dtypes"): {"the dict": lambda: dict(RIGHT_DTYPES), "read off a run": dtypes_by_running},
+    ("03", "fp32_island"): {"enabled=False and .float()": island_right, "torch.amp spelling, .to": island_amp_spelling,
+                            "as a decorator": island_decorated},
+    ("03", "predict_cuda_dtypes"): {"the dict": lambda: dict(CUDA_RIGHT), "asked the probe": cuda_from_probe},
+    ("04", "amp_step"): {"the recipe": step_right, "torch.amp.autocast, set_to_none=False, float()":
+                         step_alternative_style, "explicit unscale_, model.zero_grad": step_explicit_unscale},
+    ("04", "update_scale"): {"torch float32": update_right, "numpy float32": update_numpy_style},
+    ("04", "skipped_steps"): {"zip": skipped_right, "a loop": skipped_loop, "numpy integers": skipped_numpy},
+    ("04", "unscale_by_hand"): {"float64 reciprocal": unscale_right, "Python reciprocal": unscale_python_reciprocal,
+                                "torch's kernel": unscale_torch_kernel},
+}
+
+_named, _passes = grader_fixtures.tests(WRONG, RIGHT)
+
+
+@pytest.fixture(autouse=True)
+def _clean_autocast_state():
+    yield
+    torch.set_autocast_enabled("cpu", False)  # a fixture switches it off for good; leave a clean state
+
+
+test_wrong_answer_is_named = pytest.mark.filterwarnings("ignore::FutureWarning")(_named)
+test_right_answer_passes = _passes
 
 
 def test_update_scale_cases_teach_what_the_task_says():
@@ -323,6 +475,10 @@ def test_update_scale_cases_teach_what_the_task_says():
     top = next(p for p in lesson04.PATTERNS if p[5] == 2.0**126)
     scales = [scale for scale, _ in lesson04.torch_updates(*top[1:])]
     assert scales[:2] == [2.0**127, 2.0**127] and all(math.isfinite(s) for s in scales)
+    # B6: a back-off of 0.3 from 3.0 is rounded to float32 too
+    backoff = next(p for p in lesson04.PATTERNS if p[3] == 0.3)
+    assert lesson04.torch_updates(*backoff[1:])[0] == (0.8999999761581421, 0)
+    assert 3.0 * 0.3 == 0.8999999999999999
 
 
 def test_python_float_scaler_fails_only_where_float32_shows(capsys):
@@ -331,37 +487,9 @@ def test_python_float_scaler_fails_only_where_float32_shows(capsys):
         lesson04.update_scale(update_python_floats)
 
 
-def test_right_answers_pass(capsys):
-    lesson03.predict_dtypes(lambda: dict(RIGHT_DTYPES))
-    lesson03.fp32_island(island_right)
-    lesson04.amp_step(step_right)
-    lesson04.update_scale(update_right)
-    lesson04.amp_step(step_alternative_style)  # torch.amp.autocast, set_to_none=False, device.type, float(loss)
-    lesson04.update_scale(update_numpy_style)  # numpy's float32 and a comparison with float32's max
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 6 and all(line.startswith("✓ Task") for line in lines)
-
-
-CASES = (
-    [pytest.param(lesson03.predict_dtypes, fn, w, id=f"predict_dtypes: {n}") for n, (fn, w) in WRONG_DTYPES.items()]
-    + [pytest.param(lesson03.fp32_island, fn, w, id=f"fp32_island: {n}") for n, (fn, w) in WRONG_ISLANDS.items()]
-    + [pytest.param(lesson04.amp_step, fn, w, id=f"amp_step: {n}") for n, (fn, w) in WRONG_STEPS.items()]
-    + [pytest.param(lesson04.update_scale, fn, w, id=f"update_scale: {n}") for n, (fn, w) in WRONG_UPDATES.items()]
-)
-
-
-@pytest.mark.filterwarnings("ignore::FutureWarning")
-@pytest.mark.parametrize(("check", "fn", "words"), CASES)
-def test_typical_mistakes_are_named(check, fn, words):
-    try:
-        with pytest.raises(CheckFailed, match=words):
-            check(fn)
-    finally:
-        torch.set_autocast_enabled("cpu", False)  # a fixture above switches it off for good; leave a clean state
-
-
-@pytest.mark.parametrize("check", [lesson03.predict_dtypes, lesson03.fp32_island, lesson04.amp_step,
-                                   lesson04.update_scale])
+@pytest.mark.parametrize("check", [lesson03.predict_dtypes, lesson03.fp32_island, lesson03.predict_cuda_dtypes,
+                                   lesson04.amp_step, lesson04.update_scale, lesson04.skipped_steps,
+                                   lesson04.unscale_by_hand])
 def test_stubs_are_not_started(check):
     def stub(*args):
         raise NotImplementedError("hint")
@@ -374,79 +502,40 @@ def test_the_observed_dtypes_are_what_the_fixture_says():
     assert lesson03.observed_dtypes() == RIGHT_DTYPES
 
 
-# --- Task 3 of exercise 03: predict_cuda_dtypes -------------------------------------------------------------------
-CUDA_RIGHT = {"linear": torch.float16, "relu": torch.float16, "softmax": torch.float32, "layer_norm": torch.float32,
-              "sum": torch.float32, "exp": torch.float32, "mse_loss": torch.float32}
-
-CUDA_MISTAKES = {
-    "the CPU's lists": ({**CUDA_RIGHT, "softmax": torch.float16, "sum": torch.float16, "exp": torch.float16},
-                        "on CUDA's FP32 list \\(on the CPU it is not"),
-    "everything float16": ({k: torch.float16 for k in CUDA_RIGHT}, "4 of 7 wrong|5 of 7 wrong"),
-    "relu in float32": ({**CUDA_RIGHT, "relu": torch.float32}, "on no CUDA list, so it follows its float16 input"),
-    "a missing key": ({k: v for k, v in CUDA_RIGHT.items() if k != "exp"}, "exactly the keys"),
-}
+def test_cuda_truth_is_what_the_fixture_says_and_agrees_with_the_probe():
+    assert lesson03.cuda_truth() == CUDA_RIGHT == cuda_from_probe()
 
 
-# --- Task 3 of exercise 04: skipped_steps -------------------------------------------------------------------------
-def skipped_right(initial, scales):
-    before = [initial, *scales[:-1]]
-    return [i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a < b]
+def test_task3_ops_are_not_in_the_lessons_tables():
+    # Exercise 03 Task 3 asks for a prediction the lesson's tables do not give away: none of its ops is printed
+    # by lesson 03's tables (cells 11 and 14) or named in the rule sentence; the rule decides them by family.
+    from ampcourse.autocast_lists import RULE_OPS
+
+    assert not set(lesson03.CUDA_OPS) & set(RULE_OPS)
+    assert not {op for op, _, _ in lesson03.CUDA_OPS.values()} & set(RULE_OPS.values())
 
 
-SKIP_MISTAKES = {
-    "any change is a skip": (lambda i, s: [k for k, (b, a) in enumerate(zip([i, *s[:-1]], s, strict=True)) if a != b],
-                             "a \\*growth\\* also changes the scale"),
-    "off by one": (lambda i, s: [k for k in range(1, len(s)) if s[k] < s[k - 1]] and
-                   [k - 1 for k in range(1, len(s)) if s[k] < s[k - 1]], "off by one"),
-    "step 0 never judged": (lambda i, s: [k for k in range(1, len(s)) if s[k] < s[k - 1]],
-                            "step 0 can be skipped too|off by one"),
-    "a count": (lambda i, s: len(skipped_right(i, s)), "you returned a count"),
-}
+def test_every_wrong_update_message_is_reachable():
+    # B6: the back-off rounding message fires on the 0.3 pattern (it could not with powers of two only).
+    with pytest.raises(CheckFailed, match="round the backed-off scale to float32"):
+        lesson04.update_scale(update_backoff_unrounded)
 
 
-def test_new_tasks_right_answers_pass(capsys):
-    lesson03.predict_cuda_dtypes(lambda: dict(CUDA_RIGHT))
-    lesson04.skipped_steps(skipped_right)
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("✓ Task 3") for line in lines)
+def test_the_two_no_inf_checks_texts_get_their_own_diagnosis():
+    # B19: torch raises "No inf checks were recorded for this optimizer." in step() (no gradients) and
+    # "... prior to update." in update() (update twice, or before step): the messages must differ.
+    from ampcourse.checks import raised_message
 
-
-@pytest.mark.parametrize(("answer", "words"), CUDA_MISTAKES.values(), ids=CUDA_MISTAKES)
-def test_predict_cuda_dtypes_mistakes_are_named(answer, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson03.predict_cuda_dtypes(lambda: dict(answer))
-
-
-@pytest.mark.parametrize(("fn", "words"), SKIP_MISTAKES.values(), ids=SKIP_MISTAKES)
-def test_skipped_steps_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson04.skipped_steps(fn)
-
-
-# --- Task 4 of exercise 04: unscale_by_hand -------------------------------------------------------------------------
-def unscale_right(grads, scale):
-    inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float()
-    return [g * inv for g in grads], not all(torch.isfinite(g).all() for g in grads)
-
-
-UNSCALE_MISTAKES = {
-    "divides by the scale": (lambda g, s: ([t / s for t in g], not all(torch.isfinite(t).all() for t in g)),
-                             "you divided by the scale"),
-    "inf only, NaN missed": (lambda g, s: (unscale_right(g, s)[0], any(torch.isinf(t).any().item() for t in g)),
-                             "A NaN is as fatal as an inf"),
-    "not unscaled": (lambda g, s: (list(g), not all(torch.isfinite(t).all() for t in g)), "came back unchanged"),
-    "found_inf as a tensor of several values": (lambda g, s: (unscale_right(g, s)[0], torch.zeros(2)),
-                                                "found_inf must be a bool"),
-    "only the gradients": (lambda g, s: unscale_right(g, s)[0], "return a tuple"),
-}
-
-
-def test_unscale_by_hand_right_answer_passes(capsys):
-    lesson04.unscale_by_hand(unscale_right)
-    assert capsys.readouterr().out.startswith("✓ Task 4")
-
-
-@pytest.mark.parametrize(("fn", "words"), UNSCALE_MISTAKES.values(), ids=UNSCALE_MISTAKES)
-def test_unscale_by_hand_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson04.unscale_by_hand(fn)
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer, scaler = torch.optim.SGD([param], lr=0.1), torch.amp.GradScaler("cpu")
+    scaler.scale(param.sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    with pytest.raises(AssertionError) as twice:
+        scaler.update()
+    assert "ran twice in one step" in raised_message("amp_step", twice.value)
+    scaler.scale(param.sum())  # no backward: no gradients for step() to check
+    optimizer.zero_grad()
+    with pytest.raises(AssertionError) as no_grads:
+        scaler.step(optimizer)
+    assert "found no gradients to check" in raised_message("amp_step", no_grads.value)

@@ -166,7 +166,7 @@ def test_step_anatomy_with_an_injected_inf_skips_and_halves_the_scale(figures):
     rows = {row["stage"]: row for row in anatomy.rows}
     assert rows["2b. inject inf"]["inf/NaN values"] == "1 of 2,177"
     assert rows["3. unscale"]["max |grad|"] == math.inf  # unscaling leaves an inf an inf
-    assert rows["3. unscale"]["‖grad‖ / ‖FP32 grad‖"] == pytest.approx(1.0, rel=1e-2)  # the finite ones
+    assert rows["3. unscale"][scaler_run.RATIO_COLUMN] == pytest.approx(1.0, rel=1e-2)  # the finite ones
     assert rows["6. update"]["scale"] == 2.0**15
     assert "was SKIPPED" in anatomy.table().text()
     quarter = step_anatomy(2.0**10, inject_inf=True, backoff_factor=0.25)
@@ -213,3 +213,18 @@ def test_scale_read_before_the_first_scale_call_is_not_yet_float32():
     assert before_scale == 0.7 and after_scale == torch.tensor(0.7).item()
     assert step_was_skipped(before_scale, after_scale)  # the false alarm a too-early read gives
     assert not step_was_skipped(after_scale, after_scale)
+
+
+def test_nan_origin_the_weight_gradients_add_plus_and_minus_inf():
+    # B7: at S = 2^24 the float16 activation gradients are +inf and -inf (no NaN); the NaNs appear in the weight
+    # and bias gradients, which sum the examples' +inf and -inf over the batch.
+    rows = {r["gradient"].split()[0]: r for r in scaler_run.nan_origin(2.0**24).rows}
+    out = rows["∂loss/∂output"]
+    assert out["+inf"] > 0 and out["-inf"] > 0 and out["NaN"] == 0 and out["dtype"] == "float16"
+    into_tanh = rows["∂loss/∂(x·W0ᵀ"]
+    assert into_tanh["+inf"] + into_tanh["-inf"] == into_tanh["values"] and into_tanh["NaN"] == 0
+    for name in ("0.weight.grad", "0.bias.grad", "2.weight.grad", "2.bias.grad"):
+        assert rows[name]["NaN"] == rows[name]["values"], name
+    assert all(r["+inf"] == r["-inf"] == r["NaN"] == 0 for r in scaler_run.nan_origin(2.0**16).rows)
+    with pytest.raises(ValueError, match="scale"):
+        scaler_run.nan_origin(0.0)

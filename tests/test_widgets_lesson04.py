@@ -6,6 +6,7 @@ import math
 import ipywidgets as widgets
 import numpy as np
 import pytest
+import torch
 import traitlets
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -255,3 +256,20 @@ def test_overflow_above_matches_a_step_by_step_feedback_loop():
     assert trace.final_scale == scale
     with pytest.raises(ValueError, match="overflow_above must be a positive finite number"):
         simulate_grad_scaler(found, overflow_above=0.0)
+
+
+def test_a_collapsed_scale_writes_inf_or_nan_into_the_weights():
+    # B10: the widget's "Collapsed" line says the first clean step at such a scale destroys the weights; a real
+    # GradScaler does exactly that (0 × inf = NaN at scale 0; -inf below 2^-128), and the criterion is the one
+    # the widget uses.
+    for init_scale in (0.0, 1e-40, 2.0**-129):
+        assert lesson04.reciprocal_overflows(init_scale)
+        param = torch.nn.Parameter(torch.ones(3))
+        optimizer = torch.optim.SGD([param], lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+        scaler.scale(param.sum()).backward()
+        scaler.step(optimizer)  # a clean step: the scaled gradient (0 or tiny) is finite, so it is not skipped
+        assert not torch.isfinite(param).any(), init_scale
+    assert not lesson04.reciprocal_overflows(2.0**-126)
+    line = interpret(dynamics(**{**DEFAULTS, "pattern": "random", "overflow_rate": 0.03, "backoff_factor": 0.25}))
+    assert "writes it into every weight" in line and "silently" not in line

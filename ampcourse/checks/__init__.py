@@ -178,10 +178,15 @@ def raised_message(name: str, err: BaseException) -> str:
     explained = [
         ("must have the same dtype", "two tensors of different dtypes met in one operation outside autocast "
                                      "(autocast casts them for you inside its region; outside, cast yourself)"),
-        ("No inf checks were recorded", "`scaler.step` found no inf check: backward ran on a loss that did not "
-                                        "go through `scaler.scale(loss)`, or the gradients were never produced"),
-        ("Attempted unscale_ but _scale is None", "the scaler was asked to unscale (`unscale_` or `step`) but the "
-                                                  "loss never went through `scaler.scale(loss)`"),
+        # torch raises two "No inf checks" texts with different causes (torch/amp/grad_scaler.py): keep them apart
+        ("No inf checks were recorded for this optimizer", "`scaler.step(optimizer)` found no gradients to check: no "
+                                                           "parameter of the optimizer has a `.grad` (backward never "
+                                                           "ran, or ran on a loss these parameters are not part of)"),
+        ("No inf checks were recorded prior to update", "`scaler.update()` found no inf check to use: it ran "
+                                                        "twice in one step, or before `scaler.step(optimizer)`. Call "
+                                                        "it once per step, right after `scaler.step(optimizer)`"),
+        ("but _scale is None", "the scaler was asked to unscale or step (`unscale_`, `step`) but the loss never "
+                               "went through `scaler.scale(loss)`: backward must run on `scaler.scale(loss)`"),
         ("is being called after step()", "`scaler.update()` did not run after the previous `scaler.step`: call "
                                          "it once per step, right after `scaler.step(optimizer)`"),
         ("unscale_() has already been called", "`scaler.unscale_(optimizer)` ran twice in one step: call it once, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..autocast_lists import fp32_rule
 from ..device import pick_device
 from . import call, fail, hints, passed, require_callable
 
@@ -104,53 +105,72 @@ def fp32_island(fn) -> None:
         raise fail(task, f"the result differs from f(x.float()) by {error:.3g}: return f's output for the whole x.")
     passed(task, "f ran in float32 with autocast off, inside an autocast region that stayed on around it.")
 
-# --- Task 3: predict the CUDA dtypes -----------------------------------------------------------------------------
+# --- Task 3: predict the CUDA dtypes of ops the lesson did not show -----------------------------------------------
 
-CUDA_OPS = {  # key → (the aten op probed, how the task names it)
-    "linear": ("aten::linear", "F.linear / nn.Linear"),
-    "relu": ("aten::relu", "torch.relu"),
-    "softmax": ("aten::softmax.int", "torch.softmax(x, dim=-1)"),
-    "layer_norm": ("aten::layer_norm", "F.layer_norm"),
-    "sum": ("aten::sum", "x.sum()"),
-    "exp": ("aten::exp", "torch.exp"),
-    "mse_loss": ("aten::mse_loss", "F.mse_loss"),
+CUDA_OPS = {  # key → (the aten op whose CUDA policy decides, how the task names the call, its family in the rule)
+    "bmm": ("aten::bmm", "torch.bmm(x, w)", "a matmul"),
+    "conv1d": ("aten::conv1d", "F.conv1d(x, w)", "a convolution"),
+    "gelu": ("aten::gelu", "F.gelu(x)", "a cheap pointwise activation"),
+    "cumprod": ("aten::cumprod", "torch.cumprod(x, dim=-1)", "a running product, like cumsum and prod"),
+    "log1p": ("aten::log1p", "torch.log1p(x)", "a transcendental pointwise op, like exp and log"),
+    "rsqrt": ("aten::rsqrt", "torch.rsqrt(x)", "a transcendental pointwise op, like pow"),
+    "smooth_l1_loss": ("aten::smooth_l1_loss", "F.smooth_l1_loss(x, target)", "a loss"),
+    "var_mean": ("aten::var_mean", "torch.var_mean(x)", "a statistic like mean and var"),
 }
 
 
-def cuda_dtype(key: str) -> torch.dtype:
-    """The output dtype of op ``key`` for float16 inputs under CUDA float16 autocast, from the probed policy."""
-    from ..autocast_lists import probe
+def _cuda_calls(device: str) -> dict[str, torch.Tensor]:
+    """Task 3's calls, on float16 tensors of ``device`` (run under CUDA autocast by :func:`cuda_truth`)."""
+    x = torch.randn(2, 4, 4, device=device, dtype=torch.float16)
+    w = torch.randn(2, 4, 4, device=device, dtype=torch.float16)
+    return {"bmm": torch.bmm(x, w), "conv1d": F.conv1d(x, torch.randn(3, 4, 2, device=device, dtype=torch.float16)),
+            "gelu": F.gelu(x), "cumprod": torch.cumprod(x, dim=-1), "log1p": torch.log1p(x), "rsqrt": torch.rsqrt(x),
+            "smooth_l1_loss": F.smooth_l1_loss(x, w), "var_mean": torch.var_mean(x)[0]}
 
-    policy = probe(CUDA_OPS[key][0], "cuda").policy
-    return torch.float32 if policy == "fp32" else torch.float16
+
+def cuda_truth() -> dict[str, torch.dtype]:
+    """The output dtype of each of Task 3's calls under CUDA float16 autocast: the calls really run (simulated
+    with fake CUDA tensors on a machine without a GPU, :func:`ampcourse.autocast_lists.device_trace`)."""
+    from ..autocast_lists import device_trace
+
+    return {k: v.dtype for k, v in device_trace(_cuda_calls, "cuda", torch.float16).result.items()}
+
+
+def cuda_dtype(key: str) -> torch.dtype:
+    """The output dtype of op ``key`` for float16 inputs under CUDA float16 autocast."""
+    return cuda_truth()[key]
+
+
+def _why_cuda(key: str) -> str:
+    from ..autocast_lists import policy_of
+
+    op, _, family = CUDA_OPS[key]
+    policy, cpu = policy_of(op, "cuda"), policy_of(op, "cpu")
+    why = {"fp32": "on CUDA's FP32 list", "lower_precision_fp": "on CUDA's lower-precision list",
+           "fallthrough": "on no CUDA list, so it follows its float16 input"}.get(policy, policy)
+    note = " (on the CPU it is not: the lists differ per device)" if cpu != policy else ""
+    return f"{family}, {why}{note}"
 
 
 def predict_cuda_dtypes(fn) -> None:
     """Task 3: ``predict_cuda_dtypes()`` returns the output dtype of each op under CUDA float16 autocast."""
-    from ..autocast_lists import probe
-
     task = "Task 3 (predict_cuda_dtypes)"
     require_callable(task, fn, "predict_cuda_dtypes")
     got = call(task, fn, "predict_cuda_dtypes")
     if not isinstance(got, dict) or set(got) != set(CUDA_OPS):
         keys = sorted(got) if isinstance(got, dict) else type(got).__name__
         raise fail(task, f"return a dict with exactly the keys {sorted(CUDA_OPS)} (got {keys}).")
-    wrong = []
-    for key, (op, shown) in CUDA_OPS.items():
-        want = cuda_dtype(key)
-        if got[key] != want:
-            cpu = probe(op, "cpu").policy
-            cuda = probe(op, "cuda").policy
-            why = {"fp32": "on CUDA's FP32 list", "lower_precision_fp": "on CUDA's lower-precision list",
-                   "fallthrough": "on no CUDA list, so it follows its float16 input"}.get(cuda, cuda)
-            note = " (on the CPU it is not: the lists differ per device)" if cpu != cuda else ""
-            wrong.append(f"{shown} → {str(want).removeprefix('torch.')}: it is {why}{note}")
+    if bad := [k for k in CUDA_OPS if got[k] not in (torch.float16, torch.float32)]:
+        raise fail(task, f"{bad[0]!r}: give torch.float16 or torch.float32, not {got[bad[0]]!r}.")
+    truth = cuda_truth()
+    wrong = [k for k in CUDA_OPS if got[k] != truth[k]]
     if wrong:
-        raise fail(task, f"{len(wrong)} of {len(CUDA_OPS)} wrong — " + "; ".join(wrong[:2]) +
-                   ("; …" if len(wrong) > 2 else "") + ". Predict per device: CUDA runs reductions, softmax, "
-                   "norms, exp and losses in float32.")
-    passed(task, f"all {len(CUDA_OPS)} CUDA dtypes predicted right (checked against this torch's CUDA autocast "
-                 "kernels, probed without a GPU).")
+        said = "; ".join(f"{CUDA_OPS[k][1]} → {_name(truth[k])}: {_why_cuda(k)}" for k in wrong[:3])
+        raise fail(task, f"{len(wrong)} of {len(CUDA_OPS)} wrong — {said}{'; …' if len(wrong) > 3 else ''}. "
+                         f"Apply lesson 03's rule by family: {fp32_rule('cuda')}; matmuls and convolutions run in "
+                         "float16, losses in float32.")
+    passed(task, f"all {len(CUDA_OPS)} CUDA dtypes predicted right (the calls ran under this torch's CUDA autocast "
+                 "kernels, simulated without a GPU).")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -172,12 +192,12 @@ HINTS = {
         '`with torch.autocast(device_type=x.device.type, enabled=False): return f(x.float())`.',
     ],
     'predict_cuda_dtypes': [
-        ('Lesson 03 showed the lists differ per device. On CUDA, which kinds of op does autocast keep in '
-         'float32?'),
-        ('On CUDA, matmuls and linear layers run in float16; softmax, norms, reductions such as sum, exp '
-         'and the losses are on the FP32 list; ops on no list (relu) follow their input.'),
-        ('linear and relu: float16; softmax, layer_norm, sum, exp, mse_loss: float32. Verify any of them '
-         "with `ampcourse.autocast_lists.probe('aten::softmax.int', 'cuda')`."),
+        ('Lesson 03 showed the lists differ per device, and stated the CUDA rule for whole families of ops. '
+         'Which family is each op in: matmul, pointwise activation, reduction, statistic, transcendental, loss?'),
+        (f"The lesson's rule, read from the installed torch: {fp32_rule('cuda')}. Matmuls and convolutions run "
+         "in float16, the losses in float32; an op takes the policy of its family's members."),
+        ('bmm, conv1d, gelu, var_mean: float16; cumprod, log1p, rsqrt, smooth_l1_loss: float32. Verify any '
+         "with `ampcourse.autocast_lists.probe('aten::cumprod', 'cuda')`."),
     ],
 }
 hint = hints(__name__, HINTS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -28,15 +29,20 @@ def _setup(device):
     log: list[str] = []
     optimizer = SpyOptimizer(model.parameters(), log, lr=0.1)
     scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=1000)
+    # A used scaler: 999 clean steps behind it, so this step's update() grows the scale (to 2 × SCALE).
+    scaler.load_state_dict({"scale": SCALE, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 1000,
+                            "_growth_tracker": 999})
     autocast_seen: list[bool] = []
 
     def loss_fn(logits, target):
         autocast_seen.append(torch.is_autocast_enabled(device.type))
         return F.cross_entropy(logits, target)
 
-    forward_seen: list[tuple[bool, torch.dtype]] = []  # (autocast on?, the first layer's output dtype)
-    model[0].register_forward_hook(
-        lambda module, inputs, output: forward_seen.append((torch.is_autocast_enabled(device.type), output.dtype)))
+    forward_seen: list[tuple[int, bool, torch.dtype]] = []  # (layer index, autocast on?, its output dtype)
+    for index in (0, 2):  # every Linear: a forward that leaves any layer outside autocast is seen
+        model[index].register_forward_hook(
+            lambda module, inputs, output, index=index: forward_seen.append(
+                (index, torch.is_autocast_enabled(device.type), output.dtype)))
     x = torch.randn(6, 8, device=device)
     y = torch.randint(0, 3, (6,), device=device)
     return model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen
@@ -57,7 +63,8 @@ def amp_step(fn) -> None:
     device = pick_device()
     model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen = _setup(device)
     initial = copy.deepcopy(model)  # the FP32 reference starts from the same weights
-    initial[0]._forward_hooks.clear()
+    for layer in initial:
+        layer._forward_hooks.clear()
     scaler_scale_at_call = scaler.get_scale()
     try:
         returned = call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
@@ -77,12 +84,21 @@ def amp_step(fn) -> None:
         raise fail(task, "the model's forward pass never ran: compute `loss = loss_fn(model(x), y)`.")
     if not autocast_seen:
         raise fail(task, "loss_fn was never called: compute `loss = loss_fn(model(x), y)`.")
-    if not forward_seen[0][0]:
+    if "scale" not in order and "scaler.step" not in order and "update" not in order:
+        raise fail(task, "the scaler you were given was never used (none of scale, step, update was called on it): "
+                         "a GradScaler made inside the step starts from init_scale every time and never learns the "
+                         "scale. Use the `scaler` argument.")
+    outside = sorted({i for i, on, _ in forward_seen if not on})
+    if outside == [0, 2]:
         raise fail(task, "the forward pass `model(x)` ran outside the autocast region, so it computed in float32. "
                          "Run the forward pass *and* the loss inside `with torch.autocast(...)`.")
-    if forward_seen[0][1] != torch.float16:
-        got = str(forward_seen[0][1]).removeprefix("torch.")
-        raise fail(task, f"autocast ran, but the first layer computed in {got}: the task asks for float16. Pass "
+    if outside:
+        raise fail(task, f"layer model[{outside[0]}] ran outside the autocast region (the other Linear ran inside): "
+                         "part of the forward pass computed in float32. Run the whole forward pass `model(x)` *and* "
+                         "the loss inside one `with torch.autocast(...)`.")
+    if (low := next((dt for _, _, dt in forward_seen if dt != torch.float16), None)) is not None:
+        got = str(low).removeprefix("torch.")
+        raise fail(task, f"autocast ran, but the Linear layers computed in {got}: the task asks for float16. Pass "
                          "`dtype=torch.float16` to torch.autocast (the CPU's default is bfloat16).")
     if not autocast_seen[0]:
         raise fail(task, "the loss was computed outside the autocast region. PyTorch's recipe puts the forward "
@@ -100,6 +116,10 @@ def amp_step(fn) -> None:
                          "step records. The order is scale(loss).backward() → step(optimizer) → update().")
     if order.count("update") != 1 or order.count("scaler.step") != 1:
         raise fail(task, f"one step should call scaler.step and scaler.update once each; the calls were {order}.")
+    if scaler.get_scale() != 2 * SCALE:
+        raise fail(task, f"the scaler came with 999 clean steps behind it, so this step's update() should grow its "
+                         f"scale to {2 * SCALE:g}; it is {scaler.get_scale():g}. Call `scaler.update()` with no "
+                         "argument, and do not replace or reset the scaler you were given.")
     true = _true_grads(initial, x, y)
     seen = optimizer.grads_at_step[0]
     ratio = max((g.abs().max() / t.abs().max()).item() for g, t in zip(seen, true, strict=True) if t.abs().max() > 0)
@@ -155,6 +175,10 @@ PATTERNS = [  # (what, found_inf per step, growth_factor, backoff_factor, growth
     ("a gentle growth factor 1.1 from scale 3", [False, False, False, True, False, False], 1.1, 0.5, 1, 3.0),
     # the inf guard: 2**127 × 2 is inf in float32 (a finite 3.4e38 as a Python float); GradScaler keeps 2**127
     ("a scale near float32's largest value", [False, False, True, False, False], 2.0, 0.5, 1, 2.0**126),
+    # float32 rounding of a back-off: 3.0 × 0.3 is 0.8999999999999999 in float64, 0.8999999761581421 in float32
+    ("a backoff factor 0.3 from scale 3", [True, False, False, True, True], 2.0, 0.3, 2, 3.0),
+    # growth_interval 3 reached exactly at the last step, a factor that is no power of two both ways
+    ("factors 1.25 and 0.75, growth at the last step", [False, True, False, False, False], 1.25, 0.75, 3, 1000.0),
 ]
 
 
@@ -210,12 +234,15 @@ def _wrong_updates(scale, tracker, found_inf, g, b, n):
                                             "of consecutive finite steps reaches growth_interval."))
         out.append(((scale, tracker), "on a finite step, add 1 to the growth tracker."))
     else:
-        out.append(((scale * b, tracker), "on an overflow, reset the growth tracker to 0 as well as backing off."))
-        out.append(((scale, 0), "on an overflow, multiply the scale by backoff_factor."))
-        out.append(((scale * b, 1), "on an overflow the tracker goes back to 0, not 1."))
         if scale * b != _float32(scale * b):
             out.append(((scale * b, 0), f"GradScaler keeps its scale in a float32 tensor: round the backed-off "
                                         f"scale to float32 ({_float32(scale * b)!r}, not {scale * b!r})."))
+        if tracker != 0:
+            for backed_off in (scale * b, _float32(scale * b)):
+                out.append(((backed_off, tracker), "on an overflow, reset the growth tracker to 0 as well as "
+                                                   "backing off."))
+        out.append(((scale, 0), "on an overflow, multiply the scale by backoff_factor."))
+        out.append(((scale * b, 1), "on an overflow the tracker goes back to 0, not 1."))
     return out
 
 
@@ -255,25 +282,53 @@ def update_scale(fn) -> None:
             scale, tracker = pair
             steps += 1
     passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns, "
-                 "float32 rounding of a 1.1 growth factor and the refusal to grow into inf included.")
+                 "float32 rounding of a 1.1 growth factor and a 0.3 back-off, and the refusal to grow into inf "
+                 "included.")
 
 # --- Task 3: read a scale log ------------------------------------------------------------------------------------
 
 def _scale_logs() -> list[tuple[str, float, list[float], list[int]]]:
     """(what, initial scale, scale after each update, the skipped steps), from torch-exact simulations."""
     logs = []
-    for what, found, g, n in [
-        ("a healthy run", [False] * 5 + [True] + [False] * 6 + [True, False], 2.0, 3),
-        ("an overflow right after a growth", [False, False, True, False, False, True, True, False], 2.0, 2),
-        ("every step overflows", [True] * 8, 2.0, 2000),
-        ("growth every clean step", [False, True, False, False, True], 2.0, 1),
-        ("a gentle growth factor", [False, False, True, False, False, False], 1.5, 1),
+    for what, found, g, b, n, init in [
+        ("a healthy run", [False] * 5 + [True] + [False] * 6 + [True, False], 2.0, 0.5, 3, 1024.0),
+        ("an overflow right after a growth", [False, False, True, False, False, True, True, False], 2.0, 0.5, 2,
+         1024.0),
+        ("every step overflows", [True] * 8, 2.0, 0.5, 2000, 1024.0),
+        ("growth every clean step", [False, True, False, False, True], 2.0, 0.5, 1, 1024.0),
+        ("a gentle growth factor", [False, False, True, False, False, False], 1.5, 0.5, 1, 1024.0),
+        # a back-off right after a growth returns to the scale of two steps before: compare with the step before
+        ("growth 1.25 then a back-off 0.8 (back to the same scale)", [False, True, False, True, False], 1.25, 0.8, 1,
+         1000.0),
+        ("a scale that collapses below 1", [True] * 6, 2.0, 0.5, 2000, 4.0),
+        ("a single step, skipped", [True], 2.0, 0.5, 2000, 65536.0),
     ]:
-        trace = simulate_grad_scaler(found, init_scale=1024.0, growth_factor=g, backoff_factor=0.5,
-                                     growth_interval=n)
+        trace = simulate_grad_scaler(found, init_scale=init, growth_factor=g, backoff_factor=b, growth_interval=n)
         after = [*trace.scales[1:], trace.final_scale]
-        logs.append((what, 1024.0, after, [i for i, f in enumerate(found) if f]))
+        logs.append((what, init, after, [i for i, f in enumerate(found) if f]))
     return logs
+
+
+def _skip_mistakes(initial: float, scales: list[float]) -> list[tuple[list[int], str]]:
+    """What typical wrong readings of a scale log give, with the message naming each."""
+    before = [initial, *scales[:-1]]
+    return [
+        ([i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a != b],
+         "a *growth* also changes the scale. Only a decrease means a skipped step (update() backs off after an inf)."),
+        ([i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a <= b],
+         "an unchanged scale is a clean step (the growth tracker counted it): only a decrease means a skip."),
+        ([i for i, a in enumerate(scales) if a < initial],
+         "you compared each scale with initial_scale; compare scales[i] with the scale just before step i "
+         "(scales[i - 1], or initial_scale for step 0)."),
+        ([i - 1 for i in range(1, len(scales)) if scales[i] < scales[i - 1]],
+         "off by one. scales[i] is the scale after step i's update; compare it with the scale before that step "
+         "(initial_scale for step 0)."),
+        ([i + 1 for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a < b],
+         "off by one. scales[i] is the scale after step i's update; compare it with the scale before that step "
+         "(initial_scale for step 0)."),
+        ([i for i in range(1, len(scales)) if scales[i] < scales[i - 1]],
+         "step 0 can be skipped too: compare scales[0] with initial_scale."),
+    ]
 
 
 def skipped_steps(fn) -> None:
@@ -281,27 +336,27 @@ def skipped_steps(fn) -> None:
     task = "Task 3 (skipped_steps)"
     require_callable(task, fn, "skipped_steps")
     for what, initial, scales, want in _scale_logs():
-        got = call(task, fn, "skipped_steps", initial, list(scales))
+        given = list(scales)
+        got = call(task, fn, "skipped_steps", initial, given)
+        if given != scales:
+            raise fail(task, f"for {what} your function changed the list it was given ({given} after the call): "
+                             "read the log, do not modify it.")
         if isinstance(got, int) and not isinstance(got, bool):
             raise fail(task, f"you returned a count ({got}); return the list of the skipped steps' indices.")
-        if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) for i in got):
+        if not isinstance(got, (list, tuple)) or not all(
+                isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in got):
             raise fail(task, f"return a list of step indices (ints); you returned {got!r}.")
-        got = list(got)
+        got = [int(i) for i in got]
         if got == want:
             continue
         context = f"for {what} (scales {[f'{s:g}' for s in scales]}) you said {got}, the skipped steps were {want}"
-        changed = [i for i, s in enumerate(scales) if s != ([initial, *scales][i])]
-        if got == changed:
-            raise fail(task, f"{context}: a *growth* also changes the scale. Only a decrease means a skipped step "
-                             "(update() backs off after an inf).")
-        if got == [i - 1 for i in want if i > 0] or got == [i + 1 for i in want]:
-            raise fail(task, f"{context}: off by one. scales[i] is the scale after step i's update; compare it with "
-                             "the scale before that step (initial_scale for step 0).")
-        if got == [i for i in want if i > 0]:
-            raise fail(task, f"{context}: step 0 can be skipped too: compare scales[0] with initial_scale.")
+        for wrong, message in _skip_mistakes(initial, scales):
+            if got == wrong:
+                raise fail(task, f"{context}: {message}")
         raise fail(task, f"{context}. A step was skipped exactly when the scale went down at its update().")
     passed(task, f"the skipped steps of {len(_scale_logs())} scale logs read right — including an overflow right "
-                 "after a growth and a run where every step is skipped (an inf in the forward pass).")
+                 "after a growth, a back-off to an earlier scale, a scale below 1 and a run where every step is "
+                 "skipped (an inf or NaN that the scale did not cause).")
 
 # --- Task 4: unscale_ and the inf check, by hand ------------------------------------------------------------------
 
@@ -321,14 +376,21 @@ def _torch_unscale(grads: list[torch.Tensor], scale: float) -> tuple[list[torch.
 def _unscale_cases() -> list[tuple[str, list[torch.Tensor], float]]:
     g = torch.Generator().manual_seed(3)
     clean = [torch.randn(5, 4, generator=g) * 3000, torch.randn(7, generator=g) * 40]
-    with_inf = [clean[0].clone(), clean[1].clone()]
-    with_inf[1][3] = float("inf")
-    with_nan = [clean[0].clone(), clean[1].clone()]
-    with_nan[0][2, 1] = float("nan")
+
+    def planted(index, where, value):
+        grads = [clean[0].clone(), clean[1].clone()]
+        grads[index][where] = value
+        return grads
+
+    # the non-finite cases in an order that tells the mistakes apart: +inf first, then NaN, -inf, the second tensor
     return [("clean gradients, scale 2**16", clean, 2.0**16),
             ("clean gradients, a scale that is not a power of two (3 × 2**10)", clean, 3.0 * 2**10),
-            ("an inf in the second gradient", with_inf, 2.0**16),
-            ("a NaN in the first gradient", with_nan, 2.0**16)]
+            ("clean gradients, a scale below 1 (0.375, after many back-offs)", clean, 0.375),
+            ("clean gradients, scale 1000 (1/1000 is no float32)", clean, 1000.0),
+            ("an inf in the first gradient", planted(0, (1, 2), float("inf")), 2.0**16),
+            ("a NaN in the first gradient", planted(0, (2, 1), float("nan")), 2.0**16),
+            ("a -inf in the first gradient", planted(0, (0, 0), -float("inf")), 2.0**16),
+            ("an inf in the second gradient only", planted(1, 3, float("inf")), 2.0**16)]
 
 
 def unscale_by_hand(fn) -> None:
@@ -350,18 +412,27 @@ def unscale_by_hand(fn) -> None:
             if want_inf and "NaN" in what:
                 raise fail(task, f"{what}: you missed it. A NaN is as fatal as an inf: test with "
                                  "`torch.isfinite`, which is False for both.")
+            if want_inf and "-inf" in what:
+                raise fail(task, f"{what}: you missed it. An overflow can be -inf as well as +inf: test with "
+                                 "`torch.isfinite` (or `isinf`, which is True for both signs), not `== inf`.")
+            if want_inf and "second" in what:
+                raise fail(task, f"{what}: you missed it: every gradient of the list counts, not only the first.")
             raise fail(task, f"{what}: you said found_inf={got_inf}. found_inf is True exactly when some gradient "
                              "holds an inf or a NaN.")
         if want_inf:
             continue  # the step is skipped: GradScaler's unscaled values do not matter then
         if all(torch.equal(a, b) for a, b in zip(got_grads, grads, strict=True)):
             raise fail(task, f"{what}: the gradients came back unchanged: divide them by the scale.")
+        if all(torch.equal(a, b * scale) for a, b in zip(got_grads, grads, strict=True)):
+            raise fail(task, f"{what}: you multiplied the gradients by the scale; they already are scaled: "
+                             "unscaling divides by it (multiplies by its reciprocal).")
         if any(not torch.equal(a, b) for a, b in zip(got_grads, want, strict=True)):
             division = [t / scale for t in grads]
             if all(torch.equal(a, b) for a, b in zip(got_grads, division, strict=True)):
                 raise fail(task, f"{what}: you divided by the scale; GradScaler multiplies by its float32 "
-                                 "reciprocal, `1 / scale` computed in float64 and rounded to float32 — for a scale "
-                                 "that is not a power of two the results differ in the last bit.")
+                                 "reciprocal, `1 / scale` computed in float64 and rounded to float32 (on CPU and CUDA; "
+                                 "on MPS it takes the reciprocal in float32) — for a scale that is not a power of two "
+                                 "the results differ in the last bit.")
             raise fail(task, f"{what}: the unscaled gradients differ from GradScaler's: multiply each by "
                              "inv_scale = float32(1 / scale).")
     passed(task, "unscaled gradients bit-identical to GradScaler's (float32 reciprocal of the scale), inf and NaN "
@@ -403,7 +474,8 @@ HINTS = {
         ('Two results: the gradients divided by the scale, and a flag. Which values should raise the flag?'
          ' (Lesson 04: what makes scaler.step skip?)'),
         ('GradScaler does not divide: it multiplies by inv_scale, the reciprocal computed in float64 and '
-         'rounded to float32. The flag is True when any gradient holds an inf *or* a NaN.'),
+         'rounded to float32 (on CPU and CUDA; on MPS in float32). The flag is True when any gradient holds '
+         'an inf *or* a NaN, of either sign.'),
         ('inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float(); return [g * inv for g in '
          'grads], not all(torch.isfinite(g).all() for g in grads).'),
     ],

@@ -22,11 +22,15 @@ def questions() -> list[Question]:
         ),
         Question(
             "Why is backward() called outside the autocast region?",
-            ["it would crash inside", "backward ops already run in the dtypes the forward chose",
+            ["it would crash inside",
+             "outside, each backward op runs in the dtypes its forward chose; inside, autocast would recast the "
+             "backward ops on its lists too",
              "to save the cast cache"],
             answer=1,
-            why="Backward ops follow their forward ops' dtypes; the trace is identical either way, so the region "
-                "adds nothing.",
+            why="The autograd engine runs backward under the autocast state of the thread that calls backward(): "
+                "inside the region, backward ops on a list are recast (torch.linalg.inv's two backward matmuls "
+                "ran in bfloat16 instead of float32, and the gradient changed). torch's docstring: \"Backward "
+                "passes under autocast are not recommended.\"",
         ),
         Question(
             "Inside `with torch.autocast('cpu', enabled=False):`, what happens to h @ w.T for a bfloat16 h "

@@ -19,10 +19,13 @@ def questions() -> list[Question]:
         ),
         Question(
             "How can you tell, with the public API, that the last step was skipped?",
-            ["scaler.get_scale() went down at update()", "the loss is NaN", "optimizer.state is empty"],
+            ["scaler.get_scale() went down at update()", "the loss is NaN",
+             "scaler.step(optimizer) returned None"],
             answer=0,
             why="update() lowers the scale only after an overflow, and an overflow is exactly when the step is "
-                "skipped.",
+                "skipped. The loss is usually finite on a skipped step (the overflow is in the scaled backward "
+                "pass), and scaler.step returns what optimizer.step returns — None for SGD or Adam whether it "
+                "ran or not.",
         ),
         Question(
             "scaler.step(optimizer) raises `ValueError: Attempting to unscale FP16 gradients.` What did you do?",

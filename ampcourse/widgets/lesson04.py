@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 import numpy as np
+import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -277,15 +278,23 @@ def _count(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
+def reciprocal_overflows(scale: float) -> bool:
+    """Whether GradScaler's ``inv_scale`` for this scale is inf: ``1 / scale`` computed in float64 and rounded
+    to float32 (``torch/amp/grad_scaler.py``, ``unscale_``), inf for a scale of 0 or below about 2^-128."""
+    return math.isinf(torch.tensor(scale, dtype=torch.float64).reciprocal().float().item())
+
+
 def interpret(data: DynamicsData) -> str:
     """One line: what the scale did, and why (used in the readout)."""
     trace = data.trace
     g, b, interval = trace.growth_factor, trace.backoff_factor, trace.growth_interval
     up, down = data.growths * math.log2(g), data.backoffs * math.log2(1 / b)
     start, final = trace.scales[0], trace.final_scale
-    if final == 0 or data.min_scale == 0:
-        return ("Collapsed: the scale underflowed float32 to exactly 0 — every gradient is now multiplied by 0, "
-                "training silently stops (and a scale of 0 never recovers).")
+    if reciprocal_overflows(data.min_scale):
+        where = "to exactly 0" if data.min_scale == 0 else "below 2^-128"
+        return (f"Collapsed: the scale fell {where}, where GradScaler's float32 1/scale is inf — the first clean "
+                "step there unscales every gradient to inf or NaN (0 × inf) and writes it into every weight: "
+                "training is destroyed, not paused.")
     if data.blocked_growths:
         refused = f"{_count(data.blocked_growths, 'growth')} {'was' if data.blocked_growths == 1 else 'were'}"
         return (f"Runaway: the scale climbed to float32's ceiling (about 2^128) and {refused} refused there "
