@@ -298,9 +298,9 @@ def _check_scaled_mm_contract(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: 
     return out_dtype
 
 
-def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, *, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                       bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-                       use_fast_accum: bool = False) -> torch.Tensor:
+def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                       bias: torch.Tensor | None = None, scale_result: torch.Tensor | None = None,
+                       out_dtype: torch.dtype | None = None, use_fast_accum: bool = False) -> torch.Tensor:
     """What ``torch._scaled_mm`` computes with per-tensor scales, by hand — for a machine where it cannot run.
 
     ``(a · scale_a) @ (b · scale_b) (+ bias)`` from the exact FP8 values in FP32, then cast to ``out_dtype`` —
@@ -308,12 +308,18 @@ def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, *, scale_a: torch.Tenso
     holds its inputs to ``_scaled_mm``'s contract, so an answer that works here works there: FP8 operands,
     one-element float32 scales, on CUDA a row-major ``a`` and a column-major ``b`` with k, n multiples of 16.
     This is torch 2.13's own CPU fallback (``_scaled_mm_out_cpu_emulated``); only the summation order may
-    differ. ``use_fast_accum`` (a CUDA accumulator mode) changes nothing here.
+    differ. The parameters are ``torch._scaled_mm``'s, in its order; ``scale_result`` divides an FP8 output;
+    ``use_fast_accum`` (a CUDA accumulator mode) changes nothing here.
     """
     dtype = _check_scaled_mm_contract(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    if scale_result is not None and (not isinstance(scale_result, torch.Tensor) or scale_result.numel() != 1
+                                     or scale_result.dtype != torch.float32):
+        raise ValueError(f"scale_result must be None or a float32 tensor with one element (got {scale_result!r})")
     out = (a.float() * scale_a.float()) @ (b.float() * scale_b.float())
     if bias is not None:
         out = out + bias.float()
+    if scale_result is not None and dtype in FORMATS.values():
+        out = out * (1 / scale_result.float())
     return out.to(dtype)
 
 
