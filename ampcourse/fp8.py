@@ -21,8 +21,10 @@ Facts checked against torch 2.13 (``torch/headeronly/util/Float8_e4m3fn.h``) and
   (``torchao.float8.float8_utils.to_fp8_saturated``), and so does :func:`to_fp8`;
 * ``torch._scaled_mm(a, b, scale_a=..., scale_b=...)`` computes ``(a · scale_a) @ (b · scale_b)``: its scales
   are the *dequantisation* factors, the reciprocals of the scales the tensors were multiplied by;
-* torchao 0.18's ``ScalingType`` has only ``DYNAMIC`` and ``DISABLED``: delayed scaling was removed, so the
-  lesson teaches it with :func:`simulate_scaling`.
+* torchao 0.18's ``ScalingType`` has only ``DYNAMIC`` and ``DISABLED``: delayed scaling was deprecated in 0.9 and
+  deleted in 0.10 (pytorch/ao#1680, #1753: complexity, no users, dynamic scaling more accurate); Transformer
+  Engine's ``DelayedScaling`` recipe keeps it (history 1024, ``max``), so the lesson teaches it with
+  :func:`simulate_scaling`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ __all__ = [
     "fp8_tensor_cores", "import_torchao", "limits_table", "scale_from_amax", "scaled_mm", "simulate_scaling",
     "to_float8", "to_fp8", "emulated_scaled_mm", "fp8_matmul_available",
     "ROLES", "ROLE_FORMAT", "TensorSample", "accuracy_table", "collect_tensors", "curves_png",
-    "fate_table", "range_png",
+    "fate_table", "range_png", "train_step", "fp8_friendly", "SCALED_MM_OUT_DTYPES", "MAX_SEEDS",
 ]
 
 E4M3 = torch.float8_e4m3fn
@@ -595,22 +597,26 @@ def fp8_tensor_cores(device: torch.device | str) -> bool:
     return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
-def _fp8_friendly(module: nn.Module, fqn: str) -> bool:
-    """torchao's usual filter: FP8 matrix products need both sizes divisible by 16 (here: not the 10-way head)."""
+def fp8_friendly(module: nn.Module, fqn: str) -> bool:
+    """The module filter :func:`to_float8` gives torchao: ``_scaled_mm`` needs k and n divisible by 16 (here it
+    leaves out only the 10-way head; the first layer, 64 → 256, is converted)."""
     return isinstance(module, nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
 def to_float8(model: nn.Module, device: torch.device | str) -> nn.Module:
     """``torchao.float8.convert_to_float8_training`` on ``model`` (in place, returned): every ``nn.Linear`` whose
-    sizes are multiples of 16 becomes a ``Float8Linear`` (dynamic per-tensor scaling: input and weight E4M3,
-    gradients E5M2). Without FP8 Tensor Cores it emulates the matrix products (``emulate=True``: the same FP8
-    casts, then an FP32 product of the dequantised operands — what the Tensor Cores compute, slower)."""
+    sizes are multiples of 16 becomes a ``Float8Linear`` (torchao's default "tensorwise" recipe: dynamic per-tensor
+    scales, input and weight E4M3, output gradients E5M2). Without FP8 Tensor Cores it emulates the matrix
+    products (``emulate=True``): the same FP8 casts, then an FP32 product of the dequantised operands. That
+    reproduces the casts, not the accumulator: on the GPU the forward product uses fast accumulation by default
+    (``gemm_config_output=Float8GemmConfig(use_fast_accum=True)``; a no-op under emulation), the two backward
+    products do not."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
     device = as_device("device", device)
     float8 = import_torchao()
     config = float8.Float8LinearConfig(emulate=not fp8_tensor_cores(device))
-    return float8.convert_to_float8_training(model, config=config, module_filter_fn=_fp8_friendly)
+    return float8.convert_to_float8_training(model, config=config, module_filter_fn=fp8_friendly)
 
 
 PRECISIONS = ("fp32", "bf16", "fp8")
@@ -626,7 +632,7 @@ class PrecisionRun:
     accuracy: float
 
 
-def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                 autocast: bool) -> float:
     """One step: bf16 autocast around the forward (off for FP32), backward, AdamW step. No GradScaler: bf16 and
     torchao's FP8 (per-tensor scales, E5M2 gradients) need none."""
@@ -682,7 +688,7 @@ def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, dev
                 perm = torch.randperm(len(x_train), generator=order).to(device)
                 for start in range(0, len(perm) - batch + 1, batch):
                     idx = perm[start:start + batch]
-                    losses.append(_train_step(model, optimizer, x_train[idx], y_train[idx], precision != "fp32"))
+                    losses.append(train_step(model, optimizer, x_train[idx], y_train[idx], precision != "fp32"))
             model.eval()
             with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16,
                                                  enabled=precision != "fp32"):
@@ -754,7 +760,7 @@ def collect_tensors(steps: int = 10, seed: int = 0) -> TensorSample:
     order = torch.randperm(len(x_all), generator=torch.Generator().manual_seed(seed))
     for step in range(steps):
         idx = order[(step * 64) % (len(order) - 64):][:64]
-        _train_step(model, optimizer, x_all[idx], y_all[idx], autocast=False)
+        train_step(model, optimizer, x_all[idx], y_all[idx], autocast=False)
     kept: dict[str, list[torch.Tensor]] = {role: [] for role in ROLES}
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     grads: dict[int, torch.Tensor] = {}

@@ -204,3 +204,35 @@ def test_scaled_mm_falls_back_where_the_cpu_has_no_fp8_matmul(monkeypatch):
 
 def test_fp8_matmul_probe_is_a_bool_and_cached():
     assert isinstance(fp8.fp8_matmul_available(), bool) and "cpu" in fp8._FP8_MATMUL
+
+
+def _cuda_fp8():
+    return torch.cuda.is_available() and fp8.fp8_tensor_cores("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_fp8(), reason="needs a CUDA GPU with FP8 Tensor Cores")
+def test_emulated_scaled_mm_matches_and_refuses_like_cuda_scaled_mm():
+    """On FP8 Tensor Cores: the same result as torch._scaled_mm for a valid call (FP32 out, no fast accumulation),
+    and each call CUDA refuses (row-major b, float64 scales, k not a multiple of 16) is refused by the emulation."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(32, 64, generator=g).cuda()
+    w = (torch.randn(48, 64, generator=g) * 1e-3).cuda()
+    sx, sw = scale_from_amax(amax(x), E4M3).cuda(), scale_from_amax(amax(w), E4M3).cuda()
+    x8, w8 = to_fp8(x, sx, E4M3), to_fp8(w, sw, E4M3)
+    kwargs = {"scale_a": 1 / sx, "scale_b": 1 / sw, "out_dtype": torch.float32}
+    real = torch._scaled_mm(x8, w8.t(), **kwargs)
+    emulated = fp8.emulated_scaled_mm(x8, w8.t(), **kwargs)
+    assert float((real - emulated).norm() / real.norm()) < 1e-3
+    assert torch._scaled_mm(x8, w8.t(), scale_a=1 / sx, scale_b=1 / sw).dtype == E4M3  # out_dtype defaults to a's
+    bad = {
+        "row-major b": ((x8, w8.t().contiguous()), kwargs),
+        "float64 scales": ((x8, w8.t()), kwargs | {"scale_a": (1 / sx).double(), "scale_b": (1 / sw).double()}),
+        "k not a multiple of 16": ((x8[:, :40], w8[:, :40].t()), kwargs),
+    }
+    for label, (args, kw) in bad.items():
+        with pytest.raises((RuntimeError, ValueError)):
+            torch._scaled_mm(*args, **kw)
+        with pytest.raises(ValueError):
+            fp8.emulated_scaled_mm(*args, **kw)
+        print("both refuse:", label)
