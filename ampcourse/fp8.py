@@ -21,8 +21,10 @@ Facts checked against torch 2.13 (``torch/headeronly/util/Float8_e4m3fn.h``) and
   (``torchao.float8.float8_utils.to_fp8_saturated``), and so does :func:`to_fp8`;
 * ``torch._scaled_mm(a, b, scale_a=..., scale_b=...)`` computes ``(a · scale_a) @ (b · scale_b)``: its scales
   are the *dequantisation* factors, the reciprocals of the scales the tensors were multiplied by;
-* torchao 0.18's ``ScalingType`` has only ``DYNAMIC`` and ``DISABLED``: delayed scaling was removed, so the
-  lesson teaches it with :func:`simulate_scaling`.
+* torchao 0.18's ``ScalingType`` has only ``DYNAMIC`` and ``DISABLED``: delayed scaling was deprecated in 0.9 and
+  deleted in 0.10 (pytorch/ao#1680, #1753: complexity, no users, dynamic scaling more accurate); Transformer
+  Engine's ``DelayedScaling`` recipe keeps it (history 1024, ``max``), so the lesson teaches it with
+  :func:`simulate_scaling`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ __all__ = [
     "fp8_tensor_cores", "import_torchao", "limits_table", "scale_from_amax", "scaled_mm", "simulate_scaling",
     "to_float8", "to_fp8", "emulated_scaled_mm", "fp8_matmul_available",
     "ROLES", "ROLE_FORMAT", "TensorSample", "accuracy_table", "collect_tensors", "curves_png",
-    "fate_table", "range_png",
+    "fate_table", "range_png", "train_step", "fp8_friendly", "SCALED_MM_OUT_DTYPES", "MAX_SEEDS",
 ]
 
 E4M3 = torch.float8_e4m3fn
@@ -186,8 +188,11 @@ def scale_from_amax(amax_value: torch.Tensor | float, fmt: str | torch.dtype, ma
     value = torch.as_tensor(amax_value, dtype=torch.float64).detach()
     if value.numel() != 1 or not bool(torch.isfinite(value)) or float(value) < 0:
         raise ValueError(f"amax_value must be one finite number >= 0 (got {amax_value!r})")
-    scale = torch.finfo(dtype).max / value.clamp(min=EPS) / 2.0**margin
-    return scale.reshape(()).to(torch.float32)
+    scale = (torch.finfo(dtype).max / value.clamp(min=EPS) / 2.0**margin).reshape(()).to(torch.float32)
+    if not 0 < float(scale) < math.inf:
+        raise ValueError(f"margin={margin} with amax_value={float(value):g} gives a scale of {float(scale):g}, "
+                         "outside float32's range: a margin is a few binades (0 to 4)")
+    return scale
 
 
 def to_fp8(x: torch.Tensor, scale: torch.Tensor | float, fmt: str | torch.dtype) -> torch.Tensor:
@@ -206,6 +211,15 @@ def to_fp8(x: torch.Tensor, scale: torch.Tensor | float, fmt: str | torch.dtype)
     return (x.float() * scale.to(x.device)).clamp(-top, top).to(dtype)
 
 
+def _inverse_scale(name: str, scale: Any) -> torch.Tensor:
+    """``1 / scale`` as a float32 scalar tensor; a scale so small that its reciprocal overflows is refused."""
+    inverse = 1 / _scale_tensor(name, scale)
+    if not bool(torch.isfinite(inverse)):
+        raise ValueError(f"{name} is too small ({float(scale):g}): its reciprocal, the dequantisation factor "
+                         "torch._scaled_mm gets, overflows float32 (the smallest usable scale is about 3e-39)")
+    return inverse
+
+
 def _scale_tensor(name: str, scale: Any) -> torch.Tensor:
     if isinstance(scale, bool) or not isinstance(scale, (int, float, torch.Tensor)):
         raise TypeError(f"{name} must be a positive number or a scalar float32 tensor (got {scale!r})")
@@ -221,8 +235,11 @@ _FP8_MATMUL: dict[str, bool] = {}
 def fp8_matmul_available(device: torch.device | str = "cpu") -> bool:
     """Whether ``torch._scaled_mm`` runs on this device (probed once per device type, then cached).
 
-    On CUDA it needs FP8 Tensor Cores; on a CPU, oneDNN's FP8 matmul, which needs AVX-512 or AMX: on an
-    AVX2-only CPU (or under ``DNNL_MAX_CPU_ISA=AVX2``) it raises "could not create a primitive descriptor".
+    On CUDA it needs FP8 Tensor Cores (compute capability 8.9+). On a CPU, torch 2.13 always has it: on a CPU
+    with AMX, oneDNN's FP8 matmul; on every other CPU, ``_scaled_mm_out_cpu_emulated`` (the FP8 operands
+    converted to float32, multiplied by the scales, ``at::matmul``) — no speed-up either way. It raises ("could
+    not create a primitive descriptor") only on an AMX CPU whose oneDNN is held below AMX
+    (``DNNL_MAX_CPU_ISA=AVX2``, the course's second test pass): there :func:`emulated_scaled_mm` stands in.
     """
     device = as_device("device", device)
     if device.type not in _FP8_MATMUL:
@@ -236,21 +253,76 @@ def fp8_matmul_available(device: torch.device | str = "cpu") -> bool:
     return _FP8_MATMUL[device.type]
 
 
-def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, *, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                       out_dtype: torch.dtype = torch.float32, **_: Any) -> torch.Tensor:
-    """What ``torch._scaled_mm`` computes, by hand: ``(a · scale_a) @ (b · scale_b)`` from the exact FP8 values, in
-    FP32, then ``out_dtype`` — for machines without an FP8 matmul (only the summation order may differ)."""
+#: The output dtypes ``torch._scaled_mm`` produces: a float (the usual) or FP8 again (the default: ``a.dtype``).
+SCALED_MM_OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, E4M3, E5M2)
+
+
+def _check_scaled_mm_contract(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, out_dtype: Any,
+                              use_fast_accum: Any) -> torch.dtype:
+    """``torch._scaled_mm``'s contract for per-tensor scales (torch 2.13's ``_check_scaled_mm_sizes`` and
+    ``_scaled_mm_out_cpu_emulated``); returns the output dtype (``a.dtype`` when ``out_dtype`` is None)."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise TypeError(f"{name} must be a 2-D tensor (got {getattr(t, 'shape', type(t).__name__)})")
+        if t.dtype not in FORMATS.values():
+            raise TypeError(f"{name} must be a float8_e4m3fn or float8_e5m2 tensor, as torch._scaled_mm takes it "
+                            f"(got {t.dtype}): cast it with .to(torch.float8_e4m3fn) first")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: a's columns must equal b's rows")
     for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, as torch._scaled_mm takes it (got {type(t).__name__})")
+        if t.numel() != 1 or t.dtype != torch.float32:
+            raise ValueError(f"{name} must be a float32 tensor with one element (a per-tensor scale), as "
+                             f"torch._scaled_mm wants it (got {t.dtype} with {t.numel()} elements)")
+    if a.device.type == "cuda":  # the CUDA kernels' layout rules (torch's _check_scaled_mm_sizes)
+        if not (a.stride(1) == 1 and a.stride(0) >= a.shape[1]):
+            raise ValueError(f"a must be row-major on CUDA (got stride {a.stride()}): pass x8.contiguous()")
+        if not (b.stride(0) == 1 and b.stride(1) >= b.shape[0]):
+            raise ValueError(f"b must be column-major on CUDA (got stride {b.stride()}): pass w8.t() of a row-major "
+                             "(n, k) weight, not w8.t().contiguous()")
+        if a.shape[1] % 16 or b.shape[1] % 16:
+            raise ValueError(f"on CUDA the sizes k and n must be multiples of 16 (got a {tuple(a.shape)}, "
+                             f"b {tuple(b.shape)})")
+    if bias is not None:
+        if (not isinstance(bias, torch.Tensor) or bias.numel() != b.shape[1]
+                or bias.dtype not in (torch.float32, torch.bfloat16, torch.float16)):
+            raise ValueError(f"bias must be None or a float32/bfloat16/float16 tensor of {b.shape[1]} elements "
+                             f"(got {getattr(bias, 'shape', type(bias).__name__)})")
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(f"use_fast_accum must be True or False (got {use_fast_accum!r})")
+    if out_dtype is None:
+        return a.dtype
     if not isinstance(out_dtype, torch.dtype):
         raise TypeError(f"out_dtype must be a torch.dtype such as torch.float32 (got {out_dtype!r})")
-    return ((a.float() * scale_a.float()) @ (b.float() * scale_b.float())).to(out_dtype)
+    if out_dtype not in SCALED_MM_OUT_DTYPES:
+        raise ValueError(f"out_dtype must be one of {[str(d) for d in SCALED_MM_OUT_DTYPES]} (got {out_dtype})")
+    return out_dtype
+
+
+def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                       bias: torch.Tensor | None = None, scale_result: torch.Tensor | None = None,
+                       out_dtype: torch.dtype | None = None, use_fast_accum: bool = False) -> torch.Tensor:
+    """What ``torch._scaled_mm`` computes with per-tensor scales, by hand — for a machine where it cannot run.
+
+    ``(a · scale_a) @ (b · scale_b) (+ bias)`` from the exact FP8 values in FP32, then cast to ``out_dtype`` —
+    which defaults to ``a.dtype`` (FP8), as ``torch._scaled_mm``'s does: pass ``out_dtype=torch.float32``. It
+    holds its inputs to ``_scaled_mm``'s contract, so an answer that works here works there: FP8 operands,
+    one-element float32 scales, on CUDA a row-major ``a`` and a column-major ``b`` with k, n multiples of 16.
+    This is torch 2.13's own CPU fallback (``_scaled_mm_out_cpu_emulated``); only the summation order may
+    differ. The parameters are ``torch._scaled_mm``'s, in its order; ``scale_result`` divides an FP8 output;
+    ``use_fast_accum`` (a CUDA accumulator mode) changes nothing here.
+    """
+    dtype = _check_scaled_mm_contract(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    if scale_result is not None and (not isinstance(scale_result, torch.Tensor) or scale_result.numel() != 1
+                                     or scale_result.dtype != torch.float32):
+        raise ValueError(f"scale_result must be None or a float32 tensor with one element (got {scale_result!r})")
+    out = (a.float() * scale_a.float()) @ (b.float() * scale_b.float())
+    if bias is not None:
+        out = out + bias.float()
+    if scale_result is not None and dtype in FORMATS.values():
+        out = out * (1 / scale_result.float())
+    return out.to(dtype)
 
 
 def scaled_mm(a_fp8: torch.Tensor, a_scale: torch.Tensor | float, b_fp8: torch.Tensor, b_scale: torch.Tensor | float,
@@ -259,8 +331,10 @@ def scaled_mm(a_fp8: torch.Tensor, a_scale: torch.Tensor | float, b_fp8: torch.T
     the reciprocal scales (torch's scales dequantise), products accumulated in FP32, result in ``out_dtype``.
 
     ``a_fp8`` is ``(m, k)`` and ``b_fp8`` is ``(k, n)``; on CUDA, ``b`` must be column-major (pass ``w8.t()`` of a
-    row-major ``(n, k)`` weight, as ``F.linear`` would) and m, k, n multiples of 16. Where ``torch._scaled_mm``
-    cannot run (:func:`fp8_matmul_available`), :func:`emulated_scaled_mm` does the same arithmetic.
+    row-major ``(n, k)`` weight, as ``F.linear`` would) and k and n multiples of 16 (m is free; in training the
+    weight-gradient product contracts over the tokens, so batch × sequence must be a multiple of 16 as well).
+    Where ``torch._scaled_mm`` cannot run (:func:`fp8_matmul_available`), :func:`emulated_scaled_mm` does the
+    same arithmetic.
     """
     for name, t in (("a_fp8", a_fp8), ("b_fp8", b_fp8)):
         if not isinstance(t, torch.Tensor) or t.dtype not in FORMATS.values() or t.dim() != 2:
@@ -270,8 +344,8 @@ def scaled_mm(a_fp8: torch.Tensor, a_scale: torch.Tensor | float, b_fp8: torch.T
         raise ValueError(f"a_fp8 is {tuple(a_fp8.shape)} and b_fp8 is {tuple(b_fp8.shape)}: inner sizes differ")
     if out_dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"out_dtype must be torch.float32, torch.bfloat16 or torch.float16 (got {out_dtype!r})")
-    inv_a = (1 / _scale_tensor("a_scale", a_scale)).to(a_fp8.device)
-    inv_b = (1 / _scale_tensor("b_scale", b_scale)).to(b_fp8.device)
+    inv_a = _inverse_scale("a_scale", a_scale).to(a_fp8.device)
+    inv_b = _inverse_scale("b_scale", b_scale).to(b_fp8.device)
     matmul = torch._scaled_mm if fp8_matmul_available(a_fp8.device) else emulated_scaled_mm
     return matmul(a_fp8, b_fp8, scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype)
 
@@ -412,12 +486,35 @@ def _fates(exponent_of_top: np.ndarray, fmt: torch.dtype) -> tuple[np.ndarray, n
     return saturated, flushed
 
 
+def _previous_max(values: np.ndarray, history: int) -> np.ndarray:
+    """``out[t] = max(values[max(0, t - history):t])`` for t >= 1, ``out[0] = values[0]``: the largest of the
+    previous ``history`` entries, in O(n) (van Herk / Gil-Werman: running maxima within blocks of ``history``,
+    forwards and backwards, so any window is the max of one block's suffix and the next block's prefix)."""
+    n = len(values)
+    h = min(history, n)
+    low = np.iinfo(np.int64).min
+    blocks = -(-n // h)
+    padded = np.full(blocks * h, low, dtype=np.int64)
+    padded[:n] = values
+    grid = padded.reshape(blocks, h)
+    prefix = np.maximum.accumulate(grid, axis=1).ravel()
+    suffix = np.maximum.accumulate(grid[:, ::-1], axis=1)[:, ::-1].ravel()
+    out = np.empty(n, dtype=np.int64)
+    out[0] = values[0]
+    start = np.maximum(np.arange(1, n) - history, 0)  # window [start, t - 1]
+    end = np.arange(0, n - 1)
+    full = end - start + 1 == h
+    out[1:] = np.where(full, np.maximum(suffix[start], prefix[end]), np.maximum.accumulate(values)[end])
+    return out
+
+
 def simulate_scaling(log2_amax: Sequence[int] | np.ndarray, history: int | None, margin: int = 0,
                      fmt: str | torch.dtype = "e4m3") -> ScalingTrace:
     """Per-tensor scaling over steps: ``history=None`` is dynamic (the scale comes from this step's amax);
-    ``history=H`` is delayed scaling, as Transformer Engine and torchao < 0.9 did it: the scale comes from the
+    ``history=H`` is delayed scaling, as Transformer Engine does it (and torchao up to 0.9): the scale comes from the
     largest amax of the previous ``H`` steps, then this step's amax joins the history (the first step has no
-    history and uses its own amax). The scale is ``max / amax / 2**margin``.
+    history and, here, uses its own amax; Transformer Engine starts from scale 1). The scale is
+    ``max / amax / 2**margin``. At most :data:`MAX_AMAX_STEPS` steps.
 
     The values of each step are :data:`COUNTS` values at ``2**(log2_amax - k)``; the counts of saturated and
     flushed values are exact (integer exponents), so a trace is the same on every machine.
@@ -433,17 +530,14 @@ def simulate_scaling(log2_amax: Sequence[int] | np.ndarray, history: int | None,
     values = np.asarray(log2_amax)
     if values.ndim != 1 or values.size == 0 or not np.issubdtype(values.dtype, np.integer):
         raise ValueError("log2_amax must be a non-empty 1-D list of ints (exponents of two)")
+    if values.size > MAX_AMAX_STEPS:
+        raise ValueError(f"log2_amax must have at most {MAX_AMAX_STEPS:,} steps (got {values.size:,}): the "
+                         f"simulation holds {SPREAD + 1} numbers per step in memory")
     values = values.astype(np.int64)
     if history is not None:
         history = as_int("history", history, minimum=1)
     margin = as_int("margin", margin, minimum=0)
-    if history is None:
-        used = values.copy()
-    else:
-        used = np.empty_like(values)
-        used[0] = values[0]
-        for t in range(1, len(values)):
-            used[t] = values[max(0, t - history):t].max()
+    used = values.copy() if history is None else _previous_max(values, history)
     saturated, flushed = _fates(values - used - margin, dtype)
     return ScalingTrace(_name(dtype), history, margin, values, used, saturated, flushed)
 
@@ -503,21 +597,26 @@ def fp8_tensor_cores(device: torch.device | str) -> bool:
     return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
-def _fp8_friendly(module: nn.Module, fqn: str) -> bool:
-    """torchao's usual filter: FP8 matrix products need both sizes divisible by 16 (here: not the 10-way head)."""
+def fp8_friendly(module: nn.Module, fqn: str) -> bool:
+    """The module filter :func:`to_float8` gives torchao: ``_scaled_mm`` needs k and n divisible by 16 (here it
+    leaves out only the 10-way head; the first layer, 64 → 256, is converted)."""
     return isinstance(module, nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
 def to_float8(model: nn.Module, device: torch.device | str) -> nn.Module:
     """``torchao.float8.convert_to_float8_training`` on ``model`` (in place, returned): every ``nn.Linear`` whose
-    sizes are multiples of 16 becomes a ``Float8Linear`` (dynamic per-tensor scaling: input and weight E4M3,
-    gradients E5M2). Without FP8 Tensor Cores it emulates the matrix products (``emulate=True``: the same FP8
-    casts, then an FP32 product of the dequantised operands — what the Tensor Cores compute, slower)."""
+    sizes are multiples of 16 becomes a ``Float8Linear`` (torchao's default "tensorwise" recipe: dynamic per-tensor
+    scales, input and weight E4M3, output gradients E5M2). Without FP8 Tensor Cores it emulates the matrix
+    products (``emulate=True``): the same FP8 casts, then an FP32 product of the dequantised operands. That
+    reproduces the casts, not the accumulator: on the GPU the forward product uses fast accumulation by default
+    (``gemm_config_output=Float8GemmConfig(use_fast_accum=True)``; a no-op under emulation), the two backward
+    products do not."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    device = as_device("device", device)
     float8 = import_torchao()
     config = float8.Float8LinearConfig(emulate=not fp8_tensor_cores(device))
-    return float8.convert_to_float8_training(model, config=config, module_filter_fn=_fp8_friendly)
+    return float8.convert_to_float8_training(model, config=config, module_filter_fn=fp8_friendly)
 
 
 PRECISIONS = ("fp32", "bf16", "fp8")
@@ -533,7 +632,7 @@ class PrecisionRun:
     accuracy: float
 
 
-def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                 autocast: bool) -> float:
     """One step: bf16 autocast around the forward (off for FP32), backward, AdamW step. No GradScaler: bf16 and
     torchao's FP8 (per-tensor scales, E5M2 gradients) need none."""
@@ -546,6 +645,7 @@ def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
 
 
 MAX_EPOCHS = 50
+MAX_SEEDS = 20
 
 
 def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, device: torch.device | str = "cpu",
@@ -557,6 +657,9 @@ def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, dev
 
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
         raise TypeError(f"seeds must be a non-empty list of ints (got {seeds!r})")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"seeds must hold at most {MAX_SEEDS} seeds (got {len(seeds):,}): each trains "
+                         f"{len(PRECISIONS)} models")
     seeds = [as_int("seed", s, minimum=0) for s in seeds]
     epochs = as_int("epochs", epochs, minimum=1)
     if epochs > MAX_EPOCHS:
@@ -585,7 +688,7 @@ def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, dev
                 perm = torch.randperm(len(x_train), generator=order).to(device)
                 for start in range(0, len(perm) - batch + 1, batch):
                     idx = perm[start:start + batch]
-                    losses.append(_train_step(model, optimizer, x_train[idx], y_train[idx], precision != "fp32"))
+                    losses.append(train_step(model, optimizer, x_train[idx], y_train[idx], precision != "fp32"))
             model.eval()
             with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16,
                                                  enabled=precision != "fp32"):
@@ -598,7 +701,7 @@ def compare_precisions(seeds: Sequence[int] = (0, 1, 2), *, epochs: int = 4, dev
 
 def _check_runs(runs: Any) -> None:
     """``runs`` is what :func:`compare_precisions` returns: precision → a non-empty list of PrecisionRun."""
-    if not isinstance(runs, dict) or not all(
+    if not isinstance(runs, dict) or not runs or not all(
             isinstance(v, (list, tuple)) and v and all(isinstance(r, PrecisionRun) for r in v) for v in runs.values()):
         raise TypeError("runs must be what compare_precisions returns: a dict from precision to a non-empty list of "
                         "PrecisionRun")
@@ -657,7 +760,7 @@ def collect_tensors(steps: int = 10, seed: int = 0) -> TensorSample:
     order = torch.randperm(len(x_all), generator=torch.Generator().manual_seed(seed))
     for step in range(steps):
         idx = order[(step * 64) % (len(order) - 64):][:64]
-        _train_step(model, optimizer, x_all[idx], y_all[idx], autocast=False)
+        train_step(model, optimizer, x_all[idx], y_all[idx], autocast=False)
     kept: dict[str, list[torch.Tensor]] = {role: [] for role in ROLES}
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     grads: dict[int, torch.Tensor] = {}
@@ -732,9 +835,7 @@ def curves_png(runs: dict[str, list[PrecisionRun]]) -> bytes:
 
     from .widgets.base import COLORS, figure_png
 
-    if not isinstance(runs, dict) or not runs or not all(isinstance(r, PrecisionRun) for v in runs.values()
-                                                         for r in v):
-        raise TypeError("runs must be the dict compare_precisions() returns")
+    _check_runs(runs)
     fig = Figure(figsize=(7.5, 3.4))
     ax = fig.add_subplot()
     styles = {"fp32": (COLORS["blue"], "-"), "bf16": (COLORS["green"], "--"), "fp8": (COLORS["vermillion"], ":")}

@@ -351,7 +351,8 @@ def test_fp8_sizes_that_cannot_finish_are_refused_with_the_limit():
 @pytest.mark.parametrize(("kwargs", "error", "words"), [
     ({"a": "x"}, TypeError, "a must be a 2-D tensor"),
     ({"b": torch.ones(3)}, TypeError, "b must be a 2-D tensor"),
-    ({"b": torch.ones(3, 2)}, ValueError, r"a is \(2, 2\) and b is \(3, 2\): a's columns must equal b's rows"),
+    ({"b": torch.ones(3, 2).to(torch.float8_e4m3fn)}, ValueError,
+     r"a is \(2, 2\) and b is \(3, 2\): a's columns must equal b's rows"),
     ({"scale_a": 1.0}, TypeError, "scale_a must be a tensor"),
     ({"out_dtype": "float32"}, TypeError, "out_dtype must be a torch.dtype"),
 ])
@@ -359,10 +360,12 @@ def test_emulated_scaled_mm_checks_its_operands(kwargs, error, words):
     from ampcourse import fp8
 
     one = torch.ones(())
-    args = {"a": torch.ones(2, 2), "b": torch.ones(2, 2), "scale_a": one, "scale_b": one} | kwargs
+    ones = torch.ones(2, 2).to(fp8.E4M3)
+    args = {"a": ones, "b": ones, "scale_a": one, "scale_b": one} | kwargs
     with pytest.raises(error, match=words):
         fp8.emulated_scaled_mm(**args)
-    assert fp8.emulated_scaled_mm(torch.ones(2, 2), torch.ones(2, 2), scale_a=one, scale_b=one).tolist() == [[2, 2]] * 2
+    out = fp8.emulated_scaled_mm(ones, ones, scale_a=one, scale_b=one, out_dtype=torch.float32)
+    assert out.tolist() == [[2, 2]] * 2
 
 
 @pytest.mark.parametrize("runs", [None, [], {"fp32": []}, {"fp32": [1.0]}, "fp32"])

@@ -1,160 +1,295 @@
-"""Exercise 10: each check passes the right answer and names each typical mistake (one fixture per mistake)."""
+"""Exercise 10: each check passes answers written in several ways and names each typical mistake (fixtures in the
+shape of tests/grader_fixtures.py), plus the stub and the CPU-without-FP8-matmul path."""
 
+import math
+
+import grader_fixtures
 import pytest
 import torch
 
-from ampcourse.checks import CheckFailed, NotStarted, lesson10
+from ampcourse import fp8 as fp8_module
+from ampcourse.checks import NotStarted, lesson10
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
 
 # ------------------------------------------------------------------------------------------------- task 1
-def cast(amax="abs", invert=False, fmt_max="own", apply=True, divide=False):
+def cast(amax="abs", invert=False, fmt_max="own", apply=True, divide=False, inplace=False, low=None):
     """A scaled_cast with one mistake switched on (the defaults are the right answer)."""
     def scaled_cast(x, fp8_dtype):
-        peak = x.abs().max() if amax == "abs" else x.max()
-        top = torch.finfo(fp8_dtype).max if fmt_max == "own" else 448.0
-        scale = peak / top if invert else top / peak
+        top = torch.finfo(fp8_dtype).max
+        peak = {"abs": x.abs().max(), "signed": x.max(), "mean": x.abs().mean()}[amax]
+        fmt = top if fmt_max == "own" else 448.0
+        scale = peak / fmt if invert else fmt / peak
         if fmt_max == "none":
             scale = torch.tensor(1.0)
-        y = x / scale if divide else (x * scale if apply else x)
-        return y.clamp(-torch.finfo(fp8_dtype).max, torch.finfo(fp8_dtype).max).to(fp8_dtype), scale
+        if inplace:
+            y = x.mul_(scale)
+        elif low is not None:
+            y = (x.to(low) * scale).float()
+        else:
+            y = x / scale if divide else (x * scale if apply else x)
+        return y.clamp(-top, top).to(fp8_dtype), scale
     return scaled_cast
 
 
-def test_task1_right_answer_passes(capsys):
-    lesson10.scaled_cast(cast())
-    assert capsys.readouterr().out.startswith("✓ Task 1 (scaled_cast)")
+def cast_torchao(x, fp8_dtype):
+    from torchao.float8.float8_utils import amax_to_scale, to_fp8_saturated
+
+    scale = amax_to_scale(x.abs().max().float(), fp8_dtype)
+    return to_fp8_saturated(x * scale, fp8_dtype), scale
 
 
-TASK1_MISTAKES = {
-    "scale inverted": (cast(invert=True), "your scale is inverted"),
-    "amax without abs (wrong tensor)": (cast(amax="signed"), "largest \\*signed\\* value"),
-    "E4M3's max for E5M2": (cast(fmt_max="e4m3"), "the other format's max"),
-    "no scale": (cast(fmt_max="none"), "no scaling"),
-    "scale not applied": (cast(apply=False), "cast without the scale"),
-    "divided by the scale": (cast(divide=True), "you divided x by the scale"),
-    "returns only the tensor": (lambda x, d: x.to(d), "should return a tuple of 2"),
-}
-
-
-@pytest.mark.parametrize(("fn", "words"), TASK1_MISTAKES.values(), ids=TASK1_MISTAKES)
-def test_task1_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words) as info:
-        lesson10.scaled_cast(fn)
-    assert not isinstance(info.value, NotStarted)
+def cast_python_floats(x, fp8_dtype):
+    scale = float(torch.finfo(fp8_dtype).max) / float(x.abs().max())
+    return (x * scale).to(fp8_dtype), scale  # no clamp: amax lands on max, nothing overflows
 
 
 # ------------------------------------------------------------------------------------------------- task 2
-def linear(fmt=E4M3, invert=False, scaled=True, w_amax_from="weight", x_amax_from="x", fp8=True, clamp=True):
+def linear(fmt=E4M3, invert=False, scaled=True, w_amax_from="weight", x_amax_from="x", fp8=True, clamp=True,
+           out_dtype=torch.float32, scale_dtype=torch.float32, contiguous=False, x_to_one=False, w_const=None,
+           signed=False):
+    """An fp8_linear with one mistake switched on (the defaults are the right answer)."""
     def fp8_linear(x, weight):
         if not fp8:
             return x @ weight.t()
         top = torch.finfo(fmt).max
-        amaxes = {"x": x.abs().max(), "weight": weight.abs().max()}
+        amaxes = {"x": x.max() if signed else x.abs().max(), "weight": weight.abs().max()}
         sx = top / amaxes[x_amax_from] if scaled else torch.tensor(1.0)
         sw = top / amaxes[w_amax_from] if scaled else torch.tensor(1.0)
+        if x_to_one:
+            sx = 1 / x.abs().max()
+        if w_const is not None:
+            sw = torch.tensor(w_const)
         xs, ws = x * sx, weight * sw
         if clamp:
             xs, ws = xs.clamp(-top, top), ws.clamp(-top, top)
         x8, w8 = xs.to(fmt), ws.to(fmt)
         a, b = (sx, sw) if invert else (1 / sx, 1 / sw)
-        return torch._scaled_mm(x8, w8.t(), scale_a=a.float(), scale_b=b.float(), out_dtype=torch.float32)
+        second = w8.t().contiguous() if contiguous else w8.t()
+        kwargs = {} if out_dtype is None else {"out_dtype": out_dtype}
+        return torch._scaled_mm(x8, second, scale_a=a.to(scale_dtype), scale_b=b.to(scale_dtype), **kwargs)
     return fp8_linear
 
 
-def test_task2_right_answer_passes(capsys):
-    lesson10.fp8_linear(linear())
-    assert capsys.readouterr().out.startswith("✓ Task 2 (fp8_linear)")
+def linear_positional(x, weight):
+    """_scaled_mm's arguments by position, the scales from the amaxes directly."""
+    x8 = (x * (448 / x.abs().max())).clamp(-448, 448).to(E4M3)
+    w8 = (weight * (448 / weight.abs().max())).clamp(-448, 448).to(E4M3)
+    return torch._scaled_mm(x8, w8.t(), x.abs().max() / 448, weight.abs().max() / 448, None, None, torch.float32)
 
 
-def test_task2_bf16_output_also_passes(capsys):
-    def fp8_linear(x, weight):
-        sx, sw = 448 / x.abs().max(), 448 / weight.abs().max()
-        x8, w8 = (x * sx).clamp(-448, 448).to(E4M3), (weight * sw).clamp(-448, 448).to(E4M3)
-        return torch._scaled_mm(x8, w8.t(), scale_a=1 / sx, scale_b=1 / sw, out_dtype=torch.bfloat16)
-    lesson10.fp8_linear(fp8_linear)
-    assert capsys.readouterr().out.startswith("✓ Task 2")
+def linear_torchao(x, weight):
+    from torchao.float8.float8_utils import tensor_to_scale, to_fp8_saturated
+
+    sx, sw = tensor_to_scale(x, E4M3), tensor_to_scale(weight, E4M3)
+    x8, w8 = to_fp8_saturated(x * sx, E4M3), to_fp8_saturated(weight * sw, E4M3)
+    return torch._scaled_mm(x8, w8.t(), scale_a=sx.reciprocal(), scale_b=sw.reciprocal(), out_dtype=torch.float32)
 
 
-TASK2_MISTAKES = {
-    "_scaled_mm scales inverted": (linear(invert=True), "scales you passed to torch._scaled_mm are inverted"),
-    "no scaling": (linear(scaled=False), "you cast without scales"),
-    "weight scaled with x's amax (wrong tensor)": (linear(w_amax_from="x"), "amax of x — the wrong tensor"),
-    "x scaled with the weight's amax (wrong tensor)": (linear(x_amax_from="weight"), "amax of the weight"),
-    "E5M2 for the forward pass": (linear(fmt=E5M2), "forward operand to E5M2"),
-    "no FP8 at all": (linear(fp8=False), "torch._scaled_mm was never called"),
-    "weight not transposed": (lambda x, w: torch.zeros(x.shape[0], w.shape[1]), "Pass the weight transposed"),
-}
-
-
-@pytest.mark.parametrize(("fn", "words"), TASK2_MISTAKES.values(), ids=TASK2_MISTAKES)
-def test_task2_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words) as info:
-        lesson10.fp8_linear(fn)
-    assert not isinstance(info.value, NotStarted)
+def linear_rescaled_afterwards(x, weight):
+    x8, sx = cast()(x, E4M3)
+    w8, sw = cast()(weight, E4M3)
+    one = torch.tensor(1.0)
+    return torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.float32) / (sx * sw)
 
 
 # ------------------------------------------------------------------------------------------------- task 3
-def delayed(source="history", reducer=max, margin_on=True, clamp=True, record="x", roll=True, invert=False):
+def delayed(source="history", reducer=max, margin_on=True, clamp=True, record="x", roll=True, invert=False,
+            update_first=False, zero="one", clamp_x=False, margin_mult=False, prepend=False):
+    """A delayed_cast with one mistake switched on (the defaults are the right answer)."""
     def delayed_cast(x, history, fp8_dtype, margin):
+        if not history:
+            raise ValueError("history is empty")
         top = torch.finfo(fp8_dtype).max
         amax = float(x.abs().max())
-        peak = amax if source == "current" else reducer(history)
+        window = history[1:] + [amax] if update_first else history
+        peak = amax if source == "current" else reducer(window)
         shift = 2**margin if margin_on else 1
-        scale = peak * shift / top if invert else top / peak / shift
-        scaled = x * scale
+        if peak == 0 and zero == "one":
+            scale = 1.0
+        elif invert:
+            scale = peak * shift / top
+        elif margin_mult:
+            scale = top / peak * shift
+        else:
+            scale = top / peak / shift
+        xs = x.clamp(-max(history), max(history)) if clamp_x else x
+        scaled = xs * scale
         if clamp:
             scaled = scaled.clamp(-top, top)
         x_fp8 = scaled.to(fp8_dtype)
         recorded = {"x": amax, "scaled": float((x * scale).abs().max())}[record]
-        new_history = (history[1:] if roll else list(history)) + [recorded]
+        if prepend:
+            new_history = [recorded] + history[:-1]
+        else:
+            new_history = (history[1:] if roll else list(history)) + [recorded]
         return x_fp8, scale, new_history
     return delayed_cast
 
 
-def test_task3_right_answer_passes(capsys):
-    lesson10.delayed_cast(delayed())
-    assert capsys.readouterr().out.startswith("✓ Task 3 (delayed_cast)")
+def delayed_naive_zero(x, history, fp8_dtype, margin):
+    """Right everywhere but the all-zero history: divides by zero."""
+    top = torch.finfo(fp8_dtype).max
+    scale = top / (max(history) * 2**margin)
+    return (x * scale).clamp(-top, top).to(fp8_dtype), scale, history[1:] + [float(x.abs().max())]
 
 
-TASK3_MISTAKES = {
-    "no margin": (delayed(margin_on=False), "no margin"),
-    "saturation ignored": (delayed(clamp=False), "saturation ignored"),
-    "amax of the scaled tensor recorded (wrong tensor)": (delayed(record="scaled"), "the wrong tensor"),
-    "current amax (dynamic, not delayed)": (delayed(source="current"), "that is dynamic scaling"),
-    "last history entry instead of the max": (delayed(reducer=lambda h: h[-1]), "use the largest: max\\(history\\)"),
-    "scale inverted": (delayed(invert=True), "your scale is inverted"),
-    "history grows without bound": (delayed(roll=False), "drop the\\s+oldest amax"),
-}
+def delayed_no_empty_check(x, history, fp8_dtype, margin):
+    """Right, but returns something for an empty history instead of raising."""
+    peak = max(history, default=0.0)
+    top = torch.finfo(fp8_dtype).max
+    scale = top / (peak * 2**margin) if peak > 0 else 1.0
+    return (x * scale).clamp(-top, top).to(fp8_dtype), scale, history[1:] + [float(x.abs().max())]
 
 
-@pytest.mark.parametrize(("fn", "words"), TASK3_MISTAKES.values(), ids=TASK3_MISTAKES)
-def test_task3_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words) as info:
-        lesson10.delayed_cast(fn)
-    assert not isinstance(info.value, NotStarted)
+def delayed_tensor_inplace(x, history, fp8_dtype, margin):
+    """Right, written otherwise: torch arithmetic, the history rolled in place, a tensor scale."""
+    from collections import deque
+
+    if len(history) == 0:
+        raise ValueError("delayed_cast needs a history with at least one entry")
+    peak = torch.tensor(history).max()
+    top = torch.finfo(fp8_dtype).max
+    scale = torch.where(peak > 0, top / (peak * 2.0**margin), torch.tensor(1.0))
+    window = deque(history, maxlen=len(history))
+    window.append(x.abs().max().item())
+    history[:] = list(window)
+    return (x * scale).clamp(-top, top).to(fp8_dtype), scale, history
 
 
 # ------------------------------------------------------------------------------------------------- task 4
-def test_task4_right_answer_passes(capsys):
-    lesson10.fp8_format(lambda role: E5M2 if role == "grad_output" else E4M3)
-    assert capsys.readouterr().out.startswith("✓ Task 4 (fp8_format)")
+def fmt(prefer=(E4M3, E5M2), bound="normal", strict=False, none=True, scale_from="max", invert=False,
+        other_max=False):
+    """An fp8_format with one mistake switched on (the defaults are the right answer)."""
+    def fp8_format(amax_history, smallest):
+        peak = {"max": max(amax_history), "last": amax_history[-1]}[scale_from]
+        for dtype in prefer:
+            info = torch.finfo(dtype)
+            low = info.tiny if bound == "normal" else info.tiny * info.eps
+            scale = info.max / max(amax_history)
+            fits = smallest * scale > low if strict else smallest * scale >= low
+            if fits or dtype == prefer[-1] and not none:
+                top = torch.finfo(E5M2 if dtype == E4M3 else E4M3).max if other_max else info.max
+                s = top / peak
+                return dtype, (1 / s if invert else s)
+        return None, None
+    return fp8_format
 
 
-TASK4_MISTAKES = {
-    "E4M3 for gradients": (lambda role: E4M3, "E4M3 for gradients"),
-    "E5M2 for everything": (lambda role: E5M2, "E5M2 for input and weight"),
-    "E5M2 for weights": (lambda role: E4M3 if role == "input" else E5M2, "E5M2 for weight"),
-    "a string, not a dtype": (lambda role: "e4m3", "return torch.float8_e4m3fn"),
+def fmt_by_spread(amax_history, smallest):
+    """Right, written otherwise: compare the spread with each format's normal span (every check number is exact)."""
+    spread = max(amax_history) / smallest
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        info = torch.finfo(dtype)
+        if spread <= info.max / info.tiny:
+            return dtype, info.max / max(amax_history)
+    return None, None
+
+
+def fmt_with_ampcourse(amax_history, smallest):
+    """Right, written otherwise: ampcourse.fp8's limits and scale_from_amax."""
+    for name in ("e4m3", "e5m2"):
+        lim = fp8_module.fp8_limits(name)
+        scale = fp8_module.scale_from_amax(max(amax_history), name)
+        if smallest * float(scale) >= lim.smallest_normal:
+            return lim.dtype, scale
+    return None, None
+
+
+WRONG = {
+    ("10", "scaled_cast"): {
+        "scale inverted": (cast(invert=True), "your scale is inverted"),
+        "amax without abs": (cast(amax="signed"), "largest *signed* value"),
+        "mean magnitude as amax": (cast(amax="mean"), "mean magnitude"),
+        "E4M3's max for E5M2": (cast(fmt_max="e4m3"), "the other format's max"),
+        "no scale": (cast(fmt_max="none"), "no scaling"),
+        "scale not applied": (cast(apply=False), "cast without the scale"),
+        "divided by the scale": (cast(divide=True), "you divided x by the scale"),
+        "x scaled in place": (cast(inplace=True), "changed x in place"),
+        "scaled in bfloat16": (cast(low=torch.bfloat16), "scaled x in torch.bfloat16"),
+        "returns only the tensor": (lambda x, d: x.to(d), "should return a tuple of 2"),
+    },
+    ("10", "fp8_linear"): {
+        "_scaled_mm scales inverted": (linear(invert=True), "pass 1 / scale"),
+        "no scaling": (linear(scaled=False), "cast without its scale"),
+        "x unscaled, weight scaled (review 3)": (
+            lambda x, w: linear_mixed(x, w), "x was cast without its scale"),
+        "weight times a constant 2^10 (review 3)": (linear(w_const=2.0**10), "the weight's FP8 copy is not"),
+        "x's amax mapped to 1.0 (review 3)": (linear(x_to_one=True), "maps its amax to 1.0"),
+        "weight scaled with x's amax": (linear(w_amax_from="x"), "comes from the amax of the other tensor"),
+        "x scaled with the weight's amax": (linear(x_amax_from="weight"), "comes from the amax of the other"),
+        "x's signed max as amax": (linear(signed=True), "largest *signed* value"),
+        "E5M2 for the forward pass": (linear(fmt=E5M2), "forward operand to E5M2"),
+        "out_dtype omitted (review 4)": (linear(out_dtype=None), "you left out out_dtype"),
+        "bf16 output (review 4)": (linear(out_dtype=torch.bfloat16), "the task asks for an FP32 output"),
+        "float64 scales (review 4)": (linear(scale_dtype=torch.float64), "must be a float32 tensor with one"),
+        "row-major second operand (review 11)": (linear(contiguous=True), "not w_fp8.t().contiguous()"),
+        "no FP8 at all": (linear(fp8=False), "torch._scaled_mm was never called"),
+        "rescaled after _scaled_mm": (linear_rescaled_afterwards, "scale_a=1"),
+        "weight not transposed": (lambda x, w: torch.zeros(x.shape[0], w.shape[1]), "never called"),
+    },
+    ("10", "delayed_cast"): {
+        "no margin": (delayed(margin_on=False), "no margin"),
+        "margin multiplied": (delayed(margin_mult=True), "margin is applied the wrong way"),
+        "saturation ignored": (delayed(clamp=False), "saturation ignored"),
+        "amax of the scaled tensor recorded": (delayed(record="scaled"), "the wrong tensor"),
+        "current amax (dynamic, not delayed)": (delayed(source="current"), "that is dynamic scaling"),
+        "last history entry instead of the max": (delayed(reducer=lambda h: h[-1]), "use the largest: max(history)"),
+        "scale inverted": (delayed(invert=True), "your scale is inverted"),
+        "history grows without bound": (delayed(roll=False), "drop the oldest amax"),
+        "history updated before the scale (review 13)": (delayed(update_first=True), "updated the history before"),
+        "x clamped to max(history) (review 13)": (delayed(clamp_x=True), "clamped x to ±max(history)"),
+        "new amax prepended": (delayed(prepend=True), "at the front"),
+        "all-zero history divides by zero": (delayed_naive_zero, "all-zero history"),
+        "empty history accepted": (delayed_no_empty_check, "an empty history should raise ValueError"),
+    },
+    ("10", "fp8_format"): {
+        "E5M2 always (the role rule)": (fmt(prefer=(E5M2,)), "fits E4M3's normal range"),
+        "E4M3 always": (fmt(prefer=(E4M3,), none=False), "wider than E4M3's normal range"),
+        "E4M3's subnormals counted": (fmt(bound="subnormal"), "would be subnormal"),
+        "boundary excluded": (fmt(strict=True), "exactly E4M3's normal span"),
+        "E5M2 when neither fits": (fmt(none=False), "return (None, None)"),
+        "scale from the last amax": (fmt(scale_from="last"), "uses one entry of the history"),
+        "scale inverted": (fmt(invert=True), "your scale is inverted"),
+        "the other format's max": (fmt(other_max=True), "the other format's max"),
+        "a string, not a dtype": (lambda h, s: ("e4m3", 448 / max(h)), "return torch.float8_e4m3fn"),
+        "only the dtype": (lambda h, s: E4M3, "should return a tuple of 2"),
+    },
 }
 
 
-@pytest.mark.parametrize(("fn", "words"), TASK4_MISTAKES.values(), ids=TASK4_MISTAKES)
-def test_task4_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words) as info:
-        lesson10.fp8_format(fn)
-    assert not isinstance(info.value, NotStarted)
+def linear_mixed(x, weight):
+    """The review's first accepted wrong answer: x clamped and cast with no scale (scale_a = 1), weight scaled."""
+    one = torch.tensor(1.0)
+    x8 = x.clamp(-448, 448).to(E4M3)
+    w8, sw = cast()(weight, E4M3)
+    return torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=1 / sw, out_dtype=torch.float32)
+
+
+RIGHT = {
+    ("10", "scaled_cast"): {
+        "finfo, tensor scale, clamp": cast(),
+        "torchao's float8 helpers": cast_torchao,
+        "python floats, no clamp": cast_python_floats,
+    },
+    ("10", "fp8_linear"): {
+        "task-1 casts, keyword arguments": linear(),
+        "positional arguments, scales from amax / 448": linear_positional,
+        "torchao's float8 helpers": linear_torchao,
+    },
+    ("10", "delayed_cast"): {
+        "list arithmetic": delayed(),
+        "torch scale, deque, history rolled in place": delayed_tensor_inplace,
+    },
+    ("10", "fp8_format"): {
+        "smallest · scale against finfo.tiny": fmt(),
+        "spread against max / tiny": fmt_by_spread,
+        "ampcourse.fp8's limits": fmt_with_ampcourse,
+    },
+}
+
+test_wrong_answer_is_named, test_right_answer_passes = grader_fixtures.tests(WRONG, RIGHT)
 
 
 @pytest.mark.parametrize("check", [lesson10.scaled_cast, lesson10.fp8_linear, lesson10.delayed_cast,
@@ -166,16 +301,37 @@ def test_a_stub_is_not_started(check):
         check(stub)
 
 
-def test_task2_runs_on_a_cpu_without_an_fp8_matmul(monkeypatch, capsys):
-    """AVX2-only CPUs: torch._scaled_mm raises there; the check runs the learner's call through the emulation."""
-    from ampcourse import fp8
+def _refuse(*args, **kwargs):
+    raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
 
-    monkeypatch.setitem(fp8._FP8_MATMUL, "cpu", False)
 
-    def refuse(*args, **kwargs):
-        raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
-    monkeypatch.setattr(torch, "_scaled_mm", refuse)
-    lesson10.fp8_linear(linear())
-    assert capsys.readouterr().out.startswith("✓ Task 2")
-    with pytest.raises(CheckFailed, match="scales you passed to torch._scaled_mm are inverted"):
-        lesson10.fp8_linear(linear(invert=True))
+@pytest.mark.parametrize(("label", "answer"), [(k, v[0]) for k, v in WRONG["10", "fp8_linear"].items()])
+def test_task2_grades_the_same_where_scaled_mm_raises(monkeypatch, label, answer):
+    """An AMX CPU under DNNL_MAX_CPU_ISA=AVX2: torch._scaled_mm raises there, and the check runs the learner's call
+    through fp8.emulated_scaled_mm, which holds it to the same contract: every wrong answer gets the same message."""
+    from ampcourse.checks import CheckFailed
+
+    with pytest.raises(CheckFailed) as real_path:
+        lesson10.fp8_linear(answer)
+    monkeypatch.setitem(fp8_module._FP8_MATMUL, "cpu", False)
+    monkeypatch.setattr(torch, "_scaled_mm", _refuse)
+    with pytest.raises(CheckFailed) as emulated_path:
+        lesson10.fp8_linear(answer)
+    assert str(emulated_path.value) == str(real_path.value), label
+
+
+def test_task2_right_answers_pass_where_scaled_mm_raises(monkeypatch, capsys):
+    monkeypatch.setitem(fp8_module._FP8_MATMUL, "cpu", False)
+    monkeypatch.setattr(torch, "_scaled_mm", _refuse)
+    for answer in RIGHT["10", "fp8_linear"].values():
+        lesson10.fp8_linear(answer)
+        assert capsys.readouterr().out.startswith("✓ Task 2")
+
+
+def test_task4_reference_is_the_rule_of_the_lesson():
+    """format_for picks E4M3 exactly up to E4M3's normal span (448 / 2^-6) and E5M2 up to 57344 / 2^-14."""
+    assert lesson10.format_for([7.0], 2.0**-12) == (E4M3, 64.0)
+    assert lesson10.format_for([7.0], 2.0**-12 * (1 - 2**-20))[0] == E5M2
+    span = torch.finfo(E5M2).max / torch.finfo(E5M2).tiny
+    assert lesson10.format_for([1.0], 1 / span)[0] == E5M2 and lesson10.format_for([1.0], 0.5 / span) == (None, None)
+    assert math.isclose(math.log2(448 / 2**-6), 14.807, abs_tol=1e-3)

@@ -140,11 +140,54 @@ def test_emulated_scaled_mm_is_the_same_arithmetic():
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(16, 32, generator=g).to(E4M3), torch.randn(16, 32, generator=g).to(E4M3)
     sa, sb = torch.tensor(0.5), torch.tensor(0.25)
-    emulated = fp8.emulated_scaled_mm(a, b.t(), scale_a=sa, scale_b=sb)
+    emulated = fp8.emulated_scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
     assert torch.allclose(emulated, (a.float() * 0.5) @ (b.float() * 0.25).t())
-    if fp8.fp8_matmul_available("cpu"):  # an AVX-512/AMX CPU: compare with torch's own
+    bias = torch.arange(16.0)
+    with_bias = fp8.emulated_scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.float32)
+    assert torch.allclose(with_bias, emulated + bias)
+    if fp8.fp8_matmul_available("cpu"):  # torch's own (oneDNN on AMX, its emulation elsewhere)
         real = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
         assert torch.allclose(real, emulated, rtol=1e-5, atol=1e-5)
+        real_bias = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.float32)
+        assert torch.allclose(real_bias, with_bias, rtol=1e-5, atol=1e-5)
+
+
+def test_emulated_scaled_mm_defaults_to_the_operand_dtype_as_scaled_mm_does():
+    a = torch.randn(16, 16, generator=torch.Generator().manual_seed(2)).to(E4M3)
+    one = torch.tensor(1.0)
+    assert fp8.emulated_scaled_mm(a, a.t(), scale_a=one, scale_b=one).dtype == E4M3
+    assert torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one).dtype == E4M3  # torch's own default
+
+
+@pytest.mark.parametrize(("change", "error", "words"), [
+    ({"scale_a": torch.tensor(1.0, dtype=torch.float64)}, ValueError, "scale_a must be a float32 tensor with one"),
+    ({"scale_b": torch.ones(2)}, ValueError, "scale_b must be a float32 tensor with one element"),
+    ({"a": torch.ones(16, 16)}, TypeError, "a must be a float8_e4m3fn or float8_e5m2 tensor"),
+    ({"out_dtype": torch.int8}, ValueError, "out_dtype must be one of"),
+    ({"out_dtype": torch.float64}, ValueError, "out_dtype must be one of"),
+    ({"bias": torch.ones(3)}, ValueError, "bias must be None or a float32/bfloat16/float16 tensor of 16"),
+    ({"use_fast_accum": 1}, TypeError, "use_fast_accum must be True or False"),
+])
+def test_emulated_scaled_mm_holds_answers_to_scaled_mm_contract(change, error, words):
+    a = torch.randn(16, 16, generator=torch.Generator().manual_seed(3)).to(E4M3)
+    args = {"a": a, "b": a.t(), "scale_a": torch.tensor(1.0), "scale_b": torch.tensor(1.0)} | change
+    with pytest.raises(error, match=words):
+        fp8.emulated_scaled_mm(**args)
+
+
+def test_emulated_scaled_mm_refuses_unknown_keywords():
+    a = torch.zeros(16, 16).to(E4M3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'outdtype'"):
+        fp8.emulated_scaled_mm(a, a.t(), scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0), outdtype=torch.float32)
+
+
+def test_previous_max_is_the_sliding_maximum_of_the_previous_steps():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 7, 50, 201):
+        for h in (1, 2, 3, 16, 64, 1000):
+            v = rng.integers(-20, 20, n)
+            want = [int(v[0])] + [int(v[max(0, t - h):t].max()) for t in range(1, n)]
+            assert fp8.simulate_scaling(v.tolist(), h).log2_scale_amax.tolist() == want, (n, h)
 
 
 def test_scaled_mm_falls_back_where_the_cpu_has_no_fp8_matmul(monkeypatch):
@@ -161,3 +204,35 @@ def test_scaled_mm_falls_back_where_the_cpu_has_no_fp8_matmul(monkeypatch):
 
 def test_fp8_matmul_probe_is_a_bool_and_cached():
     assert isinstance(fp8.fp8_matmul_available(), bool) and "cpu" in fp8._FP8_MATMUL
+
+
+def _cuda_fp8():
+    return torch.cuda.is_available() and fp8.fp8_tensor_cores("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_fp8(), reason="needs a CUDA GPU with FP8 Tensor Cores")
+def test_emulated_scaled_mm_matches_and_refuses_like_cuda_scaled_mm():
+    """On FP8 Tensor Cores: the same result as torch._scaled_mm for a valid call (FP32 out, no fast accumulation),
+    and each call CUDA refuses (row-major b, float64 scales, k not a multiple of 16) is refused by the emulation."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(32, 64, generator=g).cuda()
+    w = (torch.randn(48, 64, generator=g) * 1e-3).cuda()
+    sx, sw = scale_from_amax(amax(x), E4M3).cuda(), scale_from_amax(amax(w), E4M3).cuda()
+    x8, w8 = to_fp8(x, sx, E4M3), to_fp8(w, sw, E4M3)
+    kwargs = {"scale_a": 1 / sx, "scale_b": 1 / sw, "out_dtype": torch.float32}
+    real = torch._scaled_mm(x8, w8.t(), **kwargs)
+    emulated = fp8.emulated_scaled_mm(x8, w8.t(), **kwargs)
+    assert float((real - emulated).norm() / real.norm()) < 1e-3
+    assert torch._scaled_mm(x8, w8.t(), scale_a=1 / sx, scale_b=1 / sw).dtype == E4M3  # out_dtype defaults to a's
+    bad = {
+        "row-major b": ((x8, w8.t().contiguous()), kwargs),
+        "float64 scales": ((x8, w8.t()), kwargs | {"scale_a": (1 / sx).double(), "scale_b": (1 / sw).double()}),
+        "k not a multiple of 16": ((x8[:, :40], w8[:, :40].t()), kwargs),
+    }
+    for label, (args, kw) in bad.items():
+        with pytest.raises((RuntimeError, ValueError)):
+            torch._scaled_mm(*args, **kw)
+        with pytest.raises(ValueError):
+            fp8.emulated_scaled_mm(*args, **kw)
+        print("both refuse:", label)

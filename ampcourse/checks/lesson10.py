@@ -34,12 +34,21 @@ def _gen(seed: int) -> torch.Generator:
 TASK1 = "Task 1 (scaled_cast)"
 
 
-def _task1_input(seed: int) -> torch.Tensor:
-    """Small activations (around 0.01) with one large negative outlier: the largest *magnitude* is negative."""
-    x = torch.randn(64, generator=_gen(seed)) * 0.01
-    x[7] = -2.5
-    x[11] = 1.25
-    return x
+def _task1_cases() -> list[tuple[torch.Tensor, torch.dtype]]:
+    """Small activations (around 0.01) whose largest *magnitude* is a negative outlier, in E4M3 and (2-D) E5M2; a
+    tensor already at E4M3's max (scale exactly 1); and one whose scale is a power of two, with values that land
+    exactly on E4M3's rounding ties (100 between 96 and 104, 0.5625 between 0.5 and 0.625)."""
+    cases = []
+    for seed, dtype, shape in ((1, E4M3, (64,)), (2, E5M2, (8, 8))):
+        x = torch.randn(64, generator=_gen(seed)) * 0.01
+        x[7], x[11] = -2.5, 1.25
+        cases.append((x.reshape(shape), dtype))
+    at_max = torch.randn(32, generator=_gen(3)) * 50
+    at_max[4] = 448.0
+    cases.append((at_max, E4M3))
+    ties = torch.tensor([1.75, -100 / 256, 0.5625 / 256, 104 / 256, -0.3, 0.01])  # scale 448 / 1.75 = 256
+    cases.append((ties, E4M3))
+    return cases
 
 
 def _unpack(task: str, result, name: str, n: int):
@@ -60,20 +69,28 @@ def _as_scale(task: str, scale) -> float:
 def scaled_cast(fn) -> None:
     """``scaled_cast(x, fp8_dtype) -> (x_fp8, scale)``: scale = max / amax(|x|), x_fp8 = cast(x · scale)."""
     fn = require_callable(TASK1, fn, "scaled_cast")
-    for dtype in (E4M3, E5M2):
-        x = _task1_input(1 if dtype == E4M3 else 2)
-        x_fp8, scale = _unpack(TASK1, call(TASK1, fn, "scaled_cast", x.clone(), dtype), "scaled_cast", 2)
+    for x, dtype in _task1_cases():
+        given = x.clone()
+        x_fp8, scale = _unpack(TASK1, call(TASK1, fn, "scaled_cast", given, dtype), "scaled_cast", 2)
+        if not torch.equal(given, x):
+            raise fail(TASK1, "your function changed x in place (mul_/clamp_ on the input): the caller's tensor is "
+                              "no longer what it was. Compute x * scale into a new tensor.")
         scale = _as_scale(TASK1, scale)
         top, amax = torch.finfo(dtype).max, float(x.abs().max())
         name = fp8.fp8_limits(dtype).name
-        if _close(scale, amax / top):
+        if not math.isfinite(scale) or scale <= 0:
+            raise fail(TASK1, f"your scale is {scale}: it should be a positive number, max / amax.")
+        if _close(scale, amax / top) and not _close(amax, top):
             raise fail(TASK1, "your scale is inverted (amax / max): it shrinks x towards 0. The scale maps amax onto "
                               "the format's max: scale = max / amax.")
         if _close(scale, 1.0) and not _close(top / amax, 1.0):
             raise fail(TASK1, "your scale is 1 — no scaling: small values flush to 0. Compute scale = max / amax.")
-        if _close(scale, top / float(x.max())):
+        if _close(scale, top / float(x.max())) and not _close(float(x.max()), amax):
             raise fail(TASK1, "your amax is x.max(), the largest *signed* value; here the largest magnitude is a "
                               "negative number, which then saturates. Use amax = x.abs().max().")
+        if _close(scale, top / float(x.abs().mean())):
+            raise fail(TASK1, "your amax is the mean magnitude: most values then land above max and saturate. amax is "
+                              "the largest magnitude, x.abs().max().")
         other = torch.finfo(E5M2 if dtype == E4M3 else E4M3).max
         if _close(scale, other / amax):
             raise fail(TASK1, f"for {name} you used the other format's max ({other:g}). Read it from the dtype: "
@@ -88,16 +105,21 @@ def scaled_cast(fn) -> None:
             raise fail(TASK1, f"x_fp8 has shape {tuple(x_fp8.shape)}; it should keep x's shape {tuple(x.shape)}.")
         want = fp8.to_fp8(x, scale, dtype).float()
         got = x_fp8.float()
-        if torch.equal(got, x.to(dtype).float()):
+        if torch.equal(got, want):
+            continue
+        if torch.equal(got, x.clamp(-top, top).to(dtype).float()):
             raise fail(TASK1, "x_fp8 is x cast without the scale: multiply by the scale before the cast, "
                               "(x * scale).to(fp8_dtype).")
-        if not torch.equal(got, want):
-            if torch.equal(got, (x / scale).clamp(-top, top).to(dtype).float()):
-                raise fail(TASK1, "you divided x by the scale: multiply (x * scale), and divide only to dequantise.")
-            raise fail(TASK1, f"x_fp8 differs from (x * scale) cast to {name} in "
-                              f"{int((got != want).sum())} of {x.numel()} values.")
-    passed(TASK1, "scale = max / amax(|x|) for E4M3 and E5M2, and x_fp8 = (x · scale) cast, on data whose "
-                  "largest magnitude is negative.")
+        if torch.equal(got, (x / scale).clamp(-top, top).to(dtype).float()):
+            raise fail(TASK1, "you divided x by the scale: multiply (x * scale), and divide only to dequantise.")
+        for low in (torch.bfloat16, torch.float16):
+            if torch.equal(got, (x.to(low) * scale).float().clamp(-top, top).to(dtype).float()):
+                raise fail(TASK1, f"you scaled x in {low} before the cast: x * scale is rounded twice. Multiply "
+                                  "in float32, then cast to FP8 once.")
+        raise fail(TASK1, f"x_fp8 differs from (x * scale) cast to {name} in "
+                          f"{int((got != want).sum())} of {x.numel()} values.")
+    passed(TASK1, "scale = max / amax(|x|) for E4M3 and E5M2 (a negative largest magnitude, a tensor already at "
+                  "448, a power-of-two scale landing on rounding ties), x_fp8 = (x · scale) cast, x left unchanged.")
 
 
 # ----------------------------------------------------------------------------------------------- task 2
@@ -105,27 +127,50 @@ TASK2 = "Task 2 (fp8_linear)"
 
 
 def _task2_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    """Activations of size ~1 with an outlier of 100, and small weights (~0.001): their scales differ ~25,000×."""
+    """Activations of size ~1 with a negative outlier of -100, and small weights (~0.001): their scales differ
+    ~25,000×. k = 64 and n = 48 are multiples of 16, as CUDA's _scaled_mm wants."""
     g = _gen(10)
     x = torch.randn(32, 64, generator=g)
-    x[3, 5] = 100.0
+    x[3, 5] = -100.0
     weight = torch.randn(48, 64, generator=g) * 0.001
     return x, weight
 
 
-def _linear(x, weight, *, x_dtype=E4M3, w_dtype=E4M3, x_amax=None, w_amax=None, invert=False, unscaled=False):
-    """The reference FP8 linear, with one mistake switched on."""
-    sx = torch.tensor(1.0) if unscaled else fp8.scale_from_amax(fp8.amax(x) if x_amax is None else x_amax, x_dtype)
-    sw = torch.tensor(1.0) if unscaled else fp8.scale_from_amax(fp8.amax(weight) if w_amax is None else w_amax,
-                                                                w_dtype)
-    x8, w8 = fp8.to_fp8(x, sx, x_dtype), fp8.to_fp8(weight, sw, w_dtype)
-    if invert:
-        return fp8.scaled_mm(x8, 1 / sx, w8.t(), 1 / sw, out_dtype=torch.float32)
-    return fp8.scaled_mm(x8, sx, w8.t(), sw, out_dtype=torch.float32)
-
-
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def _bind(a, b, scale_a=None, scale_b=None, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    """``torch._scaled_mm``'s parameters, by name, whichever way the learner passed them."""
+    return dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias, scale_result=scale_result,
+                out_dtype=out_dtype, use_fast_accum=use_fast_accum)
+
+
+def _mostly_equal(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """The same FP8 values, but for at most 1% of them (a scale rounded once more lands a few values one step
+    away): a right answer written with other arithmetic is not rejected, a missing or wrong scale is."""
+    return got.shape == want.shape and int((got.float() != want.float()).sum()) <= want.numel() // 100
+
+
+def _operand_mistake(operand: torch.Tensor, t: torch.Tensor, other: torch.Tensor, role: str) -> str:
+    """Name what went wrong with the FP8 copy of ``t`` (x or the weight); ``other`` is the other tensor."""
+    top = torch.finfo(E4M3).max
+    amax = float(t.abs().max())
+    candidates = [
+        (t.clamp(-top, top), f"{role} was cast without its scale (its values as they are, in E4M3): small values "
+                             "lose their bits or flush to 0. Multiply by 448 / amax first."),
+        (t / amax, f"{role}'s scale maps its amax to 1.0 (you divided by amax), not to E4M3's max 448: the values "
+                   "use only the bottom of the format. scale = 448 / amax."),
+        (t * (top / float(other.abs().max())), f"{role}'s scale comes from the amax of the other tensor — the wrong "
+                                                "tensor. Each tensor gets its own scale: 448 / its own amax."),
+        (t * (top / float(t.max())), f"{role}'s amax is its largest *signed* value, not its largest magnitude: "
+                                     "use t.abs().max()."),
+    ]
+    for scaled, message in candidates:
+        if _mostly_equal(operand, scaled.clamp(-top, top).to(E4M3)):
+            return message
+    return (f"{role}'s FP8 copy is not {role} · (448 / {role}.abs().max()) cast to E4M3: its scale is not the "
+            "per-tensor scale of task 1.")
 
 
 def fp8_linear(fn) -> None:
@@ -135,50 +180,81 @@ def fp8_linear(fn) -> None:
     real = torch._scaled_mm if fp8.fp8_matmul_available("cpu") else fp8.emulated_scaled_mm
     calls = []
 
-    def spy(*args, **kwargs):  # records the operands; runs the same arithmetic where the CPU has no FP8 matmul
-        calls.append(args[:2])
-        return real(*args, **kwargs)
+    def spy(*args, **kwargs):  # records the call, holds it to _scaled_mm's contract on every CPU, then runs it
+        try:
+            bound = _bind(*args, **kwargs)
+        except TypeError as err:
+            raise fail(TASK2, f"torch._scaled_mm was called with arguments it does not take ({err}).") from None
+        calls.append(bound)
+        try:
+            fp8._check_scaled_mm_contract(bound["a"], bound["b"], bound["scale_a"], bound["scale_b"], bound["bias"],
+                                          bound["out_dtype"], bound["use_fast_accum"])
+        except (TypeError, ValueError) as err:
+            raise fail(TASK2, f"torch._scaled_mm refuses this call: {err}.") from None
+        return real(bound["a"], bound["b"], scale_a=bound["scale_a"], scale_b=bound["scale_b"], bias=bound["bias"],
+                    scale_result=bound["scale_result"], out_dtype=bound["out_dtype"],
+                    use_fast_accum=bound["use_fast_accum"])
 
     with mock.patch.object(torch, "_scaled_mm", spy):
         out = call(TASK2, fn, "fp8_linear", x.clone(), weight.clone())
-    if not isinstance(out, torch.Tensor):
-        raise fail(TASK2, f"`fp8_linear` should return a tensor, not {type(out).__name__}.")
-    if out.shape != (x.shape[0], weight.shape[0]):
-        raise fail(TASK2, f"the output has shape {tuple(out.shape)}; x @ weight.T has "
-                          f"{(x.shape[0], weight.shape[0])}. Pass the weight transposed: w_fp8.t().")
-    reference = x @ weight.t()
-    error = _rel(out, reference)
     if not calls:
         raise fail(TASK2, "torch._scaled_mm was never called: cast x and the weight to E4M3 and multiply them with "
                           "torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=..., scale_b=..., out_dtype=torch.float32).")
-    a, b = calls[0]
+    c = calls[0]
+    a, b = c["a"], c["b"]
     if E5M2 in (a.dtype, b.dtype):
-        raise fail(TASK2, "you cast a forward operand to E5M2: forward tensors (activations, weights) use E4M3, "
-                          "whose extra mantissa bit halves the rounding error; E5M2's range is for gradients.")
-    if not torch.isfinite(out).all():
-        raise fail(TASK2, "the output holds inf/NaN: clamp x · scale to ±448 before the cast.")
-    mistakes = [
-        (dict(invert=True), "the scales you passed to torch._scaled_mm are inverted: scale_a and scale_b "
-                            "dequantise, so pass 1 / scale_x and 1 / scale_w (the output is off by scale²)."),
-        (dict(unscaled=True), "you cast without scales: the small weights flush to 0 or lose their bits in "
-                              "E4M3. Compute a scale per tensor: max / amax."),
-        (dict(w_amax=fp8.amax(x)), "the weight's scale comes from the amax of x — the wrong tensor. Each tensor "
-                                   "gets its own scale: max / weight.abs().max()."),
-        (dict(x_amax=fp8.amax(weight)), "x's scale comes from the amax of the weight — the wrong tensor: x "
-                                        "saturates. Use max / x.abs().max()."),
-    ]
-    for options, message in mistakes:
-        candidate = _linear(x, weight, **options)
-        if _rel(out, candidate) < 1e-3 and _rel(candidate, reference) > LINEAR_BOUND:
-            raise fail(TASK2, message)
-    if error < 1e-4:
-        raise fail(TASK2, "the output equals the FP32 product: nothing went through FP8. Cast both operands to "
-                          "E4M3 (with their scales) before torch._scaled_mm.")
+        raise fail(TASK2, "you cast a forward operand to E5M2: this task's operands (activations, weights) use "
+                          "E4M3, whose extra mantissa bit halves the rounding error.")
+    if c["out_dtype"] is None:
+        raise fail(TASK2, "you left out out_dtype: torch._scaled_mm then returns its result in the operands' FP8 "
+                          "dtype. Pass out_dtype=torch.float32.")
+    if c["out_dtype"] != torch.float32:
+        raise fail(TASK2, f"out_dtype={c['out_dtype']}: the task asks for an FP32 output. Pass "
+                          "out_dtype=torch.float32.")
+    if not isinstance(out, torch.Tensor):
+        raise fail(TASK2, f"`fp8_linear` should return a tensor, not {type(out).__name__}.")
+    if out.dtype != torch.float32:
+        raise fail(TASK2, f"the result is {out.dtype}; return _scaled_mm's FP32 output as it is.")
+    if out.shape != (x.shape[0], weight.shape[0]):
+        raise fail(TASK2, f"the output has shape {tuple(out.shape)}; x @ weight.T has "
+                          f"{(x.shape[0], weight.shape[0])}. Pass the weight transposed: w_fp8.t().")
+    if a.shape != x.shape:
+        raise fail(TASK2, f"the first operand has shape {tuple(a.shape)}: it should be x's FP8 copy {tuple(x.shape)}.")
+    if b.shape != (weight.shape[1], weight.shape[0]):
+        raise fail(TASK2, f"the second operand has shape {tuple(b.shape)}: pass the weight's FP8 copy transposed, "
+                          "w_fp8.t().")
+    if not _mostly_equal(a, fp8.to_fp8(x, fp8.scale_from_amax(fp8.amax(x), E4M3), E4M3)):
+        raise fail(TASK2, _operand_mistake(a, x, weight, "x"))
+    if not _mostly_equal(b.t(), fp8.to_fp8(weight, fp8.scale_from_amax(fp8.amax(weight), E4M3), E4M3)):
+        raise fail(TASK2, _operand_mistake(b.t(), weight, x, "the weight"))
+    if b.stride(0) != 1:
+        raise fail(TASK2, f"the second operand is row-major (stride {b.stride()}): CUDA's _scaled_mm wants it "
+                          "column-major. Pass w_fp8.t(), a column-major view, not w_fp8.t().contiguous().")
+    top = torch.finfo(E4M3).max
+    for key, t, role in (("scale_a", x, "x"), ("scale_b", weight, "the weight")):
+        got, sx = float(c[key]), top / float(t.abs().max())
+        if _close(got, 1 / sx, 1e-3):
+            continue
+        if _close(got, sx, 1e-3):
+            raise fail(TASK2, f"{key} is {role}'s scale itself: _scaled_mm's scales dequantise (it multiplies the "
+                              f"product by scale_a · scale_b), so pass 1 / scale (the output is off by scale²).")
+        if _close(got, 1.0):
+            raise fail(TASK2, f"{key}=1: _scaled_mm does not undo {role}'s scale, so the output is off by that "
+                              "scale. Pass 1 / scale as the dequantisation factor.")
+        raise fail(TASK2, f"{key} should be 1 / ({role}'s scale) = amax / 448 = {1 / sx:.4g}; yours is {got:.4g}.")
+    expected = fp8.emulated_scaled_mm(a, b, scale_a=c["scale_a"].float(), scale_b=c["scale_b"].float(),
+                                      bias=c["bias"], out_dtype=torch.float32)
+    if _rel(out, expected) > 1e-4:
+        raise fail(TASK2, "the result is not what torch._scaled_mm returned: return its output as it is (no "
+                          "rescaling, no bias, nothing added afterwards).")
+    error = _rel(out, x @ weight.t())
     if error > LINEAR_BOUND:
         raise fail(TASK2, f"the output is {error:.1%} away from x @ weight.T (bound {LINEAR_BOUND:.0%}). Check each "
                           "step: amax per tensor, scale = 448 / amax, clamp, cast, then _scaled_mm with 1 / scale.")
-    passed(TASK2, f"torch._scaled_mm on E4M3 operands with per-tensor scales matches x @ weight.T within "
-                  f"{LINEAR_BOUND:.0%} (relative error), with weights ~1000× smaller than the activations.")
+    passed(TASK2, "torch._scaled_mm got x and the weight cast to E4M3 each with its own per-tensor scale (operands "
+                  "compared value by value), 1 / scale as scale_a and scale_b, a column-major second operand and "
+                  f"out_dtype=torch.float32; the result is within {LINEAR_BOUND:.0%} of x @ weight.T, with weights "
+                  "~1000× smaller than the activations and a negative outlier.")
 
 
 # ----------------------------------------------------------------------------------------------- task 3
@@ -186,14 +262,24 @@ TASK3 = "Task 3 (delayed_cast)"
 
 
 def _task3_steps() -> list[tuple[torch.Tensor, list[float], torch.dtype, int]]:
-    """(x, history, dtype, margin) cases; the history is not sorted, and the last case jumps above it."""
+    """(x, history, dtype, margin) cases; the history is not sorted; a zero entry is a step not seen yet."""
     g = _gen(20)
     base = torch.randn(256, generator=g)
+    base = base / base.abs().max()  # amax exactly 1: each case's amax is its factor
     return [
-        (base * 0.5, [3.0, 5.0, 2.0, 4.0], E4M3, 1),
-        (base * 0.25, [1.5, 0.75, 1.0, 0.5], E4M3, 0),
-        (base * 60.0, [40.0, 30.0, 20.0, 10.0], E5M2, 0),  # x's amax (~200) is far above the history: it saturates
+        (base * 1.4, [3.0, 5.0, 2.0, 4.0], E4M3, 1),
+        (base * 0.7, [1.5, 0.75, 1.0, 0.5], E4M3, 0),
+        (base * 168.0, [40.0, 30.0, 20.0, 10.0], E5M2, 0),  # far above the history: E5M2 overflows unless clamped
+        (base * 12.0, [0.0, 5.0, 2.0, 0.0], E4M3, 2),  # above max(history), within the margin's headroom of 2^2
+        (base * 3.0, [0.0, 0.0, 0.0], E4M3, 0),  # nothing recorded yet: scale 1
+        (base * 0.0, [2.0, 1.0], E5M2, 1),  # an all-zero tensor: its amax, 0.0, is recorded
     ]
+
+
+def _delayed_step(fn, x, history, dtype, margin):
+    result = call(TASK3, fn, "delayed_cast", x.clone(), list(history), dtype, margin)
+    x_fp8, scale, new_history = _unpack(TASK3, result, "delayed_cast", 3)
+    return x_fp8, _as_scale(TASK3, scale), new_history
 
 
 def delayed_cast(fn) -> None:
@@ -201,23 +287,46 @@ def delayed_cast(fn) -> None:
     fn = require_callable(TASK3, fn, "delayed_cast")
     for x, history, dtype, margin in _task3_steps():
         before = list(history)
-        result = call(TASK3, fn, "delayed_cast", x.clone(), list(history), dtype, margin)
-        x_fp8, scale, new_history = _unpack(TASK3, result, "delayed_cast", 3)
-        scale = _as_scale(TASK3, scale)
         top, amax = torch.finfo(dtype).max, float(x.abs().max())
-        want = top / max(before) / 2**margin
-        if _close(scale, top / amax / 2**margin) or _close(scale, top / amax):
-            raise fail(TASK3, "your scale comes from this step's amax: that is dynamic scaling. Delayed scaling "
-                              "builds it from the history of *previous* amaxes: max / max(history).")
-        if margin and _close(scale, top / max(before)):
-            raise fail(TASK3, f"no margin: with margin = {margin} the scale must be max / max(history) / 2**margin, "
-                              "so a tensor that grows a little since the last steps does not saturate.")
-        if _close(scale, top / before[-1] / 2**margin) and not _close(before[-1], max(before)):
-            raise fail(TASK3, "your scale uses the last amax of the history only; use the largest: max(history).")
-        if _close(scale, max(before) * 2**margin / top):
-            raise fail(TASK3, "your scale is inverted: scale = max / (max(history) · 2**margin).")
-        if not _close(scale, want):
-            raise fail(TASK3, f"the scale should be max / max(history) / 2**margin = {want:.6g}; yours is {scale:.6g}.")
+        if max(before) == 0:  # nothing recorded yet
+            try:
+                x_fp8, scale, new_history = _delayed_step(fn, x, history, dtype, margin)
+            except CheckFailed as failed:
+                if "ZeroDivisionError" in str(failed) or "division by zero" in str(failed):
+                    raise fail(TASK3, "an all-zero history (no amax recorded yet) divided by zero. Transformer "
+                                      "Engine keeps its starting scale then: return scale 1.0 when max(history) "
+                                      "is 0.") from None
+                raise
+            if not _close(scale, 1.0):
+                raise fail(TASK3, f"an all-zero history (no amax recorded yet) must give scale 1.0, as Transformer "
+                                  f"Engine starts; yours is {scale:.6g}.")
+            want = 1.0
+        else:
+            x_fp8, scale, new_history = _delayed_step(fn, x, history, dtype, margin)
+            want = top / max(before) / 2**margin
+        if want != 1.0 or max(before):
+            if amax and (_close(scale, top / amax / 2**margin) or _close(scale, top / amax)):
+                raise fail(TASK3, "your scale comes from this step's amax: that is dynamic scaling. Delayed scaling "
+                                  "builds it from the history of *previous* amaxes: max / max(history).")
+            updated = before[1:] + [amax]
+            if (_close(scale, top / max(updated) / 2**margin) and not _close(max(updated), max(before))):
+                raise fail(TASK3, "you updated the history before computing the scale, so this step's amax is in "
+                                  "it: compute the scale from the old history first, then append the new amax.")
+            if margin and _close(scale, top / max(before)):
+                raise fail(TASK3, f"no margin: with margin = {margin} the scale must be max / max(history) / "
+                                  "2**margin, so a tensor that grows a little since the last steps does not "
+                                  "saturate.")
+            if margin and _close(scale, top / max(before) * 2**margin):
+                raise fail(TASK3, "the margin is applied the wrong way (scale multiplied by 2**margin): it must "
+                                  "leave headroom, scale = max / max(history) / 2**margin.")
+            if before[-1] and _close(scale, top / before[-1] / 2**margin) and not _close(before[-1], max(before)):
+                raise fail(TASK3, "your scale uses the last amax of the history only; use the largest: "
+                                  "max(history).")
+            if _close(scale, max(before) * 2**margin / top):
+                raise fail(TASK3, "your scale is inverted: scale = max / (max(history) · 2**margin).")
+            if not _close(scale, want):
+                raise fail(TASK3, f"the scale should be max / max(history) / 2**margin = {want:.6g}; yours is "
+                                  f"{scale:.6g}.")
         if not isinstance(x_fp8, torch.Tensor) or x_fp8.dtype != dtype:
             raise fail(TASK3, f"x_fp8 should be a {dtype} tensor.")
         got = x_fp8.float()
@@ -226,49 +335,138 @@ def delayed_cast(fn) -> None:
                               "Clamp to ±torch.finfo(fp8_dtype).max before the cast (E4M3 casts saturate in "
                               "recent torch, E5M2 casts do not).")
         if not torch.equal(got, fp8.to_fp8(x, scale, dtype).float()):
+            peak = max(before)
+            if peak and torch.equal(got, fp8.to_fp8(x.clamp(-peak, peak), scale, dtype).float()):
+                raise fail(TASK3, "you clamped x to ±max(history) before scaling: that throws away the margin's "
+                                  "headroom (x may grow up to 2**margin times). Clamp x · scale to ±max instead.")
             raise fail(TASK3, "x_fp8 differs from (x · scale).clamp(-max, max) cast to the format.")
-        if not isinstance(new_history, list) or not all(isinstance(v, (int, float)) for v in new_history):
+        if not isinstance(new_history, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in new_history):
             raise fail(TASK3, "new_history should be a list of floats (use float(x.abs().max())).")
         if len(new_history) != len(before):
             raise fail(TASK3, f"new_history has {len(new_history)} entries, the history had {len(before)}: drop the "
                               "oldest amax and append this step's, so the window keeps its length.")
         if new_history[:-1] != before[1:]:
+            if new_history[1:] == before[:-1]:
+                raise fail(TASK3, "you put this step's amax at the front and dropped the newest entry: the "
+                                  "history is oldest first, so drop history[0] and append at the end.")
             raise fail(TASK3, "new_history should be the history without its oldest (first) entry, then this "
                               "step's amax at the end.")
         last = new_history[-1]
-        if _close(last, amax * scale) or _close(last, float(got.abs().max())):
+        if amax and (_close(last, amax * scale) or _close(last, float(got.abs().max()))) and not _close(scale, 1.0):
             raise fail(TASK3, "you recorded the amax of the scaled/FP8 tensor — the wrong tensor. The history holds "
                               "the amax of x itself, before scaling.")
-        if not _close(last, amax, 1e-6):
+        if not math.isclose(last, amax, rel_tol=1e-6, abs_tol=0.0):
             raise fail(TASK3, f"the new history entry should be this step's amax, {amax:.6g}; yours is {last:.6g}.")
-    passed(TASK3, "scale from max(history) with the margin, saturating cast (E4M3 and E5M2), the history rolled by "
-                  "one with the amax of x.")
+    try:
+        result = fn(torch.ones(4), [], E4M3, 0)
+    except ValueError:
+        pass
+    except Exception as err:  # noqa: BLE001 - a learner's answer may raise anything
+        raise fail(TASK3, f"an empty history should raise ValueError (there is no window to scale from); yours "
+                          f"raised {type(err).__name__}.") from None
+    else:
+        raise fail(TASK3, f"an empty history should raise ValueError (there is no window to scale from); yours "
+                          f"returned {type(result).__name__}.")
+    passed(TASK3, "scale from max(history) with the margin (0, 1 and 2; an x above the history but within the "
+                  "margin's headroom), computed before the history is updated; scale 1 for an all-zero history, "
+                  "ValueError for an empty one; E5M2's overflow clamped; the history rolled by one with the amax of "
+                  "x (0.0 for an all-zero x).")
 
 
 # ----------------------------------------------------------------------------------------------- task 4
 TASK4 = "Task 4 (fp8_format)"
-ROLES = {"input": E4M3, "weight": E4M3, "grad_output": E5M2}
+
+
+def format_for(amax_history: list[float], smallest: float) -> tuple[torch.dtype | None, float | None]:
+    """The reference of task 4: the format whose normal numbers hold ``max(history)`` down to ``smallest`` under
+    the scale ``max / max(history)`` — E4M3 if it does (more precision), else E5M2, else ``(None, None)``."""
+    peak = max(amax_history)
+    for dtype in (E4M3, E5M2):
+        lim = fp8.fp8_limits(dtype)
+        if smallest * (lim.max / peak) >= lim.smallest_normal:
+            return dtype, lim.max / peak
+    return None, None
+
+
+def _task4_cases() -> list[tuple[str, list[float], float]]:
+    """(what it is, history, smallest). Spreads (max(history) / smallest) of 2^10, 2^12 (a gradient that fits
+    E4M3), 2^20, 2^16 (fits E4M3 only with its subnormals), 2^40 (fits neither), and exactly E4M3's normal span
+    448 / 2^-6 = 28672 (fits: the smallest value lands on the smallest normal; every number here is exact)."""
+    return [
+        ("activations", [2.5, 3.0, 2.0], 3.0 * 2.0**-10),
+        ("a gradient with a narrow spread", [0.0035, 0.004, 0.003], 0.004 * 2.0**-12),
+        ("a gradient with a wide spread", [0.002, 0.001], 0.002 * 2.0**-20),
+        ("E4M3's subnormal range", [1.0, 0.5], 2.0**-16),
+        ("a spread neither format holds", [8.0, 6.0], 8.0 * 2.0**-40),
+        ("exactly E4M3's normal span", [1.0, 7.0, 0.5], 2.0**-12),  # 7 / 2^-12 = 448 / 2^-6 = 28672, exactly
+    ]
 
 
 def fp8_format(fn) -> None:
-    """``fp8_format(role) -> dtype`` for ``"input"``, ``"weight"`` and ``"grad_output"``."""
+    """``fp8_format(amax_history, smallest) -> (dtype | None, scale | None)``: the format (and per-tensor scale)
+    whose normal numbers hold a tensor's range."""
     fn = require_callable(TASK4, fn, "fp8_format")
-    got = {role: call(TASK4, fn, "fp8_format", role) for role in ROLES}
-    for role, dtype in got.items():
-        if dtype not in (E4M3, E5M2):
-            raise fail(TASK4, f"fp8_format({role!r}) returned {dtype!r}: return torch.float8_e4m3fn or "
-                              "torch.float8_e5m2.")
-    if got["grad_output"] == E4M3:
-        raise fail(TASK4, "E4M3 for gradients: gradients span far more binades than activations, and E4M3 covers "
-                          "~18 of them (max 448) against E5M2's ~32 (max 57344). Gradients use E5M2.")
-    wrong = [role for role in ("input", "weight") if got[role] == E5M2]
-    if wrong:
-        raise fail(TASK4, f"E5M2 for {' and '.join(wrong)}: forward tensors use E4M3 — one more mantissa bit "
-                          "halves the rounding error, and a per-tensor scale fits their range.")
-    passed(TASK4, "E4M3 for inputs and weights (precision), E5M2 for gradients (range) — torchao's default recipe.")
+    spans = {d: fp8.fp8_limits(d).max / fp8.fp8_limits(d).smallest_normal for d in (E4M3, E5M2)}
+    for what, history, smallest in _task4_cases():
+        result = call(TASK4, fn, "fp8_format", list(history), smallest)
+        dtype, scale = _unpack(TASK4, result, "fp8_format", 2)
+        want_dtype, want_scale = format_for(history, smallest)
+        peak = max(history)
+        spread = peak / smallest
+        if dtype is not None and dtype not in (E4M3, E5M2):
+            raise fail(TASK4, f"fp8_format returned {dtype!r} as the format: return torch.float8_e4m3fn, "
+                              "torch.float8_e5m2 or None.")
+        if dtype != want_dtype:
+            if want_dtype is None:
+                raise fail(TASK4, f"{what}: a spread of 2^{math.log2(spread):.0f} fits neither format's normal "
+                                  f"range (E5M2 holds {spans[E5M2]:.3g}, 2^{math.log2(spans[E5M2]):.1f}): return "
+                                  "(None, None) — keep this tensor in bf16, or scale it more finely.")
+            if dtype == E5M2 and want_dtype == E4M3:
+                if math.isclose(spread, spans[E4M3]):
+                    raise fail(TASK4, f"{what}: the spread is exactly E4M3's normal span, 448 / 2^-6 = 28672: the "
+                                      "smallest value lands on E4M3's smallest normal, which still counts (>=).")
+                raise fail(TASK4, f"{what}: a spread of 2^{math.log2(spread):.0f} fits E4M3's normal range "
+                                  f"({spans[E4M3]:g} = 2^{math.log2(spans[E4M3]):.1f}), so E4M3 keeps one more "
+                                  "mantissa bit for every value. The format follows the spread, not the role: "
+                                  "choose E4M3 whenever it fits.")
+            if dtype == E4M3 and want_dtype == E5M2:
+                e4m3 = fp8.fp8_limits(E4M3)
+                if smallest * (e4m3.max / peak) >= e4m3.smallest_subnormal:
+                    raise fail(TASK4, f"{what}: with E4M3 the smallest value would be subnormal (below 2^-6): it "
+                                      "keeps fewer mantissa bits. Count only E4M3's normal range, max / smallest "
+                                      "normal = 28672; this spread needs E5M2.")
+                raise fail(TASK4, f"{what}: a spread of 2^{math.log2(spread):.0f} is wider than E4M3's normal range "
+                                  f"(2^{math.log2(spans[E4M3]):.1f}): its smallest values would be subnormal or "
+                                  "flush to 0. Use E5M2 (range) when E4M3 does not fit.")
+            raise fail(TASK4, f"{what}: the format should be {want_dtype}; yours is {dtype}.")
+        if want_dtype is None:
+            if scale is not None:
+                raise fail(TASK4, f"{what}: with no format the scale should be None too; yours is {scale!r}.")
+            continue
+        scale = _as_scale(TASK4, scale)
+        top = torch.finfo(dtype).max
+        other = torch.finfo(E5M2 if dtype == E4M3 else E4M3).max
+        if _close(scale, want_scale):
+            continue
+        if _close(scale, top / history[-1]) or _close(scale, top / history[0]):
+            raise fail(TASK4, f"{what}: your scale uses one entry of the history; it must keep every recent amax "
+                              "in range: max / max(history).")
+        if _close(scale, peak / top):
+            raise fail(TASK4, f"{what}: your scale is inverted: scale = max / max(history).")
+        if _close(scale, other / peak):
+            raise fail(TASK4, f"{what}: your scale uses the other format's max ({other:g}): use the chosen "
+                              "format's, torch.finfo(dtype).max.")
+        if _close(scale, fp8.fp8_limits(dtype).smallest_normal / smallest):
+            raise fail(TASK4, f"{what}: your scale puts the smallest value on the smallest normal; the largest "
+                              "amax then saturates. The scale maps max(history) onto the format's max.")
+        raise fail(TASK4, f"{what}: the scale should be max / max(history) = {want_scale:.6g}; yours is "
+                          f"{scale:.6g}.")
+    passed(TASK4, "E4M3 whenever the spread fits its normal range (2^14.8, boundary included, gradients too), E5M2 "
+                  "when only its 2^29.8 fit, (None, None) when neither does; scale = max / max(history).")
 
 
-__all__ = ["LINEAR_BOUND", "CheckFailed", "delayed_cast", "fp8_format", "fp8_linear", "scaled_cast"]
+__all__ = ["LINEAR_BOUND", "CheckFailed", "delayed_cast", "format_for", "fp8_format", "fp8_linear", "scaled_cast"]
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -284,26 +482,29 @@ HINTS = {
     ],
     "fp8_linear": [
         "Two tensors with very different sizes: can one scale serve both? And does torch._scaled_mm want the "
-        "scale you multiplied by, or the factor that undoes it?",
+        "scale you multiplied by, or the factor that undoes it? What dtype does it return if you do not say?",
         "Cast x and weight each with its own scale (task 1). _scaled_mm multiplies its result by scale_a · "
-        "scale_b to dequantise, so pass the inverses of your scales; the second operand is weight transposed.",
+        "scale_b to dequantise, so pass the inverses of your scales; the second operand is the weight's FP8 copy "
+        "transposed (a column-major view); ask for a float32 output.",
         "x8, sx = scaled_cast(x, E4M3); w8, sw = scaled_cast(weight, E4M3); torch._scaled_mm(x8, w8.t(), "
         "scale_a=1 / sx, scale_b=1 / sw, out_dtype=torch.float32).",
     ],
     "delayed_cast": [
-        "Delayed scaling decides the scale before it sees this step's tensor. What does it use instead, and what "
-        "happens to values of x above the format's max?",
-        "The scale comes from the largest amax in the history, with 2**margin of headroom; the cast must clamp "
-        "to ±max because x may have grown; the history drops its oldest entry and appends this step's amax.",
-        "scale = max / (max(history) * 2**margin); x_fp8 = (x * scale).clamp(-max, max).to(dtype); "
-        "new_history = history[1:] + [float(x.abs().max())].",
+        "Delayed scaling decides the scale before it sees this step's tensor. What does it use instead, what "
+        "happens to values of x above the format's max, and what if nothing has been recorded yet?",
+        "The scale comes from the largest amax in the old history, with 2**margin of headroom (1.0 if that amax "
+        "is 0; ValueError if the history is empty); the cast clamps x · scale to ±max; the history then drops its "
+        "oldest entry and appends this step's amax.",
+        "peak = max(history); scale = max / (peak * 2**margin) if peak > 0 else 1.0; x_fp8 = (x * scale).clamp("
+        "-max, max).to(dtype); new_history = history[1:] + [float(x.abs().max())].",
     ],
     "fp8_format": [
-        "Which of the three tensors spans the most binades (look at lesson 10's histograms), and which FP8 "
-        "format has more exponent bits?",
-        "Inputs and weights need precision (more mantissa bits); output gradients need range (more exponent "
-        "bits).",
-        "E4M3 for 'input' and 'weight', E5M2 for 'grad_output'.",
+        "After the scale puts max(history) on the format's max, where does `smallest` land — and is that still a "
+        "normal number of the format? Which format do you prefer when both would do?",
+        "A format fits when smallest · (max / max(history)) >= its smallest normal (torch.finfo(dtype).tiny): "
+        "try E4M3 first (one more mantissa bit), then E5M2 (more range); if neither fits, (None, None).",
+        "for dtype in (E4M3, E5M2): scale = finfo(dtype).max / max(history); if smallest * scale >= "
+        "finfo(dtype).tiny: return dtype, scale — then return None, None.",
     ],
 }
 hint = hints(__name__, HINTS)

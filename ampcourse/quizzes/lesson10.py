@@ -47,6 +47,18 @@ def questions() -> list[Question]:
             kind="transfer",
         ),
         Question(
+            "A gradient tensor's values span 2^12 from its amax down to the smallest that matters, and it gets its "
+            "own per-tensor scale. Which format keeps it more accurately?",
+            ["E5M2: gradients always need range", "E4M3: the spread fits its normal span (2^14.8), and its extra "
+             "mantissa bit halves every value's rounding error", "neither: gradients must stay in bf16"],
+            answer=1,
+            why="After the scale, what matters is whether the spread fits the format's normal numbers: 2^12 fits "
+                "E4M3's 448 / 2^-6 ≈ 2^14.8, so E4M3 is more accurate (lesson 10's backward products showed it). "
+                "torchao's tensorwise default still uses E5M2 for gradients as the safe bet for one scale per large "
+                "tensor; its rowwise recipes use E4M3.",
+            kind="transfer",
+        ),
+        Question(
             "In the installed torch, what does casting 1000.0 to float8_e4m3fn give?",
             ["inf", "NaN", "448"],
             answer=_e4m3_of_1000(),

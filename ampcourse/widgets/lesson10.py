@@ -2,9 +2,10 @@
 
 :func:`scaling_data` (pure, cached) runs :func:`ampcourse.fp8.simulate_scaling` on the amax sequence of
 :func:`ampcourse.fp8.amax_sequence` twice — delayed scaling with the chosen history and margin, and dynamic
-scaling with the same margin — and :func:`draw_scaling` draws both: on top, the tensor's amax and the amax each
-step's scale was built from (a step where the tensor's amax is above it clips its largest values); below, the
-share of values flushed to zero each step. :func:`readout` says what happened, computed from the traces.
+scaling, which has no margin (torchao's dynamic scaling uses none) — and :func:`draw_scaling` draws both: on
+top, the tensor's amax and the amax each step's scale was built from (a step where the tensor's amax is above
+it clips its largest values); below, the share of values flushed to zero each step. :func:`readout` says what
+happened, computed from the traces.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..fp8 import HISTORY_LENGTHS, N_STEPS, SPIKE_STEP, ScalingTrace, amax_seque
 from .base import COLORS, LivePlot, live
 
 __all__ = ["BENCHMARK_MOVES", "MARGIN_RANGE", "SPIKE_RANGE", "ScalingData", "delayed_scaling", "draw_scaling",
-           "readout", "scaling_data"]
+           "readout", "scaling_data", "update_scaling"]
 
 MARGIN_RANGE = (0, 4)
 SPIKE_RANGE = (0, 8)
@@ -69,15 +70,28 @@ def scaling_data(history: int = 16, margin: int = 0, spike_bits: int = 0) -> Sca
 def _scaling_data(history: int, margin: int, spike_bits: int) -> ScalingData:
     log2_amax = amax_sequence(N_STEPS, spike_bits=spike_bits)
     return ScalingData(history, margin, spike_bits, simulate_scaling(log2_amax, history, margin, "e4m3"),
-                       simulate_scaling(log2_amax, None, margin, "e4m3"))
+                       simulate_scaling(log2_amax, None, 0, "e4m3"))  # dynamic scaling has no margin
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.2f}%" if x == 0 or x >= 1e-4 else f"{100 * x:.1g}%"
 
 
+def _check_data(data: object) -> ScalingData:
+    if not isinstance(data, ScalingData):
+        raise TypeError(f"data must be a ScalingData from scaling_data() (got {type(data).__name__})")
+    return data
+
+
+def _check_figure(fig: object) -> Figure:
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure (got {type(fig).__name__})")
+    return fig
+
+
 def readout(data: ScalingData) -> str:
     """The HTML under the figure: clipped steps, the worst clip, flushed values, delayed vs dynamic."""
+    _check_data(data)
     d, dyn = data.delayed, data.dynamic
     worst = int(d.worst_clip_bits.max())
     clipped = (f"<b>{d.saturated_steps} of {d.n_steps} steps clip</b> their largest values to 448 "
@@ -107,6 +121,8 @@ def _flushed_ylim(data: ScalingData) -> tuple[float, list[int]]:
 
 def draw_scaling(fig: Figure, data: ScalingData) -> str:
     """Top: amax vs the scale's amax (+ margin) per step, clipped steps marked. Bottom: flushed share per step."""
+    _check_figure(fig)
+    _check_data(data)
     d, dyn = data.delayed, data.dynamic
     steps = np.arange(d.n_steps)
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.13, top=0.9, hspace=0.12)
@@ -145,7 +161,11 @@ def draw_scaling(fig: Figure, data: ScalingData) -> str:
 
 def update_scaling(fig: Figure, data: ScalingData) -> str:
     """Move the curves and marks of a figure :func:`draw_scaling` made to ``data``."""
+    _check_figure(fig)
+    _check_data(data)
     d, dyn, artists = data.delayed, data.dynamic, live(fig)
+    if not all(key in artists for key in ("amax", "allowed", "marks", "delayed", "dynamic_line", "bottom")):
+        raise ValueError("fig must be a figure that draw_scaling drew (its curves are what update_scaling moves)")
     steps = np.arange(d.n_steps)
     artists["amax"].set_data(steps, d.log2_amax)
     artists["allowed"].set_data(steps, d.log2_scale_amax + d.margin)
