@@ -404,8 +404,8 @@ HINTS = {
     'train_epoch': [
         ('How many micro-batches does the last window hold when len(batches) is not a multiple of '
          "accum_steps? Lesson 05's remainder report measures the error of getting it wrong."),
-        ("Zero the gradients once per window, not per micro-batch; divide each micro-batch's loss by the "
-         'length of its own window; step and update once per window.'),
+        ("Zero the gradients at the start of each window (not per micro-batch, not only after the step); "
+         "divide each micro-batch's loss by the length of its own window; step and update once per window."),
         ('for start in range(0, len(batches), accum_steps): window = batches[start:start + accum_steps]; '
          'zero_grad; per (x, y): autocast float16, loss / len(window), scaler.scale(loss).backward(); then'
          ' scaler.step, scaler.update.'),
