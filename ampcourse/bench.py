@@ -1408,6 +1408,7 @@ class ProductComparison:
     results: dict[str, MatmulResult]  # the median round of each product
     round_seconds: dict[str, tuple[float, ...]]  # each product's median time per round
     rounds: int
+    noise_threshold: float = 0.25
 
     def ratios(self, label: str, baseline: str) -> tuple[float, ...]:
         """Throughput of ``label`` over ``baseline``, per round (each round's two medians)."""
@@ -1418,9 +1419,18 @@ class ProductComparison:
     def ratio(self, label: str, baseline: str) -> float:
         return statistics.median(self.ratios(label, baseline))
 
-    def verdict(self, label: str, baseline: str) -> str:
-        """"faster", "slower" or "no clear difference": beyond :data:`CLEAR_DIFFERENCE` and in every round."""
+    def noisy(self, label: str, baseline: str) -> bool:
+        """Whether the rounds' ratios disagree by more than ``noise_threshold`` (a busy machine: rerun)."""
         rounds = self.ratios(label, baseline)
+        return max(rounds) / min(rounds) - 1 > self.noise_threshold
+
+    def verdict(self, label: str, baseline: str) -> str:
+        """"faster", "slower" or "no clear difference" (beyond :data:`CLEAR_DIFFERENCE` and in every round), or,
+        when the rounds disagree by more than ``noise_threshold``, no verdict."""
+        rounds = self.ratios(label, baseline)
+        if self.noisy(label, baseline):
+            return (f"no verdict: the rounds disagree by more than {self.noise_threshold:.0%} (a busy machine), "
+                    "rerun")
         if statistics.median(rounds) > CLEAR_DIFFERENCE and min(rounds) > 1:
             return "faster"
         if statistics.median(rounds) < 1 / CLEAR_DIFFERENCE and max(rounds) < 1:
@@ -1430,11 +1440,13 @@ class ProductComparison:
     def line(self, label: str, baseline: str) -> str:
         rounds = self.ratios(label, baseline)
         return (f"{label}: {format_flops(self.results[label].achieved)}, {self.ratio(label, baseline):.2f}× "
-                f"{baseline}'s throughput (rounds {min(rounds):.2f}–{max(rounds):.2f})")
+                f"{baseline}'s throughput (rounds {min(rounds):.2f}–{max(rounds):.2f})"
+                + ("  <- noisy: rerun" if self.noisy(label, baseline) else ""))
 
 
 def compare_products(cases: dict[str, tuple[int, int, int, str]], *, device: torch.device | str = "cpu",
-                     rounds: int = 4, repeats: int = 3, warmup: int = 1, seed: int = 0) -> ProductComparison:
+                     rounds: int = 4, repeats: int = 3, warmup: int = 1, noise_threshold: float = 0.25,
+                     seed: int = 0) -> ProductComparison:
     """Time several ``(m, k, n, mode)`` products in turn, in ``rounds`` rounds, every other round in reverse
     order (timing rule 5, as :func:`compare_precisions` does for steps), so that a drift of the machine's
     speed reaches every product alike. Each round's time is the median of ``repeats`` calls.
@@ -1448,6 +1460,7 @@ def compare_products(cases: dict[str, tuple[int, int, int, str]], *, device: tor
         raise ValueError("cases must be a non-empty dict of label -> (m, k, n, mode)")
     rounds = as_int("rounds", rounds, minimum=1)
     repeats = as_int("repeats", repeats, minimum=1)
+    noise_threshold = as_positive("noise_threshold", noise_threshold)
     if rounds * repeats * len(cases) > MAX_TIMED_STEPS:
         raise ValueError(f"rounds × repeats × cases must be at most {MAX_TIMED_STEPS:,}")
     labels = tuple(cases)
@@ -1460,7 +1473,7 @@ def compare_products(cases: dict[str, tuple[int, int, int, str]], *, device: tor
     results = {label: sorted(runs, key=lambda r: r.timing.median)[len(runs) // 2]
                for label, runs in per_round.items()}
     return ProductComparison(labels, results, {label: tuple(r.timing.median for r in runs)
-                                               for label, runs in per_round.items()}, rounds)
+                                               for label, runs in per_round.items()}, rounds, noise_threshold)
 
 
 def has_bf16_hardware(features: dict[str, Any] | None = None) -> bool:

@@ -459,10 +459,13 @@ def test_compare_products_interleaves_and_judges_with_one_threshold():
     c = bench.compare_products({"a": (32, 32, 32, "fp32"), "b": (31, 31, 31, "fp32")}, rounds=3, repeats=1)
     assert c.rounds == 3 and len(c.ratios("a", "b")) == 3 and "rounds" in c.line("a", "b")
     fake = bench.ProductComparison(("x", "y"), {"x": c.results["a"], "y": c.results["a"]},
-                                   {"x": (1.0, 1.0, 1.0), "y": (2.0, 2.0, 0.9)}, 3)
+                                   {"x": (1.0, 1.0, 1.0), "y": (2.0, 2.0, 0.9)}, 3, noise_threshold=10)
     assert fake.verdict("x", "y") == "no clear difference"  # one round disagrees
     fake = bench.ProductComparison(("x", "y"), {"x": c.results["a"], "y": c.results["a"]},
-                                   {"x": (1.0, 1.0, 1.0), "y": (2.0, 2.0, 1.2)}, 3)
+                                   {"x": (1.0, 1.0, 1.0), "y": (2.0, 2.0, 0.9)}, 3)
+    assert fake.noisy("x", "y") and fake.verdict("x", "y").startswith("no verdict") and "noisy" in fake.line("x", "y")
+    fake = bench.ProductComparison(("x", "y"), {"x": c.results["a"], "y": c.results["a"]},
+                                   {"x": (1.0, 1.0, 1.0), "y": (2.0, 2.0, 1.9)}, 3)
     assert fake.verdict("x", "y") == "faster" and fake.verdict("y", "x") == "slower"
     with pytest.raises(ValueError, match="cases"):
         bench.compare_products({})
