@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,11 +39,11 @@ from .tables import Table
 from .validate import as_int, as_positive
 
 __all__ = [
-    "Accumulation", "ClipDemo", "EquivalenceReport", "GradientPenalty", "MultiModelStep", "Problem",
-    "RemainderReport", "ResumeFromFP32", "ResumeReport", "TrainState", "accumulated_grads", "clip_demo",
-    "equivalence_report", "full_batch_grads", "gradient_penalty_step", "load_checkpoint", "make_problem",
-    "make_state", "multi_model_step", "remainder_report", "resume_from_fp32", "resume_matches",
-    "save_checkpoint", "train_steps",
+    "Accumulation", "ClipByOptimizer", "ClipDemo", "EquivalenceReport", "GradientPenalty", "MultiModelStep",
+    "OPTIMIZERS", "Problem", "RemainderReport", "ResumeFromFP32", "ResumeReport", "TrainState",
+    "accumulated_grads", "amp_loss", "clip_by_optimizer", "clip_demo", "equivalence_report", "full_batch_grads",
+    "gradient_penalty_step", "load_checkpoint", "make_problem", "make_state", "multi_model_step", "one_amp_step",
+    "remainder_report", "resume_from_fp32", "resume_matches", "save_checkpoint", "train_steps",
 ]
 
 N_INPUTS, N_HIDDEN = 8, 16
@@ -144,7 +145,7 @@ def make_problem(n_samples: int = 32, seed: int = 0) -> Problem:
     return Problem(inputs, targets, seed)
 
 
-def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: bool) -> torch.Tensor:
+def amp_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: bool) -> torch.Tensor:
     """Mean squared error; under FP16 autocast the linears run in FP16 (``mse_loss`` autocasts to FP32)."""
     with torch.autocast("cpu", dtype=torch.float16, enabled=amp):
         return nn.functional.mse_loss(model(x), y)
@@ -239,7 +240,7 @@ def accumulated_grads(model: nn.Module, data, micro_batches: int, *, micro_batch
         scaler = torch.amp.GradScaler("cpu", init_scale=scale, enabled=amp)
         for i in range(first, first + size):
             rows = slice(i * micro_batch_size, (i + 1) * micro_batch_size)
-            loss = _loss(model, x[rows], y[rows], amp) / divisor
+            loss = amp_loss(model, x[rows], y[rows], amp) / divisor
             scaler.scale(loss).backward()
         if amp:
             scaler.unscale_(optimizer)
@@ -419,14 +420,14 @@ class ClipDemo:
                      title=f"S = {self.scale:g}, max_norm = {self.max_norm:g}, true ‖grad‖ = {self.true_norm:.4g}")
 
 
-def _one_amp_step(problem: Problem, scale: float, lr: float, before_step: Callable) -> tuple[float, Any, bool, float]:
+def one_amp_step(problem: Problem, scale: float, lr: float, before_step: Callable) -> tuple[float, Any, bool, float]:
     """One AMP step; ``before_step(model, optimizer, scaler)`` runs between backward and step."""
     model = problem.new_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu", init_scale=scale)
     counter = StepCounter(optimizer)
     params = _flat_params(model)
-    scaler.scale(_loss(model, *problem.data, True)).backward()
+    scaler.scale(amp_loss(model, *problem.data, True)).backward()
     result = before_step(model, optimizer, scaler)
     scaler.step(optimizer)
     scaler.update()
@@ -440,8 +441,12 @@ def clip_demo(scale: float = 2.0**16, max_norm: float = 1.0, *, clip_value: floa
 
     Right (documented): ``scaler.scale(loss).backward(); scaler.unscale_(opt); clip_grad_norm_(params, max_norm);
     scaler.step(opt); scaler.update()``. Wrong: ``clip_grad_norm_`` before ``unscale_`` — it sees S × the norm,
-    clips to ``max_norm`` in *scaled* units, and ``scaler.step`` then divides by S: the update shrinks to
-    ``lr × max_norm / S`` (at S = 2^16, almost nothing), whatever the true norm.
+    clips to ``max_norm`` in *scaled* units, and ``scaler.step`` then divides by S. With SGD the update
+    then shrinks to ``lr × max_norm / S`` (at S = 2^16, almost nothing), whatever the true norm; an adaptive
+    optimizer (Adam, AdamW) divides the gradient by its own running size, which cancels the shrink, so there the
+    wrong order changes the update little and the loss shows nothing (:func:`clip_by_optimizer` measures both).
+    What holds for every optimizer: the norm ``clip_grad_norm_`` returns is S × the true norm, and the clip
+    fires on (almost) every step, so ``max_norm`` means nothing.
 
     Example:
         >>> d = clip_demo()
@@ -455,7 +460,7 @@ def clip_demo(scale: float = 2.0**16, max_norm: float = 1.0, *, clip_value: floa
     seed = as_int("seed", seed, minimum=0)
     problem = make_problem(32, seed)
     model = problem.new_model()
-    _loss(model, *problem.data, True).backward()
+    amp_loss(model, *problem.data, True).backward()
     true_norm = float(_flat_grads(model).norm())
 
     def right(model, optimizer, scaler):
@@ -487,16 +492,16 @@ def clip_demo(scale: float = 2.0**16, max_norm: float = 1.0, *, clip_value: floa
         norm = float(nn.utils.clip_grad_norm_(model.parameters(), max_norm))
         return norm, int((~torch.isfinite(_flat_grads(model))).sum())
 
-    right_update, right_norm, right_stepped, _ = _one_amp_step(problem, scale, lr, right)
+    right_update, right_norm, right_stepped, _ = one_amp_step(problem, scale, lr, right)
     if not right_stepped:
         raise ValueError(f"scale={scale:g} is too large for this demo: the float16 gradients overflow at that "
                          "scale, so GradScaler skips the step and there is no update to compare. Use a scale of at "
                          "most 2**16 (the default).")
-    wrong_update, wrong_norm, _, _ = _one_amp_step(problem, scale, lr, wrong)
-    value_update = _one_amp_step(problem, scale, lr, right_value)[0]
-    wrong_value_update = _one_amp_step(problem, scale, lr, wrong_value)[0]
-    message = _one_amp_step(problem, scale, lr, twice)[1]
-    _, (inf_norm, nonfinite), inf_stepped, inf_scale_after = _one_amp_step(problem, scale, lr, inf)
+    wrong_update, wrong_norm, _, _ = one_amp_step(problem, scale, lr, wrong)
+    value_update = one_amp_step(problem, scale, lr, right_value)[0]
+    wrong_value_update = one_amp_step(problem, scale, lr, wrong_value)[0]
+    message = one_amp_step(problem, scale, lr, twice)[1]
+    _, (inf_norm, nonfinite), inf_stepped, inf_scale_after = one_amp_step(problem, scale, lr, inf)
     return ClipDemo(
         scale=scale, max_norm=max_norm, lr=lr, true_norm=true_norm, right_norm=right_norm, wrong_norm=wrong_norm,
         right_fired=right_norm > max_norm, wrong_fired=wrong_norm > max_norm, right_update=right_update,
@@ -504,6 +509,101 @@ def clip_demo(scale: float = 2.0**16, max_norm: float = 1.0, *, clip_value: floa
         value_clip_update=value_update, wrong_value_clip_update=wrong_value_update, unscale_twice_error=message,
         inf_norm=inf_norm, inf_step_skipped=not inf_stepped, inf_scale_after=inf_scale_after,
         inf_nonfinite_after_clip=nonfinite)
+
+
+@dataclass(frozen=True)
+class ClipByOptimizer:
+    """Clipping before and after ``unscale_``, for SGD and for AdamW (see :func:`clip_by_optimizer`).
+
+    Attributes (each a dict keyed by optimizer name, ``"SGD"`` and ``"AdamW"``):
+        first_update: ``(right, wrong)`` ‖parameter change‖ of the first step.
+        update_ratio: wrong / right first-step update.
+        final_loss: ``(right, wrong)`` FP32 loss after ``steps`` steps.
+        fired: ``(right, wrong)`` fraction of the steps on which the clip fired.
+        norm_ratio: the median, over the steps, of the norm ``clip_grad_norm_`` returned in the wrong order
+            divided by the true (unscaled) norm of the same step.
+    """
+
+    scale: float
+    max_norm: float
+    steps: int
+    first_update: dict[str, tuple[float, float]]
+    update_ratio: dict[str, float]
+    final_loss: dict[str, tuple[float, float]]
+    fired: dict[str, tuple[float, float]]
+    norm_ratio: dict[str, float]
+
+    def table(self) -> Table:
+        rows = [{"optimizer": name, "update right": self.first_update[name][0],
+                 "update wrong": self.first_update[name][1], "ratio": self.update_ratio[name],
+                 "loss right": self.final_loss[name][0], "loss wrong": self.final_loss[name][1],
+                 "fired right": self.fired[name][0], "fired wrong": self.fired[name][1]}
+                for name in self.first_update]
+        formats = {key: "{:.3g}" for key in rows[0] if key != "optimizer"}
+        formats.update({"fired right": "{:.0%}", "fired wrong": "{:.0%}"})
+        return Table(rows, formats=formats, title=f"S = {self.scale:g}, max_norm = {self.max_norm:g}: right = unscale_ "
+                                                  "then clip, wrong = clip first; update: the first step's, "
+                                                  f"ratio = wrong / right; loss after {self.steps} steps; fired: "
+                                                  "share of steps clipped")
+
+
+OPTIMIZERS = {"SGD": lambda params, lr: torch.optim.SGD(params, lr=lr),
+              "AdamW": lambda params, lr: torch.optim.AdamW(params, lr=lr)}
+
+
+def clip_by_optimizer(scale: float = 2.0**16, max_norm: float = 1.0, *, lr: float = 1e-2, steps: int = 50,
+                      seed: int = 0) -> ClipByOptimizer:
+    """Train ``steps`` full-batch AMP steps with ``clip_grad_norm_`` after ``unscale_`` (right) and before it
+    (wrong), with SGD and with AdamW, from the same start.
+
+    SGD's update is the gradient × lr, so the wrong order shrinks it by about S. AdamW divides by the
+    gradient's running RMS, which the shrink cancels: its update barely changes and its loss shows nothing. Both
+    show the symptom: the norm the wrong order's ``clip_grad_norm_`` returns is S × the true one, and the clip
+    fires on every step.
+
+    Example:
+        >>> r = clip_by_optimizer(steps=5)
+        >>> r.update_ratio["SGD"] < 1e-3, 0.5 < r.update_ratio["AdamW"] < 2, r.fired["AdamW"][1]
+        (True, True, 1.0)
+    """
+    scale = as_positive("scale", scale)
+    max_norm = as_positive("max_norm", max_norm)
+    lr = as_positive("lr", lr)
+    steps = _as_steps("steps", steps, minimum=1)
+    seed = as_int("seed", seed, minimum=0)
+    problem = make_problem(32, seed)
+    first, final, fired, ratios = {}, {}, {}, {}
+    for name, make in OPTIMIZERS.items():
+        runs = []
+        for unscale_first in (True, False):
+            model = problem.new_model()
+            optimizer = make(model.parameters(), lr)
+            scaler = torch.amp.GradScaler("cpu", init_scale=scale, growth_interval=10**6)
+            updates, clipped, norm_ratio = [], 0, []
+            for _ in range(steps):
+                before = _flat_params(model)
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(amp_loss(model, *problem.data, True)).backward()
+                if unscale_first:
+                    scaler.unscale_(optimizer)
+                true_norm = float(_flat_grads(model).norm()) / (1.0 if unscale_first else scaler.get_scale())
+                returned = float(nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+                clipped += returned > max_norm
+                norm_ratio.append(returned / true_norm)
+                scaler.step(optimizer)
+                scaler.update()
+                updates.append(float((_flat_params(model) - before).norm()))
+            with torch.no_grad():
+                loss = float(amp_loss(model, *problem.data, False))
+            runs.append((updates[0], loss, clipped / steps, statistics.median(norm_ratio)))
+        (right, wrong) = runs
+        first[name] = (right[0], wrong[0])
+        final[name] = (right[1], wrong[1])
+        fired[name] = (right[2], wrong[2])
+        ratios[name] = wrong[3]
+    return ClipByOptimizer(scale=scale, max_norm=max_norm, steps=steps, first_update=first,
+                           update_ratio={k: v[1] / v[0] for k, v in first.items()}, final_loss=final, fired=fired,
+                           norm_ratio=ratios)
 
 
 # ------------------------------------------------------------------------------------------ multi-model
@@ -616,7 +716,7 @@ def gradient_penalty_step(*, scale: float = 2.0**12, lr: float = 0.1, seed: int 
         counter = StepCounter(optimizer)
         before = _flat_params(model)
         params = list(model.parameters())
-        loss = _loss(model, *problem.data, amp)
+        loss = amp_loss(model, *problem.data, amp)
         scaled_grads = torch.autograd.grad(scaler.scale(loss), params, create_graph=True)
         inv_scale = 1.0 / scaler.get_scale()
         grads = [g * inv_scale for g in scaled_grads]
@@ -681,7 +781,7 @@ def train_steps(state: TrainState, n: int) -> TrainState:
     for _ in range(n):
         x, y = state.problem.batch(state.step, state.batch_size)
         state.optimizer.zero_grad(set_to_none=True)
-        loss = _loss(state.model, x, y, amp)
+        loss = amp_loss(state.model, x, y, amp)
         if amp:
             scaled = state.scaler.scale(loss)
             scale = state.scaler.get_scale()
@@ -717,6 +817,19 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
                 "scaler": None if scaler is None else scaler.state_dict(), "step": step}, path)
 
 
+def _read_checkpoint(path: str | os.PathLike) -> dict:
+    """``torch.load(path, weights_only=True)`` of a :func:`save_checkpoint` file; anything else: one ValueError."""
+    try:
+        checkpoint = torch.load(path, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - UnpicklingError, a truncated zip, ...: one clear message
+        raise ValueError(f"path: {os.fspath(path)!r} is not a readable checkpoint (written by save_checkpoint?): "
+                         f"{type(err).__name__}") from None
+    if not isinstance(checkpoint, dict) or not {"model", "optimizer", "scaler", "step"} <= set(checkpoint):
+        raise ValueError(f"path: {os.fspath(path)!r} is not a save_checkpoint file (it lacks model/optimizer/"
+                         "scaler/step)")
+    return checkpoint
+
+
 def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer,
                     scaler: torch.amp.GradScaler | None = None, *, load_scaler: bool = True) -> int:
     """Load a :func:`save_checkpoint` file into fresh objects; returns the saved step.
@@ -730,14 +843,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     load_scaler = _as_bool("load_scaler", load_scaler)
     if not os.path.isfile(path):
         raise ValueError(f"path: no checkpoint file at {os.fspath(path)!r}")
-    try:
-        checkpoint = torch.load(path, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - UnpicklingError, a truncated zip, ...: one clear message
-        raise ValueError(f"path: {os.fspath(path)!r} is not a readable checkpoint (written by save_checkpoint?): "
-                         f"{type(err).__name__}") from None
-    if not isinstance(checkpoint, dict) or not {"model", "optimizer", "scaler", "step"} <= set(checkpoint):
-        raise ValueError(f"path: {os.fspath(path)!r} is not a save_checkpoint file (it lacks model/optimizer/"
-                         "scaler/step)")
+    checkpoint = _read_checkpoint(path)  # torch.load(path, weights_only=True), or a clear ValueError
     model.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
     if scaler is not None and load_scaler and checkpoint["scaler"] is not None:

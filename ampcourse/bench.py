@@ -50,6 +50,8 @@ from .tables import Table
 from .validate import as_int, as_positive
 
 __all__ = [
+    "CLEAR_DIFFERENCE", "ProductComparison", "compare_products", "has_bf16_hardware", "mkldnn_fp32_precision",
+    "mlp_problem", "native_stderr_silenced", "train_step_fn",
     "ActivationReport", "BenchmarkError", "Comparison", "DATASHEET_PEAKS", "MODES", "MatmulResult", "MemorySummary",
     "StepResult", "Timing", "achieved_flops", "available_modes", "benchmark_step", "cast_cost", "compare_precisions",
     "cpu_features", "format_bytes", "format_flops", "format_time", "fraction_of_peak", "largest_batch_estimate",
@@ -823,7 +825,9 @@ class StepResult:
         return f"{self.mode}{' + compile' if self.compiled else ''}"
 
 
-def _step_fn(model, optimizer, scaler, x, target, mode, device_type):
+def train_step_fn(model, optimizer, scaler, x, target, mode, device_type):
+    """The step every benchmark of lesson 06 times: zero_grad, forward and MSE loss under autocast (``mode``
+    fp16/bf16; off for fp32/tf32), backward, Adam step — through the ``GradScaler`` when there is one (fp16)."""
     dtype = _AUTOCAST_DTYPE.get(mode)
 
     def step():
@@ -912,7 +916,7 @@ def _prepare_step(mode: str, *, width: int, depth: int, batch: int, device: torc
 
     before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     try:
-        model, x, target, optimizer, scaler = _mlp_problem(width, depth, batch, device, mode, seed)
+        model, x, target, optimizer, scaler = mlp_problem(width, depth, batch, device, mode, seed)
         with flags():
             activations = None
             if not compile:
@@ -928,7 +932,7 @@ def _prepare_step(mode: str, *, width: int, depth: int, batch: int, device: torc
             if compile:
                 try:
                     runner = torch.compile(model)
-                    step = _step_fn(runner, optimizer, scaler, x, target, mode, device.type)
+                    step = train_step_fn(runner, optimizer, scaler, x, target, mode, device.type)
                     synchronize(device)
                     start = time.perf_counter()
                     step()
@@ -937,7 +941,7 @@ def _prepare_step(mode: str, *, width: int, depth: int, batch: int, device: torc
                 except Exception as err:  # noqa: BLE001 - any compile failure becomes a row that says why
                     message = str(err).strip().splitlines()[0] if str(err).strip() else ""
                     return StepResult(**base, error=f"torch.compile failed: {type(err).__name__}: {message[:160]}")
-            step = _step_fn(runner, optimizer, scaler, x, target, mode, device.type)
+            step = train_step_fn(runner, optimizer, scaler, x, target, mode, device.type)
             for i in range(warmup):
                 _run(step, f"warm-up call {i + 1} of {warmup}")
             peak = peak_memory_bytes(step, device)
@@ -1249,7 +1253,7 @@ class Bf16Sweep:
         return text
 
 
-def _mlp_problem(width: int, depth: int, batch: int, device: torch.device, mode: str, seed: int):
+def mlp_problem(width: int, depth: int, batch: int, device: torch.device, mode: str, seed: int):
     """The benchmark's MLP, a seeded batch and target, Adam, and a GradScaler for fp16 (``None`` otherwise)."""
     model = make_mlp(width, depth, seed=seed).to(device)
     g = torch.Generator().manual_seed(seed + 1)
@@ -1261,8 +1265,8 @@ def _mlp_problem(width: int, depth: int, batch: int, device: torch.device, mode:
 
 
 def _sweep_step(width: int, depth: int, batch: int, device: torch.device, mode: str, seed: int):
-    model, x, target, optimizer, scaler = _mlp_problem(width, depth, batch, device, mode, seed)
-    return _step_fn(model, optimizer, scaler, x, target, mode, device.type)
+    model, x, target, optimizer, scaler = mlp_problem(width, depth, batch, device, mode, seed)
+    return train_step_fn(model, optimizer, scaler, x, target, mode, device.type)
 
 
 MAX_SWEEP_COUNT = 1000  # rounds, repeats and warmup steps of bf16_sweep
@@ -1389,3 +1393,124 @@ def cast_cost(model: torch.nn.Module, dtype: torch.dtype, *, device: torch.devic
     if not weights:
         raise ValueError("model has no weight matrices to cast")
     return time_fn(lambda: [w.to(dtype) for w in weights], warmup=warmup, repeats=repeats, device=device)
+
+
+#: One threshold for every timed comparison of two products in lesson 06: a throughput ratio counts as a
+#: difference when it is beyond 10 % *and* every round points the same way; otherwise it is noise.
+CLEAR_DIFFERENCE = 1.10
+
+
+@dataclass(frozen=True)
+class ProductComparison:
+    """Matrix products timed in interleaved rounds (see :func:`compare_products`)."""
+
+    labels: tuple[str, ...]
+    results: dict[str, MatmulResult]  # the median round of each product
+    round_seconds: dict[str, tuple[float, ...]]  # each product's median time per round
+    rounds: int
+    noise_threshold: float = 0.25
+
+    def ratios(self, label: str, baseline: str) -> tuple[float, ...]:
+        """Throughput of ``label`` over ``baseline``, per round (each round's two medians)."""
+        a, b = self.results[label], self.results[baseline]
+        return tuple((a.flops / ta) / (b.flops / tb) for ta, tb in zip(self.round_seconds[label],
+                                                                         self.round_seconds[baseline], strict=True))
+
+    def ratio(self, label: str, baseline: str) -> float:
+        return statistics.median(self.ratios(label, baseline))
+
+    def noisy(self, label: str, baseline: str) -> bool:
+        """Whether the rounds' ratios disagree by more than ``noise_threshold`` (a busy machine: rerun)."""
+        rounds = self.ratios(label, baseline)
+        return max(rounds) / min(rounds) - 1 > self.noise_threshold
+
+    def verdict(self, label: str, baseline: str) -> str:
+        """"faster", "slower" or "no clear difference" (beyond :data:`CLEAR_DIFFERENCE` and in every round), or,
+        when the rounds disagree by more than ``noise_threshold``, no verdict."""
+        rounds = self.ratios(label, baseline)
+        if self.noisy(label, baseline):
+            return (f"no verdict: the rounds disagree by more than {self.noise_threshold:.0%} (a busy machine), "
+                    "rerun")
+        if statistics.median(rounds) > CLEAR_DIFFERENCE and min(rounds) > 1:
+            return "faster"
+        if statistics.median(rounds) < 1 / CLEAR_DIFFERENCE and max(rounds) < 1:
+            return "slower"
+        return "no clear difference"
+
+    def line(self, label: str, baseline: str) -> str:
+        rounds = self.ratios(label, baseline)
+        return (f"{label}: {format_flops(self.results[label].achieved)}, {self.ratio(label, baseline):.2f}× "
+                f"{baseline}'s throughput (rounds {min(rounds):.2f}–{max(rounds):.2f})"
+                + ("  <- noisy: rerun" if self.noisy(label, baseline) else ""))
+
+
+def compare_products(cases: dict[str, tuple[int, int, int, str]], *, device: torch.device | str = "cpu",
+                     rounds: int = 4, repeats: int = 3, warmup: int = 1, noise_threshold: float = 0.25,
+                     seed: int = 0) -> ProductComparison:
+    """Time several ``(m, k, n, mode)`` products in turn, in ``rounds`` rounds, every other round in reverse
+    order (timing rule 5, as :func:`compare_precisions` does for steps), so that a drift of the machine's
+    speed reaches every product alike. Each round's time is the median of ``repeats`` calls.
+
+    Example:
+        >>> c = compare_products({"a": (16, 16, 16, "fp32"), "b": (15, 15, 15, "fp32")}, rounds=2, repeats=1)
+        >>> len(c.ratios("b", "a")), c.verdict("a", "a")
+        (2, 'no clear difference')
+    """
+    if not isinstance(cases, dict) or not cases:
+        raise ValueError("cases must be a non-empty dict of label -> (m, k, n, mode)")
+    rounds = as_int("rounds", rounds, minimum=1)
+    repeats = as_int("repeats", repeats, minimum=1)
+    noise_threshold = as_positive("noise_threshold", noise_threshold)
+    if rounds * repeats * len(cases) > MAX_TIMED_STEPS:
+        raise ValueError(f"rounds × repeats × cases must be at most {MAX_TIMED_STEPS:,}")
+    labels = tuple(cases)
+    per_round: dict[str, list[MatmulResult]] = {label: [] for label in labels}
+    for number in range(rounds):
+        for label in (labels if number % 2 == 0 else labels[::-1]):
+            m, k, n, mode = cases[label]
+            per_round[label].append(matmul_throughput(m, k, n, mode=mode, device=device, warmup=warmup,
+                                                      repeats=repeats, seed=seed))
+    results = {label: sorted(runs, key=lambda r: r.timing.median)[len(runs) // 2]
+               for label, runs in per_round.items()}
+    return ProductComparison(labels, results, {label: tuple(r.timing.median for r in runs)
+                                               for label, runs in per_round.items()}, rounds, noise_threshold)
+
+
+def has_bf16_hardware(features: dict[str, Any] | None = None) -> bool:
+    """Whether this CPU reports bfloat16 matrix hardware (AVX512-BF16 or AMX-BF16) in :func:`cpu_features`."""
+    flags = (features or cpu_features())["flags"]
+    return bool(flags.get("avx512_bf16") or flags.get("amx_bf16"))
+
+
+@contextlib.contextmanager
+def mkldnn_fp32_precision(precision: str):
+    """Set oneDNN's ``torch.backends.mkldnn.matmul.fp32_precision`` (``"bf16"``: FP32 products on a CPU computed
+    with bf16 inputs where the hardware has it; ``"none"``/``"ieee"``: FP32); restore it after."""
+    if precision not in ("none", "ieee", "bf16", "tf32"):
+        raise ValueError(f"precision must be 'none', 'ieee', 'bf16' or 'tf32' (got {precision!r})")
+    knob = torch.backends.mkldnn.matmul
+    before = knob.fp32_precision
+    knob.fp32_precision = precision
+    try:
+        yield
+    finally:
+        knob.fp32_precision = before
+
+
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """Send file descriptor 2 to /dev/null for the block: torch.profiler's native layer writes
+    ``USDT … profiler_start/stop`` lines there, which Python cannot catch. Python's own ``sys.stderr`` is
+    flushed first; errors raised in the block still propagate."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)

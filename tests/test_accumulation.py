@@ -174,3 +174,19 @@ def test_checkpoint_functions_validate(tmp_path):
 
 def test_docstring_examples():
     assert doctest.testmod(acc).failed == 0
+
+
+def test_clip_before_unscale_depends_on_the_optimizer_but_the_symptom_does_not():
+    """Review r2 #6: clipping before unscale_ shrinks SGD's update by ~S, not AdamW's (its normalisation cancels
+    the shrink); for both, the returned norm is S × the true norm and the clip fires on every step."""
+    from ampcourse.accumulation import clip_by_optimizer
+
+    r = clip_by_optimizer(scale=2.0**16, max_norm=1.0, steps=10)
+    assert r.update_ratio["SGD"] < 1e-3
+    assert 0.5 < r.update_ratio["AdamW"] < 2
+    for name in ("SGD", "AdamW"):
+        assert r.fired[name][1] == 1.0
+        assert abs(r.norm_ratio[name] / r.scale - 1) < 0.01
+    assert "AdamW" in str(r.table())
+    with pytest.raises(ValueError, match="steps"):
+        clip_by_optimizer(steps=0)

@@ -391,7 +391,7 @@ class DriftingMachine:
         return self.now
 
     def patch(self, monkeypatch):
-        real = bench._step_fn
+        real = bench.train_step_fn
 
         def step_fn(model, optimizer, scaler, x, target, mode, device_type):
             step = real(model, optimizer, scaler, x, target, mode, device_type)
@@ -401,7 +401,7 @@ class DriftingMachine:
                 self.now += 1.0 + self.drift * len(self.log)
                 self.log.append(mode)
             return timed
-        monkeypatch.setattr(bench, "_step_fn", step_fn)
+        monkeypatch.setattr(bench, "train_step_fn", step_fn)
 
 
 def test_compare_precisions_interleaves_so_a_drift_lands_on_no_mode(monkeypatch):
@@ -451,3 +451,55 @@ def test_a_comparison_warns_when_its_rounds_disagree(monkeypatch):
         compare_precisions(width=8, depth=1, batch=2, device="cpu", noise_threshold=-1)
     with pytest.raises(ValueError, match=r"rounds × repeats must be at most 10000 .*1,000,000 × 5"):
         compare_precisions(width=8, depth=1, batch=2, device="cpu", rounds=10**6)
+
+
+def test_compare_products_interleaves_and_judges_with_one_threshold():
+    """Review r2 #9: the lesson's timed pairs run in alternating rounds; a verdict needs the median beyond
+    CLEAR_DIFFERENCE and every round the same way."""
+    c = bench.compare_products({"a": (32, 32, 32, "fp32"), "b": (31, 31, 31, "fp32")}, rounds=3, repeats=1)
+    assert c.rounds == 3 and len(c.ratios("a", "b")) == 3 and "rounds" in c.line("a", "b")
+    fake = bench.ProductComparison(("x", "y"), {"x": c.results["a"], "y": c.results["a"]},
+                                   {"x": (1.0, 1.0, 1.0), "y": (2.0, 2.0, 0.9)}, 3, noise_threshold=10)
+    assert fake.verdict("x", "y") == "no clear difference"  # one round disagrees
+    fake = bench.ProductComparison(("x", "y"), {"x": c.results["a"], "y": c.results["a"]},
+                                   {"x": (1.0, 1.0, 1.0), "y": (2.0, 2.0, 0.9)}, 3)
+    assert fake.noisy("x", "y") and fake.verdict("x", "y").startswith("no verdict") and "noisy" in fake.line("x", "y")
+    fake = bench.ProductComparison(("x", "y"), {"x": c.results["a"], "y": c.results["a"]},
+                                   {"x": (1.0, 1.0, 1.0), "y": (2.0, 2.0, 1.9)}, 3)
+    assert fake.verdict("x", "y") == "faster" and fake.verdict("y", "x") == "slower"
+    with pytest.raises(ValueError, match="cases"):
+        bench.compare_products({})
+
+
+def test_bf16_hardware_comes_from_the_cpu_flags():
+    assert bench.has_bf16_hardware({"flags": {"avx512_bf16": True}})
+    assert bench.has_bf16_hardware({"flags": {"amx_bf16": True, "avx512_bf16": False}})
+    assert not bench.has_bf16_hardware({"flags": {"avx2": True}})
+
+
+def test_mkldnn_fp32_precision_is_restored():
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    with bench.mkldnn_fp32_precision("bf16"):
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
+    with pytest.raises(ValueError, match="precision"):
+        with bench.mkldnn_fp32_precision("fp8"):
+            pass
+
+
+def test_native_stderr_is_silenced_and_restored(capfd):
+    import os
+
+    with bench.native_stderr_silenced():
+        os.write(2, b"USDT: hidden\n")
+    os.write(2, b"shown\n")
+    err = capfd.readouterr().err
+    assert "hidden" not in err and "shown" in err
+
+
+def test_the_benchmarked_step_is_public_and_printable():
+    """Review r2 #10: lesson 06 prints the step it times."""
+    from ampcourse.source import code_of
+
+    assert "scaler.scale(loss).backward()" in code_of(bench.train_step_fn)
+    assert "GradScaler" in code_of(bench.mlp_problem)

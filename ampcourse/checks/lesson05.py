@@ -35,6 +35,11 @@ def _run_epoch(fn, task, device, n_micro, accum):
     log: list[str] = []
     optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
     optimizer.stale_grad = 100.0 * SCALE
+    # Dirty state: gradients already in .grad when train_epoch starts (a previous epoch's, an evaluation
+    # pass's). A right answer zeroes them before the first window's backward; one that zeroes only after
+    # each step carries them into its first step.
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 100.0 * SCALE)
     scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
     batches = micro_batches(device, n_micro)
     params_before_each_step = []
@@ -74,12 +79,16 @@ def _zero_grad_inside(log: list[str]) -> bool:
                for i, c in enumerate(calls[1:-1], 1))
 
 
-def train_epoch(fn) -> None:
-    """Task 1: ``train_epoch(model, loss_fn, optimizer, scaler, batches, accum_steps)`` accumulates with AMP."""
-    task = "Task 1 (train_epoch)"
-    require_callable(task, fn, "train_epoch")
-    device = pick_device()
-    n_micro, accum = 10, 4  # windows of 4, 4 and a remainder of 2
+# (micro-batches, accum_steps): windows 4, 4, 2 and windows 3, 3, 1 (a window that is not a power of two, a
+# last window of one micro-batch)
+EPOCHS = ((10, 4), (7, 3))
+
+
+def _windows_text(n_micro: int, accum: int) -> str:
+    return ", ".join(str(min(accum, n_micro - i)) for i in range(0, n_micro, accum))
+
+
+def _check_epoch(fn, task, device, n_micro, accum) -> None:
     log, optimizer, batches, models, forward_dtypes = _run_epoch(fn, task, device, n_micro, accum)
     windows = [batches[i:i + accum] for i in range(0, n_micro, accum)]
     steps = optimizer.grads_at_step
@@ -90,6 +99,10 @@ def train_epoch(fn) -> None:
     if forward_dtypes and any(d != torch.float16 for d in forward_dtypes):
         raise fail(task, "autocast ran, but not in float16 (the CPU's default is bfloat16): pass "
                          "`dtype=torch.float16`, as the exercise asks.")
+    if "scale" not in calls:
+        raise fail(task, "the `scaler` you were given never scaled a loss: use it (`scaler.scale(loss).backward()`, "
+                         "`scaler.step(optimizer)`, `scaler.update()`) rather than a GradScaler of your own — the "
+                         "caller's scaler carries the scale from one epoch to the next.")
     if 0 < calls.count("scale") == len(steps) < n_micro:
         raise fail(task, f"{calls.count('scale')} backward passes for {n_micro} micro-batches: you summed a window's "
                          "losses and ran one backward. Accumulation exists so that only one micro-batch's activations "
@@ -97,7 +110,7 @@ def train_epoch(fn) -> None:
     if _zero_grad_inside(log):
         raise fail(task, "`optimizer.zero_grad()` ran between the micro-batches of a window: it wipes the gradients "
                          "accumulated so far, so each step sees only the last micro-batch. Zero once per window, "
-                         "before its first backward (or after its step).")
+                         "before its first backward.")
     if "optimizer.step (direct)" in calls:
         raise fail(task, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`.")
     if len(steps) == n_micro:
@@ -111,47 +124,69 @@ def train_epoch(fn) -> None:
         raise fail(task, f"expected {len(windows)} optimizer steps for {n_micro} micro-batches in windows of {accum}, "
                          f"saw {len(steps)}.")
     for number, (window, seen, model) in enumerate(zip(windows, steps, models, strict=True)):
-        ratio = _ratio(seen, window_mean_grads(model, window))
+        want = window_mean_grads(model, window)
+        ratio = _ratio(seen, want)
         if ratio > 50:
+            if number == 0 and "zero_grad" in log:
+                raise fail(task, "the first step also carried gradients that were in `.grad` before `train_epoch` "
+                                 "started (the check planted some): you zero the gradients only *after* each step. "
+                                 "Zero them at the start of each window, before its first backward — lesson 04's "
+                                 "Task 1 asks the same.")
             raise fail(task, "gradients from before this window were still there: call `optimizer.zero_grad()` "
-                             "after each optimizer step (or before each window).")
+                             "at the start of each window, before its first backward.")
         last = number == len(windows) - 1
-        if abs(ratio - 1) < 0.05 and cosine(seen, window_mean_grads(model, window)) > 0.99:
+        aligned = cosine(seen, want) > 0.99
+        if abs(ratio - 1) < 0.05 and aligned:
             continue
         if abs(ratio - 1) < 0.05:
             raise fail(task, f"window {number + 1}: the step gradient has the right size but points elsewhere "
                              "(cosine < 0.99): it is not the mean gradient of the window's micro-batches. Run one "
                              "backward per micro-batch of the window, on that micro-batch's loss.")
-        if abs(ratio - len(window)) < 0.05 * len(window):
+        if len(window) > 1 and abs(ratio - len(window)) < 0.05 * len(window):
             raise fail(task, f"the step gradient is {ratio:.2f}× too large: you did not divide each micro-batch "
                              "loss by the number of micro-batches in the window.")
-        if last and abs(ratio - len(window) / accum) < 0.05:
+        if last and len(window) < accum and abs(ratio - len(window) / accum) < 0.05:
             raise fail(task, f"the last, short window ({len(window)} micro-batches) was divided by {accum}, the "
                              f"full count, so its gradient came out {ratio:.2f}× too small: divide it by its own "
                              "size.")
+        if ratio < 0.1 and aligned:
+            raise fail(task, f"window {number + 1}: the step gradient is {ratio:.2g}× the window's mean gradient, "
+                             "though it points the right way: something shrank all the gradients by one factor. A "
+                             "`clip_grad_norm_` on gradients still multiplied by the scale does that (its threshold "
+                             "meets S × the norm). This task does not clip; wherever you clip, call "
+                             "`scaler.unscale_(optimizer)` first.")
         raise fail(task, f"window {number + 1}: the step gradient is {ratio:.3g}× the right one; each micro-batch "
                          "loss should be divided by the number of micro-batches in its window.")
     if calls.count("update") != len(windows):
         raise fail(task, f"`scaler.update()` should run once per optimizer step ({len(windows)} times); it ran "
                          f"{calls.count('update')} times.")
-    passed(task, f"{n_micro} micro-batches → {len(windows)} steps (windows 4, 4 and 2), each with the window's "
-                 "mean gradient, one scaler.update() per step.")
+
+
+def train_epoch(fn) -> None:
+    """Task 1: ``train_epoch(model, loss_fn, optimizer, scaler, batches, accum_steps)`` accumulates with AMP."""
+    task = "Task 1 (train_epoch)"
+    require_callable(task, fn, "train_epoch")
+    device = pick_device()
+    for n_micro, accum in EPOCHS:
+        _check_epoch(fn, task, device, n_micro, accum)
+    shown = " and ".join(f"{n} micro-batches in windows of {a} (windows {_windows_text(n, a)})" for n, a in EPOCHS)
+    passed(task, f"{shown}: one step per window with the window's mean gradient, gradients left in .grad before "
+                 "the epoch cleared first, one scaler.update() per step.")
 
 
 # --- Task 2: clipping -------------------------------------------------------------------------------------
 
-def clipped_step(fn) -> None:
-    """Task 2: ``clipped_step(model, loss_fn, optimizer, scaler, x, y, max_norm)`` clips the true gradients."""
-    task = "Task 2 (clipped_step)"
-    require_callable(task, fn, "clipped_step")
-    device = pick_device()
+def _clip_case(fn, task, device, divisor):
+    """One clipped_step call with stale gradients planted; returns (log, stepped grads, true grads, max_norm)."""
     model = tiny_model(device)
     log: list[str] = []
     optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
     scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
     (x, y), = micro_batches(device, 1, size=8)
     true = window_mean_grads(model, [(x, y)])
-    max_norm = grad_norm(true) / 4  # clipping must fire
+    max_norm = grad_norm(true) / divisor
+    for p in model.parameters():  # dirty state: last step's gradients, still in .grad
+        p.grad = torch.full_like(p, 100.0 * SCALE)
     try:
         call(task, fn, "clipped_step", model, F.cross_entropy, optimizer, scaler, x, y, max_norm)
     except CheckFailed:
@@ -166,19 +201,49 @@ def clipped_step(fn) -> None:
         raise fail(task, "the optimizer never stepped: call `scaler.step(optimizer)` after clipping.")
     if "update" not in log:
         raise fail(task, "you forgot `scaler.update()` after `scaler.step(optimizer)`.")
-    require_clipped(task, optimizer.grads_at_step[0], max_norm, SCALE, log)
-    if cosine(optimizer.grads_at_step[0], true) < 0.99:
+    seen = optimizer.grads_at_step[0]
+    stale = [t + 100.0 for t in true]
+    if cosine(seen, true) < 0.99 and cosine(seen, stale) > 0.99:
+        raise fail(task, "the step used gradients left in `.grad` by an earlier step (the check planted some) plus "
+                         "this step's: call `optimizer.zero_grad()` at the start of the step.")
+    return log, seen, true, max_norm
+
+
+def clipped_step(fn) -> None:
+    """Task 2: ``clipped_step(model, loss_fn, optimizer, scaler, x, y, max_norm)`` clips the true gradients."""
+    task = "Task 2 (clipped_step)"
+    require_callable(task, fn, "clipped_step")
+    device = pick_device()
+    log, seen, true, max_norm = _clip_case(fn, task, device, divisor=4)  # the clip must fire
+    require_clipped(task, seen, max_norm, SCALE, log)
+    if cosine(seen, true) < 0.99:
         raise fail(task, "the clipped gradients point in another direction than the true ones: "
                          "`clip_grad_norm_` scales all of them by one factor; clipping each parameter (or each "
                          "value) separately changes the direction.")
-    passed(task, "the true (unscaled) gradients were clipped to max_norm — after unscale_, before the step; the "
+    log, seen, true, max_norm = _clip_case(fn, task, device, divisor=0.25)  # true norm 4× below max_norm
+    ratio = grad_norm(seen) / grad_norm(true)
+    if abs(ratio - 1) > 0.05 or cosine(seen, true) < 0.99:
+        if abs(grad_norm(seen) - max_norm) < 0.05 * max_norm:
+            raise fail(task, f"the true norm ({grad_norm(true):.3g}) was already below max_norm ({max_norm:.3g}), "
+                             "yet the optimizer stepped with norm max_norm: you rescaled the gradients to max_norm "
+                             "instead of capping them. Clipping only shrinks: `clip_grad_norm_` leaves gradients "
+                             "below the threshold alone.")
+        raise fail(task, f"the true norm ({grad_norm(true):.3g}) was already below max_norm ({max_norm:.3g}), so "
+                         f"the step should use the true gradients; it used {ratio:.3g}× them. Unscale, then "
+                         "`clip_grad_norm_(model.parameters(), max_norm)`, which leaves small gradients alone.")
+    passed(task, "the true (unscaled) gradients were clipped to max_norm — after unscale_, before the step; gradients "
+                 "already below max_norm were left alone; gradients left from an earlier step were cleared; the "
                  "step and the scale update followed.")
 
 
 # --- Task 3: checkpoint and resume ------------------------------------------------------------------------
 
 def _objects(device):
-    model = tiny_model(device, seed=3)
+    """Model (with buffers: a BatchNorm's running statistics), SGD with momentum, a scaler that moves."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 8), torch.nn.Tanh(),
+                                    torch.nn.Linear(8, 3)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0**14, growth_interval=3)
     return model, optimizer, scaler
@@ -189,11 +254,14 @@ def _train(model, optimizer, scaler, batches, device):
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device_type=device.type, dtype=torch.float16):
             loss = F.cross_entropy(model(x), y)
-        # × 50: some steps overflow in fp16 and are skipped, so the scale moves both ways (with this seed and
-        # data: scale 2**14 → 2**11 after 6 steps, applied and skipped steps in both halves of the run).
+        # × 50: some steps overflow in fp16 and are skipped, so the scale moves both ways (tests check it does).
         scaler.scale(loss * 50).backward()
         scaler.step(optimizer)
         scaler.update()
+
+
+def _differs(a: dict, b: dict) -> list[str]:
+    return [name for name in a if not torch.equal(a[name], b[name])]
 
 
 def checkpoint(save_fn, load_fn) -> None:
@@ -208,20 +276,40 @@ def checkpoint(save_fn, load_fn) -> None:
 
     first = _objects(device)
     _train(*first, batches[:6], device)
+    saved_scaler = first[2].state_dict()
+    saved_model = {k: v.clone() for k, v in first[0].state_dict().items()}
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "checkpoint.pt"
         call(task, save_fn, "save_checkpoint", path, *first)
         if not path.exists():
             raise fail(task, f"save_checkpoint wrote nothing at the path it was given ({path.name}).")
+        # Dirty state: the objects loaded into have trained already (another run's weights, momentum, scale and
+        # growth tracker), so whatever load_checkpoint does not restore shows.
         resumed = _objects(device)
+        _train(*resumed, micro_batches(device, 2, size=8, seed=9), device)  # scale 4096, tracker 0
         call(task, load_fn, "load_checkpoint", path, *resumed)
-    scale_ok = resumed[2].get_scale() == first[2].get_scale()
-    if not scale_ok:
+    loaded = resumed[2].state_dict()
+    if loaded.get("scale") != saved_scaler["scale"]:
         raise fail(task, f"after loading, the scaler's scale is {resumed[2].get_scale():g}, but it was "
-                         f"{first[2].get_scale():g} when you saved: you saved the model but not the scaler. Put "
+                         f"{saved_scaler['scale']:g} when you saved: you saved the model but not the scaler. Put "
                          "`scaler.state_dict()` in the checkpoint and `scaler.load_state_dict(...)` it back.")
-    if not all(torch.equal(a, b) for a, b in zip(first[0].state_dict().values(), resumed[0].state_dict().values(),
-                                                 strict=True)):
+    if loaded != saved_scaler:
+        lost = [k for k in saved_scaler if loaded.get(k) != saved_scaler[k]]
+        got = ", ".join(f"{k} = {loaded.get(k)}" for k in lost)
+        want = ", ".join(f"{saved_scaler[k]}" for k in lost)
+        raise fail(task, f"after loading, the scaler's scale is right but {got}, not {want} "
+                         "as when you saved: the growth tracker counts the clean steps since the last change, so "
+                         "the resumed run would grow the scale at another step. Save and load the whole "
+                         "`scaler.state_dict()`, not only the scale.")
+    now = resumed[0].state_dict()
+    params = {name for name, _ in first[0].named_parameters()}
+    wrong = _differs(saved_model, now)
+    if any(name not in params for name in wrong) and not any(name in params for name in wrong):
+        raise fail(task, f"after loading, the parameters match but the model's buffers ({', '.join(wrong)}: the "
+                         "BatchNorm running statistics) do not: you saved only the parameters. Save "
+                         "`model.state_dict()`, which holds parameters *and* buffers, and load it with "
+                         "`model.load_state_dict(...)` (strict, the default).")
+    if wrong:
         raise fail(task, "after loading, the model's parameters differ from the saved ones: save "
                          "`model.state_dict()` and restore it with `model.load_state_dict(...)`.")
     _train(*resumed, batches[6:], device)
@@ -229,30 +317,42 @@ def checkpoint(save_fn, load_fn) -> None:
                                                         resumed[0].state_dict().values(), strict=True))
     if not same_params:
         raise fail(task, "the resumed run drifted from the uninterrupted one although model and scaler match: the "
-                         "optimizer's state (SGD momentum) was not restored. Save `optimizer.state_dict()` too.")
-    if resumed[2].get_scale() != straight[2].get_scale():
-        raise fail(task, "the resumed run's scale differs from the uninterrupted run's: restore the whole "
+                         "optimizer's state (SGD momentum) was not restored. Save `optimizer.state_dict()` too, and "
+                         "load it back.")
+    if resumed[2].state_dict() != straight[2].state_dict():
+        raise fail(task, "the resumed run's scaler state differs from the uninterrupted run's: restore the whole "
                          "`scaler.state_dict()` (it includes the growth tracker).")
-    passed(task, "6 steps + save + load + 6 steps gave the same parameters and scale, bit for bit, as 12 steps "
-                 "without stopping.")
+    passed(task, "6 steps + save + load into objects that had trained elsewhere + 6 steps gave the same parameters, "
+                 "buffers and scaler state (scale and growth tracker), bit for bit, as 12 steps without stopping.")
+
 
 # --- Task 4: diagnose clipping from the norms ----------------------------------------------------------------------
+
+# (variant, true norm / max_norm, loss factor, scale): the right step and the two classic wrong ones; a step whose
+# gradients needed no clipping; norms far from 1 both ways (loss × 1000, loss × 1e-3), a scale below 1 and 2**16.
+CLIP_EVIDENCE = (
+    ("right", 4, 1.0, SCALE), ("not clipped", 4, 1.0, SCALE), ("clipped before unscale_", 4, 1.0, SCALE),
+    ("right", 0.5, 1.0, SCALE),
+    ("clipped before unscale_", 4, 30.0, SCALE), ("right", 4, 1e3, 2.0**-2), ("not clipped", 4, 1e-3, SCALE),
+    ("right", 0.5, 1e-3, 2.0**16),
+)
+
 
 def _clipping_evidence(device) -> list[tuple[float, float, float, float, str]]:
     """(true norm, stepped norm, max_norm, scale, verdict) measured by running the right step and the two classic
     wrong ones on the tiny model."""
     cases = []
-    for variant, divisor in (("right", 4), ("not clipped", 4), ("clipped before unscale_", 4), ("right", 0.5)):
+    for variant, divisor, factor, scale in CLIP_EVIDENCE:
         model = tiny_model(device, seed=7)
         log: list[str] = []
         optimizer = SpyOptimizer(model.parameters(), log, lr=0.05)
-        scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
+        scaler = SpyScaler(log, device.type, init_scale=scale, growth_interval=10_000)
         (x, y), = micro_batches(device, 1, size=8, seed=8)
-        true_norm = grad_norm(window_mean_grads(model, [(x, y)]))
+        true_norm = factor * grad_norm(window_mean_grads(model, [(x, y)]))
         max_norm = true_norm / divisor
         optimizer.zero_grad()
         with torch.autocast(device_type=device.type, dtype=torch.float16):
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(model(x), y) * factor
         scaler.scale(loss).backward()
         if variant == "right":
             scaler.unscale_(optimizer)
@@ -260,7 +360,7 @@ def _clipping_evidence(device) -> list[tuple[float, float, float, float, str]]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
         scaler.update()
-        cases.append((true_norm, grad_norm(optimizer.grads_at_step[0]), max_norm, SCALE, variant))
+        cases.append((true_norm, grad_norm(optimizer.grads_at_step[0]), max_norm, scale, variant))
     return cases
 
 
@@ -277,6 +377,12 @@ def diagnose_clipping(fn) -> None:
             continue
         context = (f"true norm {true_norm:.4g}, the optimizer stepped with {stepped:.4g}, max_norm {max_norm:.4g}, "
                    f"scale {scale:g}: you said {got!r}, the run was {want!r}")
+        far = not 0.01 < max_norm < 100
+        near = abs(stepped - min(true_norm, max_norm)) <= 0.05  # what a fixed tolerance would say
+        if far and ((got == "right" and near) or (want == "right" and not near)):
+            raise fail(task, f"{context}. These norms are far from 1, so a fixed tolerance (abs(a - b) < 0.05) "
+                             "says 'close' to everything small and 'different' to everything large: compare with a "
+                             "relative tolerance, abs(a - b) <= 0.05 * b.")
         if want == "right" and true_norm < max_norm:
             raise fail(task, f"{context}. When the true norm is already below max_norm, clipping leaves the gradients "
                              "alone: stepping with the true norm is right.")
@@ -287,8 +393,9 @@ def diagnose_clipping(fn) -> None:
             raise fail(task, f"{context}. The stepped norm is max_norm / scale: the threshold was applied to "
                              "gradients still multiplied by the scale.")
         raise fail(task, f"{context}. The stepped norm equals the true norm, above max_norm: nothing clipped.")
-    passed(task, "four measured steps diagnosed right from their norms: clipped right, not clipped, clipped before "
-                 "unscale_ (norm max_norm / scale), and a step that needed no clipping.")
+    passed(task, f"{len(CLIP_EVIDENCE)} measured steps diagnosed right from their norms: clipped right, not clipped, "
+                 "clipped before unscale_ (norm max_norm / scale), steps that needed no clipping, norms far from 1 "
+                 "both ways, a scale below 1.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -297,8 +404,8 @@ HINTS = {
     'train_epoch': [
         ('How many micro-batches does the last window hold when len(batches) is not a multiple of '
          "accum_steps? Lesson 05's remainder report measures the error of getting it wrong."),
-        ("Zero the gradients once per window, not per micro-batch; divide each micro-batch's loss by the "
-         'length of its own window; step and update once per window.'),
+        ("Zero the gradients at the start of each window (not per micro-batch, not only after the step); "
+         "divide each micro-batch's loss by the length of its own window; step and update once per window."),
         ('for start in range(0, len(batches), accum_steps): window = batches[start:start + accum_steps]; '
          'zero_grad; per (x, y): autocast float16, loss / len(window), scaler.scale(loss).backward(); then'
          ' scaler.step, scaler.update.'),

@@ -4,9 +4,11 @@ Task 1 runs the learner's ``benchmark(fn, warmup, repeats, sync, clock)`` agains
 timing luck. The fake ``fn`` only queues its work (as a CUDA kernel launch does) and advances the fake
 clock by a microsecond; ``sync`` waits until the queued work is done; ``clock`` returns the fake time and
 writes down whether work was still queued when it was read. The first calls are slow (compilation,
-warm-up) and one timed call is an outlier, so each mistake leaves its own trace: a wrong count of calls,
-a clock read while work was queued (before a start or a stop), too few clock reads (the whole loop timed
-once), or a result that equals the mean, the median including the warm-up, or milliseconds.
+warm-up) and the timed calls hold outliers (one, or two slow ones on the same side, with an even number of
+repeats), so each mistake leaves its own trace: a wrong count of calls, a clock read while work was queued
+(before a start or a stop), too few clock reads (the whole loop timed once), or a result that equals the mean,
+a trimmed mean, one of the two middle times, the median including the warm-up, or milliseconds. The fake
+clock does not start at 0.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import statistics
 from . import call, fail, hints, passed, require_callable
 
 _LAUNCH = 1e-6  # what queueing one call costs on the fake clock
+START = 1000.0  # the fake clock's reading before the first call (a clock's zero means nothing)
 
 
 class FakeDevice:
@@ -25,8 +28,8 @@ class FakeDevice:
 
     def __init__(self, works: list[float]) -> None:
         self.works = list(works)
-        self.now = 0.0
-        self.busy_until = 0.0
+        self.now = START
+        self.busy_until = START
         self.calls = 0
         self.log: list[tuple[str, bool]] = []  # ("fn", False), ("sync", False), ("clock", work_was_queued)
 
@@ -61,10 +64,13 @@ class FakeDevice:
         return out
 
 
-# (warm-up works, timed works): slow first calls, one outlier; odd repeats so the median is one run
+# (warm-up works, timed works): slow first calls; one outlier with an odd number of repeats (the median is one
+# run), then two slow outliers on one side with an even number (a trimmed mean keeps one of them; the median is
+# the mean of the two middle runs).
 SCENARIOS = (
     ([0.5, 0.5, 0.5], [0.012, 0.010, 0.011, 0.200, 0.013, 0.009, 0.014]),
     ([0.8, 0.6], [0.0031, 0.0029, 0.0900, 0.0030, 0.0032]),
+    ([0.4, 0.4], [0.020, 0.150, 0.021, 0.019, 0.180, 0.022]),
 )
 
 
@@ -124,6 +130,15 @@ def benchmark(fn) -> None:
         if _close(result, statistics.fmean(timed)):
             raise fail(task, f"you returned the mean ({_fmt(result)}), which the outlier ({_fmt(max(timed))}) "
                              f"drags up; return the median ({_fmt(expected)}): `statistics.median(times)`.")
+        if _close(result, statistics.fmean(sorted(timed)[1:-1])):
+            raise fail(task, f"you dropped the fastest and the slowest run and averaged the rest (a trimmed mean, "
+                             f"{_fmt(result)}): with two slow outliers on one side one of them stays in and drags "
+                             f"the result. Return the median ({_fmt(expected)}): `statistics.median(times)`.")
+        if len(timed) % 2 == 0 and (_close(result, statistics.median_high(timed))
+                                    or _close(result, statistics.median_low(timed))):
+            raise fail(task, f"with an even number of repeats ({repeats}) the median is the mean of the two middle "
+                             f"times ({_fmt(expected)}); you returned one of them ({_fmt(result)}). Use "
+                             "`statistics.median(times)`.")
         if _close(result, statistics.median(warm + timed)) or len(reads) >= 2 * (warmup + repeats):
             raise fail(task, "the warm-up calls were timed too (their times went into the result): time only the "
                              "`repeats` calls that follow the warm-up.")
@@ -131,7 +146,8 @@ def benchmark(fn) -> None:
                          "call as sync → start = clock() → fn() → sync → stop = clock(), and return the median "
                          "of the differences.")
     passed(task, "warm-up excluded, every start and stop reading synchronised, one measurement per call, the "
-                 "median returned (the outlier ignored) — in two runs on a fake device.")
+                 "median returned (outliers ignored, an even number of repeats averaged in the middle) — in "
+                 f"{len(SCENARIOS)} runs on a fake device.")
 
 
 # --- Task 2: achieved TFLOP/s and fraction of peak --------------------------------------------------------
@@ -165,6 +181,9 @@ def achieved_tflops(fn) -> None:
         if math.isclose(ratio, 1e3, rel_tol=1e-6) or math.isclose(ratio, 0.5e3, rel_tol=1e-6):
             raise fail(task, f"{shown}: that is GFLOP/s, 1000× too many: one TFLOP/s is 1e12 FLOP/s, so divide by "
                              f"1e12.{' You also forgot the factor 2.' if ratio < 900 else ''}")
+        if math.isclose(ratio, 1e-6, rel_tol=1e-6) or math.isclose(ratio, 0.5e-6, rel_tol=1e-6):
+            raise fail(task, f"{shown}: you multiplied the milliseconds by 1000 instead of dividing (a million times "
+                             "too small): seconds = milliseconds / 1000.")
         if math.isclose(ratio, 1e6, rel_tol=1e-6):
             raise fail(task, f"{shown}: you divided by 1e6 (MFLOP/s?) or forgot to convert: one TFLOP/s is 1e12 FLOP/s "
                              "and the time is in milliseconds.")
@@ -174,14 +193,60 @@ def achieved_tflops(fn) -> None:
                  "products.")
 
 
+# (achieved, datasheet figure, sparse): fractions 0.40, 0.38, 0.80, exactly 1.0 (the boundary: allowed), and one
+# above the dense peak (impossible: must raise) though below the sparse figure.
+PEAK_CASES = ((400.0, 1979.0, True), (120.0, 312.0, False), (50.0, 125.0, True), (989.5, 1979.0, True),
+              (1200.0, 1979.0, True), (400.0, 312.0, False))
+
+
+def _impossible(task, fn, achieved, datasheet, sparse, fraction) -> None:
+    """The answer must refuse a fraction above 1 with a ValueError."""
+    args = f"fraction_of_peak({achieved}, {datasheet}, sparse={sparse})"
+    try:
+        got = fn(achieved, datasheet, sparse)
+    except ValueError:
+        return
+    except NotImplementedError:  # a stub: reported as not started
+        call(task, fn, "fraction_of_peak", achieved, datasheet, sparse)
+    except Exception as err:  # noqa: BLE001 - anything the learner's code raises is reported
+        raise fail(task, f"{args} raised {type(err).__name__}; a fraction above 1 should raise ValueError (a "
+                         "measurement cannot beat the dense peak).") from None
+    if sparse and isinstance(got, numbers.Real) and math.isclose(got, achieved / datasheet, rel_tol=1e-6):
+        raise fail(task, f"{args} returned {got:.4g}: you used the sparse figure as the peak. A datasheet number "
+                         "marked 'with sparsity' assumes 2:4 structured-sparse weights (half the multiplications "
+                         "skipped) and is twice the dense peak a normal matmul can reach: halve it. Against the "
+                         f"dense peak this run is {fraction:.2f}, which is impossible.")
+    if isinstance(got, numbers.Real) and math.isclose(got, 1.0, rel_tol=1e-9):
+        raise fail(task, f"{args} returned 1.0: clamping to 1 hides the error. {achieved} TFLOP/s is "
+                         f"{fraction:.2f}× the dense peak, which no kernel reaches: the FLOP count, the time or the "
+                         "peak is wrong. Raise ValueError saying so.")
+    raise fail(task, f"{args} returned {got!r}, but {achieved} TFLOP/s is {fraction:.2f}× the dense peak: no kernel "
+                     "beats it, so the FLOP count, the time or the peak must be wrong. Raise ValueError instead of "
+                     "returning a fraction above 1.")
+
+
 def fraction_of_peak(fn) -> None:
-    """Task 2b: ``fraction_of_peak(achieved_tflops, datasheet_tflops, sparse)`` — a fraction of the dense peak."""
+    """Task 2b: ``fraction_of_peak(achieved_tflops, datasheet_tflops, sparse)`` — a fraction of the dense peak, and a
+    ValueError when it would be above 1."""
     task = "Task 2b (fraction_of_peak)"
     require_callable(task, fn, "fraction_of_peak")
-    for achieved, datasheet, sparse in ((400.0, 1979.0, True), (120.0, 312.0, False), (50.0, 125.0, True)):
+    for achieved, datasheet, sparse in PEAK_CASES:
         peak = datasheet / 2 if sparse else datasheet
         expected = achieved / peak
-        got = _number(task, "fraction_of_peak", call(task, fn, "fraction_of_peak", achieved, datasheet, sparse))
+        if expected > 1:
+            _impossible(task, fn, achieved, datasheet, sparse, expected)
+            continue
+        try:
+            value = fn(achieved, datasheet, sparse)
+        except ValueError as err:
+            raise fail(task, f"fraction_of_peak({achieved}, {datasheet}, sparse={sparse}) raised ValueError ({err}), "
+                             f"but the run reached {expected:.4g} of the dense peak, which is possible"
+                             f"{' (exactly the peak: 1.0 is not above 1)' if expected == 1 else ''}. Raise only "
+                             "for achieved / dense peak above 1 (if yours came out above 1 here, is it upside down, "
+                             "or a dense figure halved?).") from None
+        except Exception:  # noqa: BLE001 - call() reports it (a stub as not started)
+            value = call(task, fn, "fraction_of_peak", achieved, datasheet, sparse)
+        got = _number(task, "fraction_of_peak", value)
         shown = (f"fraction_of_peak({achieved}, {datasheet}, sparse={sparse}) returned {got:.4g}, "
                  f"expected {expected:.4g}")
         if math.isclose(got, expected, rel_tol=1e-6):
@@ -197,14 +262,15 @@ def fraction_of_peak(fn) -> None:
         if math.isclose(got, 1 / expected, rel_tol=1e-6):
             raise fail(task, f"{shown}: the fraction is upside down; it is achieved / peak (at most 1).")
         raise fail(task, f"{shown}. The fraction is achieved / dense peak, and the dense peak is half a sparse figure.")
-    passed(task, "achieved / dense peak, with sparse datasheet figures halved, as a fraction.")
+    passed(task, "achieved / dense peak, with sparse datasheet figures halved, as a fraction; exactly the peak "
+                 "returns 1.0 and a run above the dense peak raises ValueError.")
 
 # --- Task 3: the MFU of a training step ------------------------------------------------------------------------------
 
-MFU_CASES = [  # (parameters, tokens per step, step seconds, dense peak TFLOP/s)
-    (125e6, 0.5e6, 1.1, 312.0),
-    (7e9, 4e6, 95.0, 989.0),
-    (1.3e9, 1e6, 4.0, 312.0),
+MFU_CASES = [  # (parameters, tokens per step, step seconds, dense peak TFLOP/s): MFU 0.40, 0.44 and 0.56, as real
+    (125e6, 0.5e6, 3.0, 312.0),  # training steps reach (roughly 0.3-0.6); above 1 is impossible
+    (7e9, 0.5e6, 48.0, 989.0),
+    (1.3e9, 1e6, 45.0, 312.0),
 ]
 
 
@@ -227,6 +293,17 @@ def training_mfu(fn) -> None:
             raise fail(task, f"{context}: return a fraction (0.42), not a percentage.")
         if math.isclose(got, want * 2 / 3, rel_tol=1e-6) or math.isclose(got, want * 4 / 6 * 1.5, rel_tol=1e-6):
             raise fail(task, f"{context}: forward 2 and backward 4 FLOPs per parameter and token make 6.")
+        if math.isclose(got, want * 8 / 6, rel_tol=1e-6):
+            raise fail(task, f"{context}: 8 FLOPs per parameter and token counts a recomputed forward (activation "
+                             "checkpointing). MFU counts the model's FLOPs only — 6 — whatever the step recomputes.")
+        if math.isclose(got, want * 1e12, rel_tol=1e-6):
+            raise fail(task, f"{context}: the peak is in TFLOP/s: multiply it by 1e12 before dividing FLOP/s by it.")
+        if math.isclose(got, want * seconds, rel_tol=1e-6):
+            raise fail(task, f"{context}: you did not divide by the step time: utilisation compares FLOPs *per "
+                             "second* with the peak.")
+        if got > 1:
+            raise fail(task, f"{context} you returned {got:.4g}, more than the whole peak: that is impossible, so the "
+                             f"FLOP count or the peak is wrong (expected {want:.4g}).")
         raise fail(task, f"{context} you returned {got:.4g}, expected {want:.4g}: the step's model FLOPs (per "
                          "parameter and token, forward and backward) per second, divided by the peak in FLOP/s.")
     passed(task, f"MFU right for {len(MFU_CASES)} training steps: 6 FLOPs per parameter and token (forward 2, "
@@ -253,10 +330,11 @@ HINTS = {
     ],
     'fraction_of_peak': [
         ("What does the asterisk 'with sparsity' on a datasheet mean for an ordinary dense matmul? Lesson "
-         '06 discusses it.'),
-        ('The sparse figure is twice the dense peak. The fraction is achieved over the dense peak, as a '
-         'number between 0 and 1.'),
-        'peak = datasheet_tflops / 2 if sparse else datasheet_tflops; return achieved_tflops / peak.',
+         '06 discusses it. And can a real run ever beat the peak?'),
+        ('The sparse figure is twice the dense peak. The fraction is achieved over the dense peak, at most '
+         '1; a larger one means a wrong measurement, so refuse it with an exception.'),
+        ('peak = datasheet_tflops / 2 if sparse else datasheet_tflops; fraction = achieved_tflops / peak; '
+         'if fraction > 1: raise ValueError(...); return fraction.'),
     ],
     'training_mfu': [
         ('How many FLOPs does one weight cost per token in the forward pass, and how many in the backward '

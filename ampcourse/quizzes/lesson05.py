@@ -16,8 +16,10 @@ def questions() -> list[Question]:
             ["nothing: clipping is scale-invariant", "clipping compares the threshold with gradients ×S",
              "torch raises an error"],
             answer=1,
-            why="The gradients are still multiplied by S, so their norm is S times too large: clipping fires and "
-                "shrinks the update to almost nothing.",
+            why="The gradients are still multiplied by S, so the norm clip_grad_norm_ returns is S times the true "
+                "one and the clip fires on every step. With SGD that shrinks the update to almost nothing; with "
+                "AdamW its normalisation cancels the shrink, so the loss hides the bug — but the threshold means "
+                "nothing.",
         ),
         Question(
             "Two losses, two optimizers, one scaler. How many times per iteration do you call scaler.update()?",

@@ -147,7 +147,7 @@ def readout(data: ClipData) -> str:
     """Clipping counts in each order and the mean update-size ratio wrong/right."""
     n = len(data.norm)
     ratio = data.update_ratio
-    verdict = ("the wrong order shrinks every update to about max_norm / S: training barely moves"
+    verdict = ("the wrong order shrinks every update to about max_norm / S: with SGD (as here) training barely moves"
                if ratio < 0.1 else "at this small S the wrong order is close to the right one"
                if ratio > 0.9 else "the wrong order shrinks the updates")
     return (f"<b>clipping fired: right order {data.n_right_fired} of {n} steps, wrong order "
