@@ -270,6 +270,37 @@ def test_a_manual_all_reduce_on_top_of_ddp_is_named():
         lesson08.analyse(lesson08.TASK, lesson08.CONFIG, {0: doubled, 1: doubled})
 
 
+def colleague_train(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    """Exercise 08 Task 1's broken loop: no no_sync, clip before unscale_, no zero_grad."""
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        for x, y in window:
+            with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                loss = loss_fn(model(x), y) / len(window)
+            scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def test_symptoms_show_each_bug_of_the_colleagues_loop(capsys):
+    broken = lesson08.symptoms(colleague_train)
+    assert "gradient all-reduces: 9 for 3 windows" in broken
+    assert "windows whose step GradScaler skipped: [2, 3]" in broken  # the stale inf skips window 3 too
+    assert broken[-1].endswith(": True") and len(broken) == 4  # one applied step, far below max_norm
+    right = lesson08.symptoms(train)
+    assert "gradient all-reduces: 3 for 3 windows" in right
+    assert "windows whose step GradScaler skipped: [2]" in right
+    assert all(line.endswith(": False") for line in right[3:]) and len(right) == 5
+    assert capsys.readouterr().out.count("gradient all-reduces") == 2
+
+
+def test_the_colleagues_loop_is_rejected_for_its_first_bug():
+    with pytest.raises(CheckFailed, match="first backward added its gradients to the previous window's"):
+        lesson08.ddp_train(colleague_train)
+
+
 # --- Task 2: allreduce_bytes -----------------------------------------------------------------------------------
 def bytes_right(n, accum, no_sync, compress):
     return n * (2 if compress else 4) * (1 if no_sync else accum)

@@ -242,6 +242,52 @@ def amp_precheck(task: str, fn: Callable, config: RunConfig = CONFIG) -> None:
                          "gradients (the check injected it): that one must be skipped by `scaler.step`.")
 
 
+def symptoms(fn: Callable, config: RunConfig = CONFIG) -> list[str]:
+    """What a training function does, as the logs of a DDP run would show it: exercise 08 Task 1's evidence.
+
+    Runs ``fn`` in this process on :class:`LocalDDP` (which counts the backward passes that would all-reduce),
+    with window ``INF_WINDOW + 1``'s loss made inf, and prints (and returns) integer counts and yes/no answers
+    only — the same on every CPU: gradient all-reduces per window, which windows were skipped, and whether each
+    applied step's gradient norm was far below ``max_norm`` although the true gradients were larger.
+    """
+    model = make_model(config)
+    wrapped = LocalDDP(model)
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=config.lr)
+    steps = _step_spy(optimizer, model, lambda: wrapped.allreduces)
+    scaler = make_scaler(config)
+    calls = [0]
+
+    def loss_fn(out, target):
+        window = calls[0] // config.accum_steps
+        calls[0] += 1
+        loss = F.mse_loss(out, target)
+        return loss * math.inf if window == INF_WINDOW else loss
+
+    scales = []
+    original_update = scaler.update
+
+    def update(new_scale=None):
+        before = scaler.get_scale()
+        original_update(new_scale)
+        scales.append((before, scaler.get_scale(), len(steps)))
+
+    scaler.update = update
+    fn(wrapped, loss_fn, optimizer, scaler, window_batches(config, None), config.accum_steps, config.max_norm)
+    lines = [f"{config.n_micro} micro-batches in windows of {config.accum_steps}; the loss of window "
+             f"{INF_WINDOW + 1} was made inf",
+             f"gradient all-reduces: {wrapped.allreduces} for {config.windows} windows"]
+    skipped = [k + 1 for k, (before, after, _) in enumerate(scales) if after < before]
+    lines.append(f"windows whose step GradScaler skipped: {skipped}")
+    for k, step in enumerate(steps):
+        seen = float(torch.tensor(step["grads"], dtype=torch.float64).norm())
+        _, true_norm = _reference_step(config, step["params"], k)
+        lines.append(f"applied step {k + 1}: the optimizer stepped with a gradient norm below 1% of max_norm "
+                     f"({config.max_norm:g}) and of the true gradient's norm: "
+                     f"{seen < 0.01 * min(config.max_norm, true_norm)}")
+    print("\n".join(lines))
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------------- analysis
 def _reference_step(config: RunConfig, params: list[float], window: int) -> tuple[torch.Tensor, float]:
     """The clipped FP32 gradient of window ``window``'s mean loss over the global batch, at ``params``."""
@@ -668,10 +714,11 @@ def bf16_hook(fn) -> None:
 
 HINTS = {
     'train': [
-        ('When does DDP all-reduce the gradients, and how do you stop it for all but the last micro-batch '
-         "of a window? Lesson 08's all-reduce count."),
-        ('`with model.no_sync():` around the forward and backward of each non-last micro-batch; the usual '
-         'AMP accumulation otherwise (lesson 05), with unscale_ before clipping.'),
+        ("Three lines of evidence, three bugs. Which call decides how many backward passes all-reduce? What "
+         "does `clip_grad_norm_` compare max_norm with before `unscale_`? And what happens to an inf gradient "
+         "that nobody clears before the next window?"),
+        ('`with model.no_sync():` around the forward and backward of each non-last micro-batch of a window; '
+         '`scaler.unscale_(optimizer)` before clipping; `optimizer.zero_grad()` at the start of every window.'),
         ('per window: zero_grad; for i, (x, y): ctx = nullcontext() if last else model.no_sync(); with '
          'ctx: autocast float16, loss / len(window), scaler.scale(loss).backward(); then unscale_, '
          'clip_grad_norm_, scaler.step, scaler.update.'),
