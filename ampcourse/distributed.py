@@ -52,8 +52,8 @@ from .validate import as_device, as_int, as_positive
 
 __all__ = [
     "DTYPES", "LaunchFailed", "LaunchTimeout", "ParamComparison", "RunConfig", "RunResult", "SingleResult",
-    "compare_params", "flat_params", "free_port", "launch", "make_model", "micro_batch", "param_hash",
-    "param_tolerance",
+    "compare_params", "flat_params", "free_port", "fsdp_accumulation_dtypes", "launch", "make_model", "micro_batch",
+    "param_hash", "param_tolerance",
     "pick_backend", "read_rank_logs", "train_single_process", "train_windows", "window_batches",
 ]
 
@@ -601,3 +601,45 @@ def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_
         message, rank, error_type = _failure_message(result, lines)
         raise LaunchFailed(message, result, rank, error_type)
     return result
+
+
+# ------------------------------------------------------------------------------------- FSDP2 accumulation dtype
+def fsdp_accumulation_dtypes(param_dtype: torch.dtype = torch.bfloat16,
+                             reduce_dtypes: Sequence[torch.dtype | None] = (None, torch.float32),
+                             micro_batches: int = 2) -> dict[str, dict[str, torch.dtype]]:
+    """In which dtype FSDP2 *accumulates* gradients under ``set_requires_gradient_sync(False)``, per policy.
+
+    For each ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``: a tiny model is ``fully_shard``-ed in a
+    one-process gloo group (in-memory store, this process: nothing listens on the network), ``micro_batches``
+    backward passes run with gradient sync off, and the unsharded gradient FSDP keeps between them is read
+    (FSDP's internal ``FSDPParam``: the public API does not expose it); then one backward with sync on gives
+    the sharded gradient the optimizer sees. Returns ``{repr(reduce_dtype): {"accumulated": dtype,
+    "sharded grad": dtype}}``. torch's rule (``MixedPrecisionPolicy`` docstring, ``FSDPParam.
+    to_accumulated_grad_if_needed``): with ``reduce_dtype=None`` the reduction — and the accumulation — run in
+    ``param_dtype``; with ``reduce_dtype`` set, the accumulation runs in ``reduce_dtype``.
+    """
+    import torch.distributed as dist
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    as_int("micro_batches", micro_batches, minimum=1)
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    results: dict[str, dict[str, torch.dtype]] = {}
+    for reduce_dtype in reduce_dtypes:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+            x = torch.randn(4, 8)
+        fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype))
+        model.set_requires_gradient_sync(False)
+        for _ in range(micro_batches):
+            model(x).float().pow(2).mean().backward()
+        fsdp_param = model._get_fsdp_state()._fsdp_param_group.fsdp_params[0]
+        held = fsdp_param.unsharded_accumulated_grad
+        if held is None:
+            held = fsdp_param._unsharded_param.grad
+        model.set_requires_gradient_sync(True)
+        model(x).float().pow(2).mean().backward()
+        results[str(reduce_dtype).removeprefix("torch.")] = {
+            "accumulated": held.dtype, "sharded grad": next(model.parameters()).grad.dtype}
+    return results

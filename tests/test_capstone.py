@@ -266,7 +266,7 @@ def test_compare_reports_both_runs_and_a_computed_verdict():
     assert "FP32" in text and "AMP bfloat16" in text and "±" in text
     verdict = comparison.verdict()
     assert verdict.startswith("AMP within 1 percentage point of FP32 on each of the 2 seeds: ")
-    assert "within seed-to-seed noise" in verdict
+    assert "paired by seed, within 1 percentage point even at 2 standard errors" in verdict
     assert "AMP − FP32" in comparison.summary()
     diffs = comparison.differences
     assert diffs == [a.final_accuracy - f.final_accuracy for a, f in zip(comparison.amp, comparison.fp32,
@@ -280,8 +280,7 @@ def test_verdict_says_when_a_difference_is_not_noise():
                                      amp=tuple(fake(a) for a in (0.80, 0.82, 0.81)), device="cpu")
     assert comparison.verdict() == (
         "AMP within 1 percentage point of FP32 on each of the 3 seeds: False\n"
-        "mean AMP − FP32 difference within seed-to-seed noise (2 standard errors, or FP32's spread between seeds): "
-        "False")
+        "mean AMP − FP32 difference, paired by seed, within 1 percentage point even at 2 standard errors: False")
     same = capstone.Comparison(seeds=(0, 1), fp32=(fake(0.9), fake(0.8)), amp=(fake(0.9), fake(0.8)), device="cpu")
     assert "identical final accuracy on all 2 seeds" in same.summary()
     assert same.verdict().count("True") == 2
@@ -301,6 +300,25 @@ def test_verdict_wording_does_not_depend_on_which_way_the_noise_falls():
                                     amp=tuple(map(fake, amp)), device="cpu").verdict() for amp in variants}
     assert len(verdicts) == 1, verdicts
     assert verdicts.pop().count("True") == 2
+
+
+def test_paired_verdict_is_the_one_rule():
+    """Exercise 09 Task 3's check and Comparison read this function; the reviews' cases."""
+    fp32 = [0.90, 0.97, 0.93]
+    assert capstone.paired_verdict(fp32, [a + 0.005 for a in fp32]) == "amp better"  # consistent gain: real
+    assert capstone.paired_verdict(fp32, [a - 0.005 for a in fp32]) == "amp worse"
+    assert capstone.paired_verdict(fp32, list(fp32)) == "within noise"                # identical: noise
+    assert capstone.paired_verdict([0.95] * 4, [0.96, 0.94, 0.97, 0.93]) == "within noise"
+    mean, error = capstone.paired_difference([0.9, 0.8], [0.92, 0.8])
+    assert mean == pytest.approx(0.01) and error == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        capstone.paired_verdict([0.9], [0.9])
+    with pytest.raises(ValueError, match="as many in both"):
+        capstone.paired_verdict([0.9, 0.8], [0.9])
+    with pytest.raises(TypeError, match="fp32 must be a list"):
+        capstone.paired_verdict("0.9", [0.9])
+    with pytest.raises(ValueError, match="amp must hold finite numbers"):
+        capstone.paired_verdict([0.9, 0.8], [0.9, math.nan])
 
 
 def test_verdict_validates_its_tolerance():

@@ -1,16 +1,21 @@
 """Exercise 08: the check passes the right answer and names each typical wrong one.
 
-A check call launches two processes under torchrun (several seconds each on a small CPU), so only the most
-important cases are launched: the right answer, a forgotten ``no_sync`` (counted by the DDP comm hook), a rank
-that raises, and a rank that hangs. The other mistakes are judged by the same analysis (:func:`lesson08.analyse`)
-on the records of an in-process run (:func:`lesson08.simulate`, DDP replaced by a stand-in that counts the
-backward passes outside ``no_sync``).
+A check call launches two processes under torchrun (several seconds each on a small CPU), but only an answer
+that passes the in-process pre-run does: there the check runs the shipped function on a stand-in for DDP
+(:func:`lesson08.simulate`, then :func:`lesson08.analyse` on its record) and with spies and an injected inf
+(:func:`lesson08.amp_precheck`). So every WRONG fixture of Task 1 is judged without a launch; the launches are
+the two RIGHT fixtures, the right answer's summary, a rank that raises and a rank that hangs (4 s). On the
+loaded 2-core machine this file takes about a minute.
 """
 
 import contextlib
+import math
 
+import grader_fixtures
 import pytest
 import torch
+from torch import nn
+from torch.nn import functional as F
 
 from ampcourse.checks import CheckFailed, NotStarted, lesson08
 
@@ -103,7 +108,6 @@ def test_right_answer_passes_under_torchrun(capsys, figures):
 
 
 LAUNCHED = {
-    "forgets no_sync": (train_without_no_sync, r"9 times for 3 windows: you forgot `no_sync\(\)`"),
     "raises on rank 1": (train_raising_on_rank_1, r"raised ValueError on rank 1: batch sizes differ"),
 }
 
@@ -266,30 +270,40 @@ def test_a_manual_all_reduce_on_top_of_ddp_is_named():
         lesson08.analyse(lesson08.TASK, lesson08.CONFIG, {0: doubled, 1: doubled})
 
 
+def colleague_train(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    """Exercise 08 Task 1's broken loop: no no_sync, clip before unscale_, no zero_grad."""
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        for x, y in window:
+            with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                loss = loss_fn(model(x), y) / len(window)
+            scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def test_symptoms_show_each_bug_of_the_colleagues_loop(capsys):
+    broken = lesson08.symptoms(colleague_train)
+    assert "gradient all-reduces: 9 for 3 windows" in broken
+    assert "windows whose step GradScaler skipped: [2, 3]" in broken  # the stale inf skips window 3 too
+    assert broken[-1].endswith(": True") and len(broken) == 4  # one applied step, far below max_norm
+    right = lesson08.symptoms(train)
+    assert "gradient all-reduces: 3 for 3 windows" in right
+    assert "windows whose step GradScaler skipped: [2]" in right
+    assert all(line.endswith(": False") for line in right[3:]) and len(right) == 5
+    assert capsys.readouterr().out.count("gradient all-reduces") == 2
+
+
+def test_the_colleagues_loop_is_rejected_for_its_first_bug():
+    with pytest.raises(CheckFailed, match="first backward added its gradients to the previous window's"):
+        lesson08.ddp_train(colleague_train)
+
+
 # --- Task 2: allreduce_bytes -----------------------------------------------------------------------------------
 def bytes_right(n, accum, no_sync, compress):
     return n * (2 if compress else 4) * (1 if no_sync else accum)
-
-
-BYTES_MISTAKES = {
-    "AMP halves the traffic": (lambda n, a, s, c: n * 2 * (1 if s else a), "AMP does not halve the gradient traffic"),
-    "one all-reduce even without no_sync": (lambda n, a, s, c: n * (2 if c else 4),
-                                            "every backward of the window all-reduces"),
-    "one all-reduce per micro-batch with no_sync": (lambda n, a, s, c: n * (2 if c else 4) * a,
-                                                    "only the last micro-batch's backward all-reduces"),
-    "bits": (lambda n, a, s, c: 8 * bytes_right(n, a, s, c), "that is bits"),
-}
-
-
-def test_allreduce_bytes_right_answer_passes(capsys):
-    lesson08.allreduce_bytes(bytes_right)
-    assert capsys.readouterr().out.startswith("✓ Task 2")
-
-
-@pytest.mark.parametrize(("fn", "words"), BYTES_MISTAKES.values(), ids=BYTES_MISTAKES)
-def test_allreduce_bytes_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson08.allreduce_bytes(fn)
 
 
 # --- Task 3: bf16_hook ------------------------------------------------------------------------------------------
@@ -328,23 +342,257 @@ def bf16_hook_with_world_size(process_group, bucket):
     return future
 
 
-HOOK_MISTAKES = {
-    "no compression": (hook(dtype=torch.float32), "sent float32: nothing was compressed"),
-    "float16 instead of bfloat16": (hook(dtype=torch.float16), "sent float16"),
-    "no division by the world size": (hook(divide=False), "twice too large"),
-    "result not copied back": (hook(copy_back=False), "twice too large|did not go through"),
-    "returns nothing": (hook(returns="nothing"), "returned NoneType, not a `torch.futures.Future`"),
+def hook_copies_before_completion(process_group, bucket):
+    """Copies the all-reduced tensor back without waiting for the all-reduce (a race on a real backend)."""
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16).div_(process_group.size())
+    work = dist.all_reduce(compressed, group=process_group, async_op=True)
+    buffer.copy_(compressed)  # the collective is still in flight
+    return work.get_future().then(lambda future: buffer)
+
+
+def hook_divides_twice(process_group, bucket):
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16).div_(process_group.size())
+    work = dist.all_reduce(compressed, group=process_group, async_op=True)
+
+    def back(future):
+        return buffer.copy_(future.value()[0] / process_group.size())
+
+    return work.get_future().then(back)
+
+
+def hook_raises(process_group, bucket):
+    return bucket.buffer().to(torch.bfloat16).all_reduce()
+
+
+def torch_bf16_compress_hook(process_group, bucket):
+    """Right: torch's own hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+    return bf16_compress_hook(process_group, bucket)
+
+
+# --- Task 1 fixtures: self-contained functions (the check ships their source to the ranks) ------------------------
+def train_no_zero_grad(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        for i, (x, y) in enumerate(window):
+            with contextlib.nullcontext() if i == len(window) - 1 else model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_manual_all_reduce(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    """A second, manual all-reduce (averaged) on top of DDP's."""
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for i, (x, y) in enumerate(window):
+            with contextlib.nullcontext() if i == len(window) - 1 else model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        for p in model.parameters():
+            torch.distributed.all_reduce(p.grad)
+            p.grad /= torch.distributed.get_world_size()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_clips_first(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for i, (x, y) in enumerate(window):
+            with contextlib.nullcontext() if i == len(window) - 1 else model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_no_sync_always(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for x, y in window:
+            with model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_not_divided(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for i, (x, y) in enumerate(window):
+            with contextlib.nullcontext() if i == len(window) - 1 else model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_steps_every_micro_batch(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        for i, (x, y) in enumerate(window):
+            optimizer.zero_grad(set_to_none=True)
+            with contextlib.nullcontext() if i == len(window) - 1 else model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+
+
+def train_bfloat16(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for i, (x, y) in enumerate(window):
+            with contextlib.nullcontext() if i == len(window) - 1 else model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_steps_optimizer_itself(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for i, (x, y) in enumerate(window):
+            with contextlib.nullcontext() if i == len(window) - 1 else model.no_sync():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        scaler.update()
+
+
+def train_zero_grad_after_step(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    """Right, written otherwise: ExitStack for no_sync, zero_grad after the step, windows counted up front."""
+    n_windows = -(-len(batches) // accum_steps)
+    for w in range(n_windows):
+        window = batches[w * accum_steps:(w + 1) * accum_steps]
+        for i, (x, y) in enumerate(window):
+            with contextlib.ExitStack() as stack:
+                if i < len(window) - 1:
+                    stack.enter_context(model.no_sync())  # forward *and* backward inside it
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    out = model(x)
+                loss = loss_fn(out.float(), y) / len(window)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def bytes_elements(n, accum, no_sync, compress):
+    return n * (1 if no_sync else accum)
+
+
+def bytes_ignores_compression(n, accum, no_sync, compress):
+    return n * 4 * (1 if no_sync else accum)
+
+
+def bytes_as_text(n, accum, no_sync, compress):
+    return f"{n * (2 if compress else 4) * (1 if no_sync else accum)} bytes"
+
+
+def bytes_with_element_size(n_params, accum_steps, no_sync, bf16_compress):
+    """Right, written otherwise: the element size read from torch, all-reduces counted."""
+    dtype = torch.bfloat16 if bf16_compress else torch.float32
+    allreduces = 1 if no_sync else accum_steps
+    return allreduces * n_params * torch.tensor([], dtype=dtype).element_size()
+
+
+WRONG = {
+    ("08", "ddp_train"): {
+        "forgets no_sync": (train_without_no_sync, "you forgot `no_sync()`"),
+        "no_sync on every micro-batch": (train_no_sync_always, "only 0 gradient all-reduces"),
+        "no zero_grad (stale inf gradients)": (train_no_zero_grad,
+                                               "first backward added its gradients to the previous window's"),
+        "a second, manual all-reduce on top of DDP's": (train_manual_all_reduce,
+                                                         "called `torch.distributed.all_reduce` itself"),
+        "clips before unscale_": (train_clips_first, "you clipped before `unscale_`"),
+        "loss not divided by the window length": (train_not_divided, "did not divide each micro-batch loss"),
+        "steps after every micro-batch": (train_steps_every_micro_batch, "stepped after every micro-batch"),
+        "bfloat16 autocast": (train_bfloat16, "not in float16"),
+        "optimizer.step() instead of scaler.step": (train_steps_optimizer_itself,
+                                                    "you called `optimizer.step()` yourself"),
+    },
+    ("08", "allreduce_bytes"): {
+        "AMP halves the traffic": (lambda n, a, s, c: n * 2 * (1 if s else a),
+                                   "AMP does not halve the gradient traffic"),
+        "one all-reduce even without no_sync": (lambda n, a, s, c: n * (2 if c else 4),
+                                                "every backward of the window all-reduces"),
+        "one all-reduce per micro-batch with no_sync": (lambda n, a, s, c: n * (2 if c else 4) * a,
+                                                        "only the last micro-batch's backward all-reduces"),
+        "bits": (lambda n, a, s, c: 8 * bytes_right(n, a, s, c), "that is bits"),
+        "elements, not bytes": (bytes_elements, "counts elements"),
+        "compression ignored": (bytes_ignores_compression, "a bf16 compression hook sends 2 bytes"),
+        "a string": (bytes_as_text, "return a number of bytes"),
+    },
+    ("08", "bf16_hook"): {
+        "no compression": (hook(dtype=torch.float32), "sent float32: nothing was compressed"),
+        "float16 instead of bfloat16": (hook(dtype=torch.float16), "sent float16"),
+        "no division by the world size": (hook(divide=False), "twice too large"),
+        "result not copied back": (hook(copy_back=False), "did not go through"),
+        "returns nothing": (hook(returns="nothing"), "returned NoneType, not a `torch.futures.Future`"),
+        "copies before the all-reduce completes": (hook_copies_before_completion,
+                                                    "read the tensor before its all-reduce completed"),
+        "divides by the world size twice": (hook_divides_twice, "0.5× the true ones"),
+        "raises": (hook_raises, "AttributeError"),
+    },
+}
+RIGHT = {
+    ("08", "ddp_train"): {
+        "rank-0 logging, provided names": train_with_rank0_logging,
+        "ExitStack, zero_grad after the step, float() loss": train_zero_grad_after_step,
+    },
+    ("08", "allreduce_bytes"): {
+        "the formula": bytes_right,
+        "element size from torch": bytes_with_element_size,
+    },
+    ("08", "bf16_hook"): {
+        "then() callback": hook(),
+        "wait(), then copy": bf16_hook_with_world_size,
+        "torch's bf16_compress_hook": torch_bf16_compress_hook,
+    },
 }
 
-
-def test_bf16_hook_right_answers_pass(capsys):
-    lesson08.bf16_hook(hook())
-    lesson08.bf16_hook(bf16_hook_with_world_size)
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("✓ Task 3") for line in lines)
-
-
-@pytest.mark.parametrize(("fn", "words"), HOOK_MISTAKES.values(), ids=HOOK_MISTAKES)
-def test_bf16_hook_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson08.bf16_hook(fn)
+test_wrong_answer_is_named, test_right_answer_passes = grader_fixtures.tests(WRONG, RIGHT)

@@ -1,7 +1,11 @@
 """Exercise 09: the check passes the right step and names each typical wrong one (the fixtures)."""
 
 import inspect
+import math
+import statistics
 
+import grader_fixtures
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,7 +15,7 @@ from ampcourse.checks import CheckFailed, NotStarted, lesson09
 
 
 def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler", scheduler_on="applied",
-         unscale=True, record="right", empty="check"):
+         unscale=True, record="right", empty="check", autocast_dtype=None, loss_outside=False, divisor=None):
     """A train_window with one mistake switched on (the defaults are the right answer)."""
     def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
         if not micro_batches:
@@ -21,6 +25,9 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
                 raise ValueError("empty window")
             if empty == "return":
                 return {"stepped": False, "grad_norm": 0.0, "loss": 0.0}
+            if empty == "zero_grad first":
+                optimizer.zero_grad(set_to_none=True)
+                raise ValueError("micro_batches must hold at least one (x, y) pair")
         if zero_grad == "start":
             optimizer.zero_grad(set_to_none=True)
         device_type = micro_batches[0][0].device.type  # IndexError on an empty window (empty="index")
@@ -28,11 +35,16 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
         for x, y in micro_batches:
             if zero_grad == "every micro-batch":
                 optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(device_type=device_type, dtype=dtype, enabled=dtype != torch.float32):
-                loss = F.cross_entropy(model(x), y)
+            run_dtype = autocast_dtype or dtype
+            with torch.autocast(device_type=device_type, dtype=run_dtype, enabled=run_dtype != torch.float32):
+                out = model(x)
+                if not loss_outside:
+                    loss = F.cross_entropy(out, y)
+            if loss_outside:
+                loss = F.cross_entropy(out, y)  # on the float16 logits, outside autocast: a float16 loss
             undivided += loss.item()
             if divide:
-                loss = loss / len(micro_batches)
+                loss = loss / (divisor or len(micro_batches))
             total, last = total + loss.item(), loss
             scaler.scale(loss).backward()
         if zero_grad == "before step":
@@ -86,19 +98,40 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
     return train_window
 
 
-def test_right_answer_passes(capsys):
-    lesson09.train_window(step())
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith("✓ Task 1 (train_window)")
+def zero_grad_after_the_step(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
+    record = step(zero_grad="never")(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)
+    optimizer.zero_grad(set_to_none=True)
+    return record
 
 
-def test_zero_grad_after_the_step_is_also_right(capsys):
-    def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
-        record = step(zero_grad="never")(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype)
-        optimizer.zero_grad(set_to_none=True)
-        return record
-    lesson09.train_window(train_window)
-    assert capsys.readouterr().out.startswith("✓ Task 1")
+def strict_train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
+    """Right, written otherwise: validates every argument first, float32 logits for the loss, scale compared
+    with `<`, the norm from torch.nn.utils.get_total_norm before clip_grads_with_norm_."""
+    if not isinstance(micro_batches, list) or not micro_batches:
+        raise ValueError("micro_batches must be a non-empty list of (x, y) pairs")
+    if not max_norm > 0:
+        raise ValueError("max_norm must be positive")
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError("dtype must be float16, bfloat16 or float32")
+    optimizer.zero_grad()
+    total = 0.0
+    for x, y in micro_batches:
+        with torch.amp.autocast(x.device.type, dtype=dtype, enabled=dtype is not torch.float32):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y) / len(micro_batches)
+        total += float(loss)
+        scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    torch.nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
+    before = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    skipped = scaler.get_scale() < before
+    if not skipped:
+        scheduler.step()
+    return {"stepped": not skipped, "grad_norm": float(norm), "loss": total}
 
 
 def lesson_code_pasted():
@@ -115,49 +148,6 @@ def lesson_code_pasted():
                  "_check_window": capstone._check_window}
     exec(signature.rstrip() + "\n" + body.lstrip("\n"), namespace)  # noqa: S102 - what a learner would paste
     return namespace["train_window"]
-
-
-MISTAKES = {
-    "imported from the course": (capstone.train_window,
-                                 "this is ampcourse.capstone.train_window imported from the course; write your own"),
-    "lesson 09's code pasted": (lesson_code_pasted(), "returned None: return a dict"),
-    "scheduler stepped on a skipped step": (step(scheduler_on="always"),
-                                            "you stepped the scheduler on a skipped step"),
-    "clipping before unscale_": (step(clip="before unscale_"), "you clipped before `unscale_`"),
-    "forgot loss / window length": (step(divide=False), "forgot to divide each micro-batch\\s+loss by the window"),
-    "zero_grad inside the loop": (step(zero_grad="every micro-batch"), "ran between the micro-batches of one window"),
-    "zero_grad between backward and step": (step(zero_grad="before step"), "after the backward passes and before"),
-    "no zero_grad": (step(zero_grad="never"), "gradients from before this window"),
-    "optimizer.step instead of scaler.step": (step(stepper="optimizer"), "you called `optimizer.step\\(\\)` yourself"),
-    "scheduler before the optimizer": (step(scheduler_on="before step"), "scheduler before the optimizer"),
-    "scheduler never stepped": (step(scheduler_on="never"), "scheduler was not stepped"),
-    "no unscale_": (step(unscale=False), "never called `scaler.unscale_"),
-    "no clipping": (step(clip="never"), "above max_norm"),
-    "scheduler frozen when the scale grows": (step(scheduler_on="scale unchanged"), "the scale \\*grew\\*"),
-    "record: nothing returned": (step(record="none"), "returned None: return a dict"),
-    "record: a tuple": (step(record="tuple"), "return a dict with the keys"),
-    "record: a key missing": (step(record="no loss"), "has no 'loss'"),
-    "record: grad_norm a tensor": (step(record="norm tensor"), "'grad_norm' is a tensor"),
-    "record: grad_norm before unscale_": (step(record="norm before unscale_"), "before `scaler.unscale_`"),
-    "record: grad_norm after clipping": (step(record="norm after clip"), "\\*after\\* clipping"),
-    "record: finite grad_norm on a skipped step": (step(record="finite norm on a skip"), "yet 'grad_norm' is"),
-    "record: the scaled loss": (step(record="scaled loss"), "you reported the scaled loss"),
-    "record: the last micro-batch's loss": (step(record="last loss"), "only the last micro-batch"),
-    "record: losses not divided": (step(record="losses not divided"), "without dividing each by the window"),
-    "record: stepped always True": (step(record="stepped always"), "'stepped' is True, but GradScaler skipped"),
-    "record: stepped False when the scale grew": (step(record="stepped only if scale unchanged"),
-                                                  "'stepped' is False, but the optimizer step was applied"),
-    "empty window: IndexError": (step(empty="index"), "micro_batches == \\[\\]\\) raised IndexError"),
-    "empty window: ValueError without the argument": (step(empty="unnamed"), "name the argument"),
-    "empty window: returns normally": (step(empty="return"), "returned normally"),
-}
-
-
-@pytest.mark.parametrize(("fn", "words"), MISTAKES.values(), ids=MISTAKES)
-def test_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words) as info:
-        lesson09.train_window(fn)
-    assert not isinstance(info.value, NotStarted)
 
 
 def test_the_course_function_and_the_lesson_code_fail_before_training():
@@ -221,27 +211,6 @@ def weighted(divide="rows", reduction="sum", autocast=torch.float16, one_backwar
     return sample_weighted_window
 
 
-WEIGHTED_MISTAKES = {
-    "mean of the micro-batch means": (weighted(divide="count", reduction="mean"), "you averaged the micro-batch means"),
-    "sum not divided": (weighted(divide="none"), "did not\\s+divide by the window's total number of rows"),
-    "bfloat16": (weighted(autocast=torch.bfloat16), "float16 autocast"),
-    "one backward for the window": (weighted(one_backward=True), "one scaled backward per micro-batch"),
-}
-
-
-def test_sample_weighted_window_passes_both_right_forms(capsys):
-    lesson09.sample_weighted_window(weighted())
-    lesson09.sample_weighted_window(weighted(divide="weighted mean", reduction="mean"))  # mean × rows / total
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("✓ Task 2") for line in lines)
-
-
-@pytest.mark.parametrize(("fn", "words"), WEIGHTED_MISTAKES.values(), ids=WEIGHTED_MISTAKES)
-def test_sample_weighted_window_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson09.sample_weighted_window(fn)
-
-
 # --- Task 3: amp_verdict -------------------------------------------------------------------------------------------
 def verdict(paired=True, ddof=1, flip=False):
     def amp_verdict(fp32, amp):
@@ -260,22 +229,164 @@ def verdict(paired=True, ddof=1, flip=False):
     return amp_verdict
 
 
-VERDICT_MISTAKES = {
-    "unpaired comparison": (verdict(paired=False), "as if the runs were independent"),
-    "population std": (verdict(ddof=0), "sample standard deviation"),
-    "sign reversed": (verdict(flip=True), "the sign is reversed"),
-    "any difference counts": (lambda f, a: "amp better" if sum(a) > sum(f) else "amp worse",
-                              "The rule: mean of the per-seed differences|as if the runs were independent"),
-    "bad label": (lambda f, a: "same", "return 'within noise'"),
+def lesson_rule_with_fp32_spread(fp32, amp):
+    """The learner's rejected answer (learner review): paired differences, noise = max(2·SE, stdev(fp32))."""
+    d = [a - f for f, a in zip(fp32, amp, strict=True)]
+    noise = max(2 * statistics.stdev(d) / math.sqrt(len(d)), statistics.stdev(fp32))
+    return "within noise" if abs(statistics.mean(d)) <= noise else ("amp better" if statistics.mean(d) > 0
+                                                                    else "amp worse")
+
+
+def same_sign_rule(fp32, amp):
+    """Reviewer's case: 'every seed has the same sign' (it used to get the ddof message by coincidence)."""
+    d = [a - f for f, a in zip(fp32, amp, strict=True)]
+    if all(x > 0 for x in d):
+        return "amp better"
+    return "amp worse" if all(x < 0 for x in d) else "within noise"
+
+
+def strict_rule(fp32, amp):
+    d = [a - f for f, a in zip(fp32, amp, strict=True)]
+    if abs(statistics.mean(d)) < 2 * statistics.stdev(d) / math.sqrt(len(d)):
+        return "within noise"
+    return "amp better" if statistics.mean(d) > 0 else "amp worse"
+
+
+def t_statistic_with_guard(fp32, amp):
+    """Right, written otherwise: numpy, a t statistic, identical runs handled before dividing."""
+    d = np.asarray(amp) - np.asarray(fp32)
+    se = d.std(ddof=1) / np.sqrt(d.size)
+    if se == 0:
+        return "within noise" if d.mean() == 0 else ("amp better" if d.mean() > 0 else "amp worse")
+    t = d.mean() / se
+    return "within noise" if abs(t) <= 2 else ("amp better" if t > 0 else "amp worse")
+
+
+def t_statistic_unguarded(fp32, amp):
+    d = np.asarray(amp, dtype=float) - np.asarray(fp32, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = d.mean() / (d.std(ddof=1) / math.sqrt(d.size))  # identical runs: 0 / 0
+    return "within noise" if abs(t) <= 2 else ("amp better" if t > 0 else "amp worse")
+
+
+def weighted_by_row_mean(model, optimizer, scaler, micro_batches):
+    """Right, written otherwise: each micro-batch's mean loss weighted by its share of the rows; zero_grad on
+    the model; the total counted with numel."""
+    total = sum(y.numel() for _, y in micro_batches)
+    model.zero_grad(set_to_none=True)
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y) * (y.numel() / total)
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def weighted_last_batch_only_rows(model, optimizer, scaler, micro_batches):
+    """Divides by the rows of the first micro-batch, as if every micro-batch had as many."""
+    optimizer.zero_grad()
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y, reduction="sum") / (len(micro_batches[0][1]) * len(micro_batches))
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def weighted_no_scaler_step(model, optimizer, scaler, micro_batches):
+    rows = sum(len(y) for _, y in micro_batches)
+    optimizer.zero_grad()
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y, reduction="sum") / rows
+        scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    optimizer.step()
+    scaler.update()
+
+
+WRONG = {
+    ("09", "train_window"): {
+        "imported from the course": (capstone.train_window,
+                                     "this is ampcourse.capstone.train_window imported from the course"),
+        "lesson 09's code pasted": (lesson_code_pasted(), "returned None: return a dict"),
+        "dtype argument ignored (hard-coded float16)": (step(autocast_dtype=torch.float16),
+                                                         "ignores its `dtype` argument"),
+        "loss computed outside autocast": (step(loss_outside=True), "computed the cross-entropy outside autocast"),
+        "divides by a fixed 3 (short last window)": (step(divisor=3), "short last window of 1 micro-batch"),
+        "empty window: zero_grad before raising": (step(empty="zero_grad first"),
+                                                   "an empty window ran `zero_grad` before raising"),
+        "scheduler stepped on a skipped step": (step(scheduler_on="always"),
+                                                "you stepped the scheduler on a skipped step"),
+        "clipping before unscale_": (step(clip="before unscale_"), "you clipped before `unscale_`"),
+        "forgot loss / window length": (step(divide=False), "forgot to divide each micro-batch"),
+        "zero_grad inside the loop": (step(zero_grad="every micro-batch"),
+                                      "ran between the micro-batches of one window"),
+        "zero_grad between backward and step": (step(zero_grad="before step"), "after the backward passes and before"),
+        "no zero_grad": (step(zero_grad="never"), "gradients from before this window"),
+        "optimizer.step instead of scaler.step": (step(stepper="optimizer"), "you called `optimizer.step()` yourself"),
+        "scheduler before the optimizer": (step(scheduler_on="before step"), "scheduler before the optimizer"),
+        "scheduler never stepped": (step(scheduler_on="never"), "scheduler was not stepped"),
+        "no unscale_": (step(unscale=False), "never called `scaler.unscale_"),
+        "no clipping": (step(clip="never"), "above max_norm"),
+        "scheduler frozen when the scale grows": (step(scheduler_on="scale unchanged"), "the scale *grew*"),
+        "record: nothing returned": (step(record="none"), "returned None: return a dict"),
+        "record: a tuple": (step(record="tuple"), "return a dict with the keys"),
+        "record: a key missing": (step(record="no loss"), "has no 'loss'"),
+        "record: grad_norm a tensor": (step(record="norm tensor"), "'grad_norm' is a tensor"),
+        "record: grad_norm before unscale_": (step(record="norm before unscale_"), "before `scaler.unscale_`"),
+        "record: grad_norm after clipping": (step(record="norm after clip"), "*after* clipping"),
+        "record: finite grad_norm on a skipped step": (step(record="finite norm on a skip"), "yet 'grad_norm' is"),
+        "record: the scaled loss": (step(record="scaled loss"), "you reported the scaled loss"),
+        "record: the last micro-batch's loss": (step(record="last loss"), "only the last micro-batch"),
+        "record: losses not divided": (step(record="losses not divided"), "without dividing each by the window"),
+        "record: stepped always True": (step(record="stepped always"), "'stepped' is True, but GradScaler skipped"),
+        "record: stepped False when the scale grew": (step(record="stepped only if scale unchanged"),
+                                                      "'stepped' is False, but the optimizer step was applied"),
+        "empty window: IndexError": (step(empty="index"), "micro_batches == []) raised IndexError"),
+        "empty window: ValueError without the argument": (step(empty="unnamed"), "name the argument"),
+        "empty window: returns normally": (step(empty="return"), "returned normally"),
+    },
+    ("09", "sample_weighted_window"): {
+        "mean of the micro-batch means": (weighted(divide="count", reduction="mean"),
+                                          "you averaged the micro-batch means"),
+        "sum not divided": (weighted(divide="none"), "divide by the window's total number of rows"),
+        "bfloat16": (weighted(autocast=torch.bfloat16), "float16 autocast"),
+        "no autocast": (weighted(autocast=None), "float16 autocast"),
+        "one backward for the window": (weighted(one_backward=True), "one scaled backward per micro-batch"),
+        "rows of the first micro-batch": (weighted_last_batch_only_rows, "each row must weigh 1 / (total rows"),
+        "optimizer.step() instead of scaler.step": (weighted_no_scaler_step, "you called `optimizer.step()` yourself"),
+    },
+    ("09", "amp_verdict"): {
+        "FP32's spread as noise (the learner's rejected answer)": (lesson_rule_with_fp32_spread,
+                                                                   "FP32's own seed-to-seed spread as the noise"),
+        "unpaired comparison": (verdict(paired=False), "as if the runs were independent"),
+        "population std": (verdict(ddof=0), "population standard deviation"),
+        "same sign on every seed (the reviewer's case)": (same_sign_rule, "every seed's difference has the same sign"),
+        "sign reversed": (verdict(flip=True), "the sign is reversed"),
+        "strict <": (strict_rule, "compare with `≤`, not `<`"),
+        "t statistic, identical runs divide 0 by 0": (t_statistic_unguarded, "0 / 0 is nan"),
+        "any difference counts": (lambda f, a: "amp better" if sum(a) > sum(f) else "amp worse",
+                                  "The rule: pair the runs by seed"),
+        "bad label": (lambda f, a: "same", "return 'within noise'"),
+    },
+}
+RIGHT = {
+    ("09", "train_window"): {
+        "the step with a record": step(),
+        "zero_grad after the step": zero_grad_after_the_step,
+        "validates its input; float32 logits; get_total_norm": strict_train_window,
+    },
+    ("09", "sample_weighted_window"): {
+        "summed loss / total rows": weighted(),
+        "mean × rows / total": weighted(divide="weighted mean", reduction="mean"),
+        "share of the rows, model.zero_grad": weighted_by_row_mean,
+    },
+    ("09", "amp_verdict"): {
+        "torch, paired, 2 SE": verdict(),
+        "the course's own function": capstone.paired_verdict,
+        "numpy t statistic with a guard": t_statistic_with_guard,
+    },
 }
 
-
-def test_amp_verdict_right_answer_passes(capsys):
-    lesson09.amp_verdict(verdict())
-    assert capsys.readouterr().out.startswith("✓ Task 3")
-
-
-@pytest.mark.parametrize(("fn", "words"), VERDICT_MISTAKES.values(), ids=VERDICT_MISTAKES)
-def test_amp_verdict_mistakes_are_named(fn, words):
-    with pytest.raises(CheckFailed, match=words):
-        lesson09.amp_verdict(fn)
+test_wrong_answer_is_named, test_right_answer_passes = grader_fixtures.tests(WRONG, RIGHT)

@@ -199,3 +199,14 @@ def test_a_crash_in_teardown_after_every_rank_finished_is_not_a_failure(tmp_path
     assert not _finished_then_crashed_in_teardown(result({0: [done], 1: []}), 2)
     assert not _finished_then_crashed_in_teardown(result({0: [done], 1: [{"event": "error"}, done]}), 2)
     assert not _finished_then_crashed_in_teardown(result({0: [done]}), 2)
+
+
+def test_fsdp_accumulates_in_param_dtype_unless_reduce_dtype_is_set():
+    """Lesson 08's sentence on FSDP2's reduce_dtype (torch's MixedPrecisionPolicy docstring), run."""
+    from ampcourse.distributed import fsdp_accumulation_dtypes
+
+    dtypes = fsdp_accumulation_dtypes()
+    assert dtypes["None"] == {"accumulated": torch.bfloat16, "sharded grad": torch.float32}
+    assert dtypes["float32"] == {"accumulated": torch.float32, "sharded grad": torch.float32}
+    with pytest.raises(ValueError, match="micro_batches"):
+        fsdp_accumulation_dtypes(micro_batches=0)

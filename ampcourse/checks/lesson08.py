@@ -147,6 +147,35 @@ def amp_precheck(task: str, fn: Callable, config: RunConfig = CONFIG) -> None:
     first.register_forward_hook(lambda m, i, out: forward.append((torch.is_autocast_enabled(out.device.type),
                                                                    out.dtype)))
     calls = [0]
+    # Stale gradients: at the first backward of each window, a parameter's accumulated gradient must equal the
+    # gradient that backward brought (the previous window's — the injected inf included — was zeroed).
+    incoming: dict[int, torch.Tensor] = {}
+    stale: list[int] = []
+
+    def arriving(index):
+        def hook(grad):
+            incoming[index] = grad.detach().clone()
+        return hook
+
+    def accumulated(index):
+        def hook(param):
+            window, micro = divmod(calls[0] - 1, config.accum_steps)
+            if micro == 0 and window > 0 and index in incoming and not torch.allclose(
+                    param.grad, incoming[index], rtol=0, atol=0, equal_nan=True):
+                stale.append(window)
+        return hook
+
+    for index, param in enumerate(model.parameters()):
+        param.register_hook(arriving(index))
+        param.register_post_accumulate_grad_hook(accumulated(index))
+    import torch.distributed as dist
+
+    manual: list[int] = []
+    real_all_reduce = dist.all_reduce
+
+    def counting_all_reduce(*args, **kwargs):
+        manual.append(1)
+        return real_all_reduce(*args, **kwargs)
 
     def loss_fn(out, target):
         window = calls[0] // config.accum_steps
@@ -177,6 +206,7 @@ def amp_precheck(task: str, fn: Callable, config: RunConfig = CONFIG) -> None:
                              "check made inf, was applied anyway: step through `scaler.step(optimizer)`, which skips "
                              "a step whose gradients hold inf/NaN (an `unscale_` before it does not change that).")
 
+    dist.all_reduce = counting_all_reduce
     try:
         call(task, fn, "train", wrapped, loss_fn, optimizer, scaler, window_batches(config, None),
              config.accum_steps, config.max_norm)
@@ -185,9 +215,24 @@ def amp_precheck(task: str, fn: Callable, config: RunConfig = CONFIG) -> None:
     except CheckFailed:
         diagnose()
         raise
+    finally:
+        dist.all_reduce = real_all_reduce
     if not forward and not log:
         return  # nothing ran in this process (e.g. rank-dependent code): the launch and its analysis judge it
     diagnose()
+    if log.count("scaler.step") == config.n_micro:
+        raise fail(task, f"the optimizer stepped after every micro-batch ({config.n_micro} steps): step once per "
+                         f"window of {config.accum_steps} micro-batches, after accumulating their gradients.")
+    if manual:
+        raise fail(task, f"your function called `torch.distributed.all_reduce` itself ({len(manual)} times), on top "
+                         "of DDP's own all-reduce: DDP already averages the gradients during the backward of the "
+                         "last micro-batch (outside `no_sync()`). Remove the manual all-reduce — it sums (or, "
+                         "divided, repeats) what DDP did and doubles the traffic.")
+    if stale:
+        raise fail(task, f"window {stale[0] + 1}'s first backward added its gradients to the previous window's "
+                         "(the check left inf gradients in the window it made inf): call "
+                         "`optimizer.zero_grad(set_to_none=True)` at the start of every window, before the first "
+                         "backward.")
     if log.count("update") != config.windows:
         raise fail(task, f"`scaler.update()` ran {log.count('update')} times for {config.windows} windows: once per "
                          "window, after `scaler.step(optimizer)`, so the scale backs off after an inf.")
@@ -195,6 +240,52 @@ def amp_precheck(task: str, fn: Callable, config: RunConfig = CONFIG) -> None:
     if applied != config.windows - 1:
         raise fail(task, f"{applied} optimizer steps were applied for {config.windows} windows, one of them with inf "
                          "gradients (the check injected it): that one must be skipped by `scaler.step`.")
+
+
+def symptoms(fn: Callable, config: RunConfig = CONFIG) -> list[str]:
+    """What a training function does, as the logs of a DDP run would show it: exercise 08 Task 1's evidence.
+
+    Runs ``fn`` in this process on :class:`LocalDDP` (which counts the backward passes that would all-reduce),
+    with window ``INF_WINDOW + 1``'s loss made inf, and prints (and returns) integer counts and yes/no answers
+    only — the same on every CPU: gradient all-reduces per window, which windows were skipped, and whether each
+    applied step's gradient norm was far below ``max_norm`` although the true gradients were larger.
+    """
+    model = make_model(config)
+    wrapped = LocalDDP(model)
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=config.lr)
+    steps = _step_spy(optimizer, model, lambda: wrapped.allreduces)
+    scaler = make_scaler(config)
+    calls = [0]
+
+    def loss_fn(out, target):
+        window = calls[0] // config.accum_steps
+        calls[0] += 1
+        loss = F.mse_loss(out, target)
+        return loss * math.inf if window == INF_WINDOW else loss
+
+    scales = []
+    original_update = scaler.update
+
+    def update(new_scale=None):
+        before = scaler.get_scale()
+        original_update(new_scale)
+        scales.append((before, scaler.get_scale(), len(steps)))
+
+    scaler.update = update
+    fn(wrapped, loss_fn, optimizer, scaler, window_batches(config, None), config.accum_steps, config.max_norm)
+    lines = [f"{config.n_micro} micro-batches in windows of {config.accum_steps}; the loss of window "
+             f"{INF_WINDOW + 1} was made inf",
+             f"gradient all-reduces: {wrapped.allreduces} for {config.windows} windows"]
+    skipped = [k + 1 for k, (before, after, _) in enumerate(scales) if after < before]
+    lines.append(f"windows whose step GradScaler skipped: {skipped}")
+    for k, step in enumerate(steps):
+        seen = float(torch.tensor(step["grads"], dtype=torch.float64).norm())
+        _, true_norm = _reference_step(config, step["params"], k)
+        lines.append(f"applied step {k + 1}: the optimizer stepped with a gradient norm below 1% of max_norm "
+                     f"({config.max_norm:g}) and of the true gradient's norm: "
+                     f"{seen < 0.01 * min(config.max_norm, true_norm)}")
+    print("\n".join(lines))
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------- analysis
@@ -328,8 +419,13 @@ def ddp_train(fn) -> None:
         raise fail(task, f"your function's cell could not run on its own ({type(error).__name__}: {error}).") from None
     fresh = namespace[fn.__name__]
     with one_process_group():
-        call(task, simulate, "train", fresh)
+        simulated = call(task, simulate, "train", fresh)
         amp_precheck(task, fresh)
+    if simulated["steps"] or simulated["allreduces"]:
+        # The same analysis as the launch's, on the one-process run (no reference, one rank): the mistakes it
+        # names are named here at once; what needs two real ranks (a manual all-reduce that sums, diverged
+        # ranks, the final parameters against the single-process run) is judged after the launch.
+        analyse(task, CONFIG, {0: simulated})
     config = dataclasses.replace(CONFIG, user_fn=fn.__name__)
     with tempfile.TemporaryDirectory(prefix="ampcourse-08-") as folder:
         run_dir = Path(folder)
@@ -388,37 +484,57 @@ def _measured_allreduce(accum_steps: int, no_sync: bool) -> tuple[int, torch.dty
     return n_params, seen[0][1], len(seen)
 
 
+def _windows(a: int, s: bool) -> int:
+    return 1 if s else a
+
+
+# Wrong rules (n, accum, no_sync, compress, element size under autocast) and what each gets wrong. An answer is
+# blamed for one only when it agrees with that rule on every case.
+_BYTES_MISTAKES = (
+    (lambda n, a, s, c, e: n * 2 * _windows(a, s),
+     "under autocast the parameters and their gradients stay float32 (4 bytes), so AMP does not halve the gradient "
+     "traffic — only a compression hook does."),
+    (lambda n, a, s, c, e: n * (2 if c else e),
+     "without no_sync() every backward of the window all-reduces, accum_steps times per window; with it, once."),
+    (lambda n, a, s, c, e: n * (2 if c else e) * a,
+     "with no_sync() only the last micro-batch's backward all-reduces, once per window."),
+    (lambda n, a, s, c, e: 8 * n * (2 if c else e) * _windows(a, s), "that is bits; return bytes."),
+    (lambda n, a, s, c, e: n * _windows(a, s),
+     "that counts elements, not bytes: multiply by the bytes per element as sent (4 for float32, 2 for the "
+     "bfloat16 a compression hook sends)."),
+    (lambda n, a, s, c, e: n * e * _windows(a, s),
+     "a bf16 compression hook sends 2 bytes per element (bfloat16), not the 4 of the float32 gradients — that is "
+     "the point of the hook."),
+)
+
+
 def allreduce_bytes(fn) -> None:
     """Task 2: ``allreduce_bytes(n_params, accum_steps, no_sync, bf16_compress)``: bytes all-reduced per window."""
     task = "Task 2 (allreduce_bytes)"
     require_callable(task, fn, "allreduce_bytes")
     call(task, fn, "allreduce_bytes", 1000, 4, True, False)  # an untouched stub is "not started" before any DDP run
     cases = []
-    for accum, no_sync in ((4, True), (4, False), (1, True)):
+    for accum, no_sync in ((3, True), (3, False), (1, True)):  # 3: not a power of two, not a byte size
         n_params, dtype, count = _measured_allreduce(accum, no_sync)
         element = torch.tensor([], dtype=dtype).element_size()
         for compress in (False, True):
-            cases.append((n_params, accum, no_sync, compress, count * n_params * (2 if compress else element)))
-    for n_params, accum, no_sync, compress, want in cases:
+            cases.append((n_params, accum, no_sync, compress, element, count))
+    answers = []
+    for n_params, accum, no_sync, compress, _, _ in cases:
         got = call(task, fn, "allreduce_bytes", n_params, accum, no_sync, compress)
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             raise fail(task, f"return a number of bytes (you returned {type(got).__name__}).")
-        if got == want:
-            continue
+        answers.append(got)
+    wants = [count * n * (2 if compress else element) for n, _, _, compress, element, count in cases]
+    if answers != wants:
+        k = next(i for i, (got, want) in enumerate(zip(answers, wants, strict=True)) if got != want)
+        n_params, accum, no_sync, compress, element, _ = cases[k]
         context = (f"for {n_params} parameters, {accum} micro-batches per window, no_sync={no_sync}, "
-                   f"bf16_compress={compress} you said {got:g} bytes, a real DDP window all-reduces {want:g}")
-        per = want / (1 if no_sync else accum)
-        if not compress and got == want / 2:
-            raise fail(task, f"{context}: under autocast the parameters and their gradients stay float32 (4 bytes), "
-                             "so AMP does not halve the gradient traffic — only a compression hook does.")
-        if not no_sync and got == per:
-            raise fail(task, f"{context}: without no_sync() every backward of the window all-reduces, "
-                             f"{accum} times per window.")
-        if no_sync and accum > 1 and got == want * accum:
-            raise fail(task, f"{context}: with no_sync() only the last micro-batch's backward all-reduces, once "
-                             "per window.")
-        if got == want * 8:
-            raise fail(task, f"{context}: that is bits; return bytes.")
+                   f"bf16_compress={compress} you said {answers[k]:g} bytes, a real DDP window all-reduces "
+                   f"{wants[k]:g}")
+        for rule, why in _BYTES_MISTAKES:
+            if all(got == rule(n, a, s, c, e) for got, (n, a, s, c, e, _) in zip(answers, cases, strict=True)):
+                raise fail(task, f"{context}: {why}")
         raise fail(task, f"{context}. Bytes per all-reduce = parameters × bytes per gradient element as sent; times "
                          "the number of all-reduces per window.")
     passed(task, "bytes per window right with and without no_sync() and bf16 compression, measured on a real DDP "
@@ -437,34 +553,70 @@ class TwoRanks:
         return 0
 
 
+COMPLETION_DELAY = 0.05  # seconds: the simulated all-reduce completes this long after it started (or at wait())
+
+
+class _Work:
+    """A simulated asynchronous all-reduce on two ranks with identical gradients: while it is in flight the tensor
+    holds NaN (on a real backend its contents are undefined until the collective completes); it completes at
+    ``wait()``, or :data:`COMPLETION_DELAY` seconds later on a timer thread, writing the sum (2× the input) and
+    completing the future — so a hook that reads the tensor before the work completes reads NaN."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        import threading
+
+        self.tensor, self.sent = tensor, tensor.clone()
+        self.future = torch.futures.Future()
+        self._lock, self._done = threading.Lock(), False
+        tensor.fill_(math.nan)
+        self._timer = threading.Timer(COMPLETION_DELAY, self._complete)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _complete(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            self.tensor.copy_(self.sent * 2)  # the other rank holds the same gradient: SUM doubles it
+        self.future.set_result([self.tensor])
+
+    def wait(self, timeout=None) -> bool:
+        self._timer.cancel()
+        self._complete()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done
+
+    def get_future(self):
+        return self.future
+
+
 @contextlib.contextmanager
 def _simulated_two_ranks(record: list[torch.dtype]):
-    """``dist.all_reduce`` and ``dist.get_world_size`` as on two ranks with identical gradients: the sum doubles."""
+    """``dist.all_reduce`` and ``dist.get_world_size`` as on two ranks with identical gradients: the sum doubles.
+    An ``async_op=True`` all-reduce completes later (:class:`_Work`); a blocking one at once."""
     import torch.distributed as dist
 
     real_all_reduce, real_world_size = dist.all_reduce, dist.get_world_size
-
-    class Work:
-        def __init__(self, tensor):
-            self.tensor = tensor
-
-        def wait(self):
-            return True
-
-        def get_future(self):
-            future = torch.futures.Future()
-            future.set_result([self.tensor])
-            return future
+    pending: list[_Work] = []
 
     def all_reduce(tensor, op=None, group=None, async_op=False):
         record.append(tensor.dtype)
-        tensor.mul_(2)  # the other rank holds the same gradient: SUM doubles it
-        return Work(tensor) if async_op else None
+        work = _Work(tensor)
+        pending.append(work)
+        if not async_op:
+            work.wait()
+            return None
+        return work
 
     dist.all_reduce, dist.get_world_size = all_reduce, lambda group=None: 2
     try:
         yield
     finally:
+        for work in pending:  # nothing is left in flight after the check
+            work.wait()
         dist.all_reduce, dist.get_world_size = real_all_reduce, real_world_size
 
 
@@ -532,6 +684,11 @@ def bf16_hook(fn) -> None:
         raise fail(task, f"the all-reduce sent {str(sent[0]).removeprefix('torch.')}; the task asks for bfloat16 "
                          "(float16's range can overflow a sum of gradients; bfloat16's cannot).")
     grads = [p.grad for p in model.parameters()]
+    if any(g is not None and bool(g.isnan().any()) for g in grads):
+        raise fail(task, "the gradients DDP got are NaN: your hook read the tensor before its all-reduce completed "
+                         "(the check's all-reduce, like a real one with `async_op=True`, finishes later; until then "
+                         "the tensor's contents are undefined). Copy the result back only after `work.wait()`, or "
+                         "in a `.then(...)` callback of `work.get_future()`.")
     if any(g is None or g.dtype != torch.float32 for g in grads):
         raise fail(task, "after backward the gradients are not float32: copy the all-reduced values back into the "
                          "bucket's (float32) buffer and return that buffer from the future.")
@@ -557,10 +714,11 @@ def bf16_hook(fn) -> None:
 
 HINTS = {
     'train': [
-        ('When does DDP all-reduce the gradients, and how do you stop it for all but the last micro-batch '
-         "of a window? Lesson 08's all-reduce count."),
-        ('`with model.no_sync():` around the forward and backward of each non-last micro-batch; the usual '
-         'AMP accumulation otherwise (lesson 05), with unscale_ before clipping.'),
+        ("Three lines of evidence, three bugs. Which call decides how many backward passes all-reduce? What "
+         "does `clip_grad_norm_` compare max_norm with before `unscale_`? And what happens to an inf gradient "
+         "that nobody clears before the next window?"),
+        ('`with model.no_sync():` around the forward and backward of each non-last micro-batch of a window; '
+         '`scaler.unscale_(optimizer)` before clipping; `optimizer.zero_grad()` at the start of every window.'),
         ('per window: zero_grad; for i, (x, y): ctx = nullcontext() if last else model.no_sync(); with '
          'ctx: autocast float16, loss / len(window), scaler.scale(loss).backward(); then unscale_, '
          'clip_grad_norm_, scaler.step, scaler.update.'),

@@ -12,12 +12,14 @@ the record it returns (``stepped``, ``grad_norm``, ``loss``) is compared with wh
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 
+from ..capstone import VERDICT_RULE
 from ..device import pick_device
 from . import CheckFailed, call, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
@@ -68,7 +70,7 @@ def _objects(device, log, init_scale=SCALE, growth_interval=10_000):
     return model, optimizer, scaler, scheduler
 
 
-def _run(fn, device, log, objects, window, max_norm, results=None):
+def _run(fn, device, log, objects, window, max_norm, results=None, dtype=torch.float16):
     """Call the learner's function on one window; name what the log shows if it raised.
 
     Returns the window's part of the log; what the function returned is appended to ``results``.
@@ -78,8 +80,7 @@ def _run(fn, device, log, objects, window, max_norm, results=None):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # e.g. torch's "lr_scheduler.step() before optimizer.step()"
-            result = call(TASK, fn, "train_window", model, optimizer, scaler, scheduler, window, max_norm,
-                          torch.float16)
+            result = call(TASK, fn, "train_window", model, optimizer, scaler, scheduler, window, max_norm, dtype)
     except CheckFailed:
         _zero_grad_mistakes(log[start:])
         calls = log[start:]
@@ -203,12 +204,13 @@ def _zero_grad_mistakes(calls) -> None:
 
 
 def _accumulation(fn, device, pending) -> None:
-    """Two windows of 3 micro-batches, no clipping (max_norm huge): order, mean gradient, zero_grad, scheduler."""
+    """A window of 3 micro-batches, then a short last one of 1, no clipping (max_norm huge): order, mean gradient,
+    zero_grad (a large stale gradient is planted after each step), scheduler, and the loss's dtype."""
     log: list[str] = []
     objects = _objects(device, log)
     model, optimizer, _, _ = objects
     optimizer.stale_grad = 100.0 * SCALE  # a large stale gradient: visible unless zero_grad runs per window
-    windows = [micro_batches(device, 3, seed=1), micro_batches(device, 3, seed=2)]
+    windows = [micro_batches(device, 3, seed=1), micro_batches(device, 1, seed=2)]  # a short last window
     references, per_window, results, losses = [], [], [], []
     for window in windows:
         references.append(window_mean_grads(model, window))
@@ -222,14 +224,19 @@ def _accumulation(fn, device, pending) -> None:
     n_steps = log.count("scaler.step")
     if n_steps == 0:
         raise fail(TASK, "the optimizer never stepped: call `scaler.step(optimizer)` once, after clipping.")
-    if n_steps == 6:
-        raise fail(TASK, "you stepped after every micro-batch (3 steps per window): accumulate the window's "
-                         "gradients and call `scaler.step(optimizer)` once, after the last backward.")
+    n_micro = sum(len(w) for w in windows)
+    if n_steps == n_micro:
+        raise fail(TASK, "you stepped after every micro-batch: accumulate the window's gradients and call "
+                         "`scaler.step(optimizer)` once, after the last backward.")
     if n_steps != 2:
         raise fail(TASK, f"expected one `scaler.step(optimizer)` per window (2 for 2 windows), saw {n_steps}.")
-    if log.count("scale") != 6:
-        raise fail(TASK, f"expected one `scaler.scale(loss).backward()` per micro-batch (6 for 2 windows of 3), "
-                         f"saw {log.count('scale')} calls to `scaler.scale`.")
+    if log.count("scale") != n_micro:
+        raise fail(TASK, f"expected one `scaler.scale(loss).backward()` per micro-batch ({n_micro} for windows of "
+                         f"3 and 1), saw {log.count('scale')} calls to `scaler.scale`.")
+    if any(d != torch.float32 for d in objects[2].scaled_dtypes):
+        raise fail(TASK, "the loss you scaled is float16: you computed the cross-entropy outside autocast, on "
+                         "float16 logits, so the loss itself ran in float16. Compute it inside the autocast region "
+                         "(autocast runs the loss in float32), or on `model(x).float()`.")
     if any("unscale_" not in calls[:calls.index("scaler.step")] for calls in per_window):
         raise fail(TASK, "you never called `scaler.unscale_(optimizer)`: clip_grad_norm_ then compares max_norm "
                          "with gradients × the scale. Unscale after the last backward, then clip.")
@@ -241,10 +248,15 @@ def _accumulation(fn, device, pending) -> None:
         if ratio < 0.01:
             raise fail(TASK, "the optimizer stepped with zero gradients: `zero_grad` ran between the backward "
                              "passes and the step. Zero them at the start of the window instead.")
-        if abs(ratio - 3) < 0.15:
+        n = len(windows[number - 1])
+        if n > 1 and abs(ratio - n) < 0.05 * n:
             raise fail(TASK, f"the step gradient is {ratio:.2f}× too large: you forgot to divide each micro-batch "
                              "loss by the window's length (`loss / len(micro_batches)`), so the gradients of the "
-                             "3 micro-batches were summed, not averaged.")
+                             f"{n} micro-batches were summed, not averaged.")
+        if n == 1 and abs(ratio - 1) > 0.05:
+            raise fail(TASK, f"window {number}, a short last window of 1 micro-batch: the step gradient is "
+                             f"{ratio:.3g}× its gradient. Divide by the length of *this* window, "
+                             "`len(micro_batches)`, not by a fixed number of micro-batches.")
         if abs(ratio - 1) > 0.05:
             raise fail(TASK, f"window {number}: the step gradient is {ratio:.3g}× the mean gradient of the window; "
                              "divide each micro-batch loss by `len(micro_batches)`, once.")
@@ -336,6 +348,31 @@ def _skip(fn, device, pending) -> None:
     pending.append(record_of_a_skip)
 
 
+def _dtype_followed(fn, device) -> None:
+    """One window with ``dtype=torch.bfloat16`` and a disabled scaler (bfloat16 needs none): the first layer's
+    forward must run under autocast in bfloat16 — not in a dtype the function chose itself."""
+    log: list[str] = []
+    model, optimizer, _, _ = _objects(device, log)
+    scaler = SpyScaler(log, device.type, enabled=False)
+    scheduler = SpyScheduler(optimizer, log)
+    seen: list[torch.dtype] = []
+    handle = model[0].register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    try:
+        _run(fn, device, log, (model, optimizer, scaler, scheduler), micro_batches(device, 2, seed=8), 1e9,
+             dtype=torch.bfloat16)
+    finally:
+        handle.remove()
+    if not seen:
+        raise fail(TASK, "with dtype=torch.bfloat16 the model's forward pass never ran: compute each micro-batch's "
+                         "loss from `model(x)`.")
+    wrong = sorted({str(d).removeprefix("torch.") for d in seen if d != torch.bfloat16})
+    if wrong:
+        raise fail(TASK, f"called with dtype=torch.bfloat16, the first layer ran in {', '.join(wrong)}: your "
+                         "function ignores its `dtype` argument. Pass it to autocast: "
+                         "`torch.autocast(device_type=x.device.type, dtype=dtype)` (with a hard-coded float16 "
+                         "and this disabled scaler, a bfloat16 run would train float16 without loss scaling).")
+
+
 def _empty_window(fn, device) -> None:
     """An empty window is a caller's mistake: a ValueError naming micro_batches, before anything is touched."""
     log: list[str] = []
@@ -348,9 +385,12 @@ def _empty_window(fn, device) -> None:
         if "micro_batches" not in str(err):
             raise fail(TASK, f"an empty window raised ValueError({str(err)!r}): good, but name the argument — "
                              "say what `micro_batches` must be (at least one (x, y) pair).") from None
-        if "scaler.step" in log or "scheduler.step" in log:
-            raise fail(TASK, "an empty window stepped the optimizer or the scheduler before raising: check "
-                             "`micro_batches` first, before touching anything.") from None
+        touched = [c for c in ("zero_grad", "scaler.step", "optimizer.step (direct)", "scheduler.step", "update")
+                   if c in log]
+        if touched:
+            raise fail(TASK, f"an empty window ran {', '.join(f'`{c}`' for c in touched)} before raising: check "
+                             "`micro_batches` first, before touching the optimizer, the scaler or the "
+                             "scheduler.") from None
         return
     except Exception as err:  # noqa: BLE001 - what the learner's code raised on an empty window is reported
         raise fail(TASK, f"an empty window (micro_batches == []) raised {type(err).__name__}"
@@ -390,14 +430,16 @@ def train_window(fn) -> None:
     _clipping(fn, device, pending)
     _growth(fn, device, pending)
     _skip(fn, device, pending)
+    _dtype_followed(fn, device)
     for judge in pending:
         judge()
     _empty_window(fn, device)
     _accuracy(fn, device)  # the accuracy itself varies by machine: only the verdict is printed
     passed(TASK, "zero_grad → scaled backward of loss / window length per micro-batch → unscale_ → clip → "
                  "scaler.step → update → scheduler.step only when the step was applied (a float16 overflow was "
-                 "skipped and the schedule waited; on a growing scale it moved); the record said whether it "
-                 "stepped, the pre-clip norm of the unscaled gradients and the window's unscaled loss; an empty "
+                 "skipped and the schedule waited; on a growing scale it moved); autocast ran in the `dtype` given "
+                 "(bfloat16 in one window); the record said whether it stepped, the pre-clip norm of the unscaled "
+                 "gradients and the window's unscaled loss; an empty "
                  f"window raised ValueError; your step trained the digits model past {ACCURACY:.0%} validation "
                  "accuracy.")
 
@@ -480,48 +522,131 @@ VERDICT_CASES = [  # (fp32 accuracies per seed, amp accuracies per seed, what th
      "AMP 0.5 points higher on every seed, though the seeds differ by 7 points"),
     ([0.95, 0.95, 0.95, 0.95], [0.96, 0.94, 0.97, 0.93], "a zero mean difference with large paired noise"),
     ([0.95, 0.94, 0.96], [0.9505, 0.9505, 0.9805], "a borderline gain on three seeds"),
+    ([0.9721, 0.9805, 0.9777, 0.9777, 0.9749], [0.9721, 0.9805, 0.9777, 0.9777, 0.9749],
+     "identical accuracies on every seed (every difference 0, standard error 0)"),
+    ([0.90, 0.92, 0.94, 0.96], [0.93, 0.95, 0.97, 0.999], "AMP 3 to 4 points higher on every seed"),
+    ([0.95, 0.95, 0.95], [0.953, 0.951, 0.952], "AMP 0.1 to 0.3 points higher on every seed"),
+    ([0.95, 0.96, 0.94], [0.951, 0.961, 0.97], "AMP higher on every seed, by 0.1, 0.1 and 3 points"),
+    ([0.95, 0.96, 0.94], [0.96, 0.972, 0.939], "AMP 1 point higher on two seeds, 0.1 lower on the third"),
 ]
+ANSWERS = ("within noise", "amp better", "amp worse")
 
 
-def _verdict(fp32: list[float], amp: list[float], paired: bool = True, ddof: int = 1) -> str:
-    if paired:
-        d = torch.tensor(amp, dtype=torch.float64) - torch.tensor(fp32, dtype=torch.float64)
-        se = d.std(correction=ddof).item() / len(d) ** 0.5
-        mean = d.mean().item()
-    else:
-        a, f = torch.tensor(amp, dtype=torch.float64), torch.tensor(fp32, dtype=torch.float64)
-        mean = (a.mean() - f.mean()).item()
-        se = ((a.var(correction=ddof) + f.var(correction=ddof)) / len(a)).sqrt().item()
-    if abs(mean) <= 2 * se:
-        return "within noise"
+def _differences(fp32, amp) -> tuple[float, float, float, int]:
+    """(mean, sample std, population std, n) of the per-seed differences amp − fp32."""
+    d = [a - f for f, a in zip(fp32, amp, strict=True)]
+    return statistics.fmean(d), statistics.stdev(d), statistics.pstdev(d), len(d)
+
+
+def _sign(mean: float) -> str:
     return "amp better" if mean > 0 else "amp worse"
 
 
+def _noise_rule(noise) -> Callable:
+    def rule(fp32, amp) -> str:
+        mean, std, pstd, n = _differences(fp32, amp)
+        return "within noise" if abs(mean) <= noise(fp32, amp, mean, std, pstd, n) else _sign(mean)
+    return rule
+
+
+def _unpaired(fp32, amp) -> str:
+    mean = statistics.fmean(amp) - statistics.fmean(fp32)
+    error = math.sqrt((statistics.variance(amp) + statistics.variance(fp32)) / len(amp))
+    return "within noise" if abs(mean) <= 2 * error else _sign(mean)
+
+
+def _same_sign(fp32, amp) -> str:
+    d = [a - f for f, a in zip(fp32, amp, strict=True)]
+    return "amp better" if all(x > 0 for x in d) else "amp worse" if all(x < 0 for x in d) else "within noise"
+
+
+def _strict(fp32, amp) -> str:
+    mean, std, _, n = _differences(fp32, amp)
+    return "within noise" if abs(mean) < 2 * std / math.sqrt(n) else _sign(mean)
+
+
+def _reversed(fp32, amp) -> str:
+    from ..capstone import paired_verdict
+
+    return {"amp better": "amp worse", "amp worse": "amp better"}.get(v := paired_verdict(fp32, amp), v)
+
+
+# Wrong rules a learner writes, each with the sentence that names it. An answer is blamed for one only when it
+# agrees with that rule on *every* case (the cases are chosen so that no two of these rules agree on all of them).
+WRONG_RULES: dict[str, tuple[Callable, str]] = {
+    "FP32's spread as noise": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: max(2 * std / math.sqrt(n), statistics.stdev(f))),
+        "your answer takes FP32's own seed-to-seed spread as the noise (noise = max(2·SE, stdev(fp32))). Paired by "
+        "seed, each seed's luck cancels in its difference, so the noise of the mean difference is its standard "
+        "error alone: drop the FP32-spread term"),
+    "unpaired means": (
+        _unpaired,
+        "you compared the two means as if the runs were independent, so the seed-to-seed spread drowned the "
+        "difference. The runs are paired by seed: take the per-seed differences amp − fp32 and judge their mean "
+        "against its standard error"),
+    "population std": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: 2 * pstd / math.sqrt(n)),
+        "you used the population standard deviation (n in the denominator): with 3–5 seeds use the sample one "
+        "(n − 1, `statistics.stdev`, torch's default `std()`)"),
+    "same sign on every seed": (
+        _same_sign,
+        "you judged by whether every seed's difference has the same sign: on 3 seeds a pure-noise difference "
+        "shares its sign by chance 1 time in 4, and a real one can flip on one seed. Judge the mean difference "
+        "against 2 standard errors"),
+    "strict inequality": (
+        _strict,
+        "identical runs (every difference 0, so the standard error is 0 too) must be 'within noise': compare "
+        "with `≤`, not `<`, and do not divide by the standard error (0 / 0 is nan, and every comparison with nan "
+        "is False)"),
+    "one standard error": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: std / math.sqrt(n)),
+        "you allowed 1 standard error; the rule allows 2 (pure noise lands more than 1 standard error from 0 "
+        "about a third of the time)"),
+    "standard deviation, not error": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: 2 * std),
+        "you compared the mean difference with 2 standard deviations of the differences: the noise of a *mean* "
+        "of n differences is its standard error, std / √n"),
+    "fixed threshold": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: 0.01),
+        "you used a fixed threshold (1 point): whether a difference is noise depends on how much the per-seed "
+        "differences vary, so measure that — the standard error of their mean"),
+    "sign reversed": (
+        _reversed,
+        "the sign is reversed — a positive mean of amp − fp32 means AMP is better"),
+}
+
+
 def amp_verdict(fn) -> None:
-    """Task 3: ``amp_verdict(fp32, amp)`` says whether AMP's accuracy differs from FP32's beyond the seed noise."""
+    """Task 3: ``amp_verdict(fp32, amp)`` says whether AMP's accuracy differs from FP32's beyond the seed noise.
+
+    The rule is :func:`ampcourse.capstone.paired_verdict` (the one lesson 09 prints; its words are
+    ``capstone.VERDICT_RULE``). The answer is run on every case first; a wrong answer is blamed for a named
+    mistake only when it agrees with that mistaken rule on every case, otherwise the message names the case and
+    the rule.
+    """
+    from ..capstone import paired_verdict
+
     task = "Task 3 (amp_verdict)"
     require_callable(task, fn, "amp_verdict")
+    answers = []
     for fp32, amp, what in VERDICT_CASES:
-        want = _verdict(fp32, amp)
         got = call(task, fn, "amp_verdict", list(fp32), list(amp))
-        if got not in ("within noise", "amp better", "amp worse"):
-            raise fail(task, f"return 'within noise', 'amp better' or 'amp worse' (you returned {got!r}).")
-        if got == want:
-            continue
-        context = f"for {what} you said {got!r}, the paired rule says {want!r}"
-        if got == _verdict(fp32, amp, paired=False):
-            raise fail(task, f"{context}: you compared the two means as if the runs were independent, so the "
-                             "seed-to-seed spread drowned the difference. The runs are paired by seed: take the "
-                             "per-seed differences amp − fp32 and judge their mean against their standard error.")
-        if got == _verdict(fp32, amp, ddof=0):
-            raise fail(task, f"{context}: use the sample standard deviation (n − 1 in the denominator, torch's "
-                             "default `std()`), not the population one.")
-        if {got, want} == {"amp better", "amp worse"}:
-            raise fail(task, f"{context}: the sign is reversed — a positive mean of amp − fp32 means AMP is better.")
-        raise fail(task, f"{context}. The rule: mean of the per-seed differences amp − fp32; 'within noise' when its "
-                         "magnitude is at most 2 standard errors (std / sqrt(n)).")
-    passed(task, f"{len(VERDICT_CASES)} comparisons judged right: paired by seed, mean difference against 2 "
-                 "standard errors — a consistent 0.5-point gain is real even when seeds differ by 7 points.")
+        if not isinstance(got, str) or got not in ANSWERS:
+            raise fail(task, f"return 'within noise', 'amp better' or 'amp worse' (for {what} you returned "
+                             f"{got!r}).")
+        answers.append(got)
+    wants = [paired_verdict(fp32, amp) for fp32, amp, _ in VERDICT_CASES]
+    if answers == wants:
+        passed(task, f"{len(VERDICT_CASES)} comparisons judged right: paired by seed, mean difference against 2 "
+                     "standard errors — a consistent 0.5-point gain is real even when seeds differ by 7 points, "
+                     "and identical runs are noise.")
+        return
+    k = next(i for i, (got, want) in enumerate(zip(answers, wants, strict=True)) if got != want)
+    context = f"for {VERDICT_CASES[k][2]} you said {answers[k]!r}, the course's rule says {wants[k]!r}"
+    for rule, why in WRONG_RULES.values():
+        if all(rule(fp32, amp) == got for (fp32, amp, _), got in zip(VERDICT_CASES, answers, strict=True)):
+            raise fail(task, f"{context}: {why}.")
+    raise fail(task, f"{context}. The rule: {VERDICT_RULE}.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -553,9 +678,10 @@ HINTS = {
         ('The seeds differ by more than AMP and FP32 do. What do the two runs of one seed share, and how '
          'can you use that?'),
         ("Pair the runs by seed: the differences amp − fp32 cancel the seed's luck. Judge their mean "
-         'against its standard error (the sample std / sqrt(n)).'),
-        ("d = [a - f for a, f in zip(amp, fp32)]; se = statistics.stdev(d) / sqrt(len(d)); 'within noise' "
-         "if abs(mean(d)) <= 2 * se, else 'amp better' if mean(d) > 0 else 'amp worse'."),
+         'against its standard error (the sample std / sqrt(n)), not against the spread of FP32 alone.'),
+        (f"The course's rule (ampcourse.capstone.VERDICT_RULE): {VERDICT_RULE}. In code: d = [a - f for a, f in "
+         "zip(amp, fp32)]; se = statistics.stdev(d) / sqrt(len(d)); 'within noise' if abs(mean(d)) <= 2 * se, "
+         "else 'amp better' if mean(d) > 0 else 'amp worse'."),
     ],
 }
 hint = hints(__name__, HINTS)

@@ -16,9 +16,13 @@ class SpyScaler(torch.amp.GradScaler):
     def __init__(self, log, device_type, **kwargs):
         super().__init__(device_type, **kwargs)
         self.log = log
+        self.scaled_dtypes: list[torch.dtype] = []  # the dtype of each loss given to scale() (a float16 loss
+        # means the loss was computed outside autocast, on float16 outputs)
 
     def scale(self, outputs):
         self.log.append("scale")
+        if isinstance(outputs, torch.Tensor):
+            self.scaled_dtypes.append(outputs.dtype)
         return super().scale(outputs)
 
     def unscale_(self, optimizer):

@@ -31,12 +31,15 @@ def questions() -> list[Question]:
                 "continues, but as a different run.",
         ),
         Question(
-            "AMP − FP32 accuracy is +0.1% on one seed; FP32 alone varies by 0.4% between seeds. What can you conclude?",
-            ["AMP is more accurate", "nothing from one seed: the difference is within the seed-to-seed noise",
-             "FP32 is broken"],
+            "Over 5 seeds, AMP − FP32 accuracy is +0.5 points on every seed; FP32 alone varies by 3 points between "
+            "seeds. Under the course's rule (`capstone.paired_verdict`), what is the verdict?",
+            ["within noise: 0.5 is far below the 3-point spread between seeds",
+             "amp better: paired by seed, the differences do not vary, so their standard error is 0",
+             "nothing can be said from 5 seeds"],
             answer=1,
-            why="A difference smaller than the noise between seeds is not evidence; compare means over seeds against "
-                "their spread, as `comparison.verdict()` does.",
+            why="The two runs of a seed share its luck; the per-seed differences cancel it. The noise of their mean is "
+                "its standard error (std of the differences / √5), here 0, so a consistent 0.5-point gain is real "
+                "— FP32's spread between seeds is the noise of one run, not of a paired difference.",
             kind="diagnosis",
         ),
     ]
