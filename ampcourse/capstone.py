@@ -171,7 +171,7 @@ def make_model(size: str = "small", seed: int = 0, dropout: float = 0.1) -> nn.S
 
 
 def recommended_dtype(device: torch.device | str) -> torch.dtype:
-    """The AMP dtype :func:`ampcourse.device.recommend` gives for ``device`` (CUDA: its compute capability)."""
+    """The dtype :func:`ampcourse.device.recommend` gives for ``device``; float32 (e.g. CUDA 6.1) means AMP off."""
     device = _as_device(device)
     if device.type == "cuda":
         return recommend("cuda", torch.cuda.get_device_capability(device)).dtype

@@ -254,7 +254,9 @@ def recommend(
     'bfloat16'
 
     On CUDA the answer is the first of :data:`RECIPE_RULES` that holds; a float32 recommendation means
-    "train without autocast" (``torch.autocast`` refuses float32 on CUDA and disables itself).
+    "train without autocast": pass ``enabled=rec.dtype != torch.float32`` (``torch.autocast("cuda",
+    dtype=torch.float32)`` stays on, since its supported-dtype check in ``torch/amp/autocast_mode.py`` skips
+    CUDA; on the CPU the same call warns and disables itself).
     """
     _check_device_type(device_type)
     if device_type == "cuda":

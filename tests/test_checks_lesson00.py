@@ -5,6 +5,7 @@ Each wrong answer below is a fixture: a mistake a learner makes, and the words t
 """
 
 import copy
+import dataclasses
 import sys
 
 import grader_fixtures
@@ -43,6 +44,13 @@ def _forward_amp_decorator(model, x):  # torch.amp.autocast as a decorator, devi
     def run(inputs):
         return model(inputs)
     return run(x)
+
+
+def _forward_solution(model, x):  # the solution: autocast off where the recipe is float32 (review 0002 #4)
+    rec = course_device.describe().recommendation
+    with torch.autocast(device_type=course_device.describe().device.type, dtype=rec.dtype,
+                        enabled=rec.dtype != torch.float32):
+        return model(x)
 
 
 def _forward_param_device(model, x):  # device read from the model's parameters, enabled=True spelled out
@@ -209,6 +217,7 @@ RIGHT = {
         "torch.autocast with describe()": right_forward,
         "torch.amp.autocast as a decorator, device from x": _forward_amp_decorator,
         "device from the parameters, enabled=True": _forward_param_device,
+        "enabled= from the recipe (the solution)": _forward_solution,
     },
     ("00", "choose_recipe"): {
         "the rule written out": recipe_right,
@@ -263,12 +272,117 @@ def test_choose_recipe_hint_tier_3_is_an_answer_the_check_accepts(capsys):
     assert capsys.readouterr().out.startswith("✓ Task 3")
 
 
-def test_on_a_fp32_gpu_the_forward_check_expects_no_autocast(monkeypatch, capsys):
-    """A GPU whose recipe is FP32 (a GTX 1080): the solution's autocast(dtype=float32) disables itself on
-    CUDA; here the same is faked on the CPU by recommending float32 for it."""
-    real = course_device.describe()
-    fp32 = course_device.Recommendation(real.device.type, torch.float32, False, "test: train in FP32")
-    fake = course_device.Hardware(**{**real.__dict__, "recommendation": fp32})
-    monkeypatch.setattr(sys.modules["ampcourse.checks.lesson00"], "describe", lambda: fake)
-    check.amp_forward(_no_autocast)
+# --- Task 2 on a GPU whose recipe is FP32 (review 0002 #4) ---------------------------------------------------------
+@pytest.fixture
+def gtx1080(monkeypatch):
+    """describe() as on a GTX 1080 (compute capability 6.1, mocked as tests/test_device.py does), with the
+    tensors on the CPU so that the check can run here: its recommendation is float32, AMP off."""
+    with monkeypatch.context() as cuda:
+        cuda.setattr(torch.backends.cuda, "is_built", lambda: True)
+        cuda.setattr(torch.cuda, "is_available", lambda: True)
+        cuda.setattr(torch.cuda, "device_count", lambda: 1)
+        cuda.setattr(torch.cuda, "get_device_capability", lambda d=None: (6, 1))
+        cuda.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA GeForce GTX 1080")
+        cuda.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+        hardware = course_device.describe(torch.device("cuda"))
+    assert hardware.capability == (6, 1) and hardware.recommendation.dtype == torch.float32
+    fake = dataclasses.replace(hardware, device=torch.device("cpu"))
+    monkeypatch.setattr(course_device, "describe", lambda device=None: fake)
+    monkeypatch.setattr(sys.modules["ampcourse.checks.lesson00"], "describe", lambda device=None: fake)
+    return fake
+
+
+def _recipe_dtype_as_is(model, x):  # the old solution: dtype=float32 passed to autocast, on
+    hw = course_device.describe()
+    with torch.autocast(device_type=hw.device.type, dtype=hw.recommendation.dtype):
+        return model(x)
+
+
+def _float32_autocast_left_on(model, x):  # what torch.autocast("cuda", dtype=torch.float32) does on CUDA: it stays on
+    device_type = course_device.describe().device.type
+    was_on, was_dtype = torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+    torch.set_autocast_enabled(device_type, True)
+    torch.set_autocast_dtype(device_type, torch.float32)
+    try:
+        return model(x)
+    finally:
+        torch.set_autocast_enabled(device_type, was_on)
+        torch.set_autocast_dtype(device_type, was_dtype)
+
+
+def _autocast_in(dtype):
+    def forward(model, x):
+        with torch.autocast(device_type=course_device.describe().device.type, dtype=dtype):
+            return model(x)
+    return forward
+
+
+def _no_region_for_float32(model, x):
+    rec = course_device.describe().recommendation
+    if rec.dtype == torch.float32:
+        return model(x)
+    with torch.autocast(device_type=course_device.describe().device.type, dtype=rec.dtype):
+        return model(x)
+
+
+def _tier3_hint():
+    """Hint tier 3 of amp_forward, written as code (it uses `hardware`, as the exercise does)."""
+    tier3 = check.HINTS["amp_forward"][2].strip("`.").replace("`", "")
+    first, rest = tier3.split("; ", 1)
+    region, body = rest.split(": return ", 1)
+    namespace = {"torch": torch, "hardware": course_device.describe()}
+    exec(f"def amp_forward(model, x):\n    {first}\n    {region}:\n        return {body}\n", namespace)  # noqa: S102
+    return namespace["amp_forward"]
+
+
+FP32_GPU_WRONG = {
+    "dtype=float32 passed to autocast (warns on the CPU)": (_recipe_dtype_as_is, "float32 is no autocast dtype"),
+    "float32 autocast left on (as on CUDA)": (_float32_autocast_left_on, "does not turn itself off"),
+    "bfloat16 autocast anyway": (_autocast_in(torch.bfloat16), "recipe is float32, AMP off"),
+    "float16 autocast anyway": (_autocast_in(torch.float16), "recipe is float32, AMP off"),
+    "converts the model": (_half_model, "you converted the model"),
+    "output converted": (lambda m, x: m(x).half(), "without converting it"),
+}
+FP32_GPU_RIGHT = {
+    "the solution: enabled=rec.dtype != torch.float32": _forward_solution,
+    "no region when the recipe is float32": _no_region_for_float32,
+    "plain model(x)": _no_autocast,
+    "hint tier 3": "tier 3",
+}
+
+
+@pytest.mark.parametrize("label", FP32_GPU_WRONG)
+def test_on_a_fp32_gpu_autocast_left_on_is_named(gtx1080, label):
+    answer, fragment = FP32_GPU_WRONG[label]
+    with pytest.raises(CheckFailed) as failed:
+        check.amp_forward(answer)
+    assert fragment.lower() in str(failed.value).lower(), str(failed.value)
+    assert not torch.is_autocast_enabled("cpu")  # no answer leaves autocast on
+
+
+@pytest.mark.parametrize("label", FP32_GPU_RIGHT)
+def test_on_a_fp32_gpu_autocast_off_passes(gtx1080, label, capsys, recwarn):
+    answer = FP32_GPU_RIGHT[label]
+    check.amp_forward(_tier3_hint() if answer == "tier 3" else answer)
     assert "recipe is FP32" in capsys.readouterr().out
+    assert not [w for w in recwarn if "autocast" in str(w.message)]  # no "Disabling autocast" warning
+
+
+def test_hint_tier_3_passes_on_this_machine(capsys):
+    check.amp_forward(_tier3_hint())
+    assert capsys.readouterr().out.startswith("✓ Task 2")
+
+
+def test_torch_autocast_keeps_float32_on_for_cuda_and_refuses_it_on_the_cpu(monkeypatch):
+    """The torch fact the FP32 branch rests on (torch/amp/autocast_mode.py): the supported-dtype check that warns
+    "Disabling autocast" runs for the other devices only, so on CUDA dtype=torch.float32 stays enabled. CUDA's
+    availability is faked for the constructor, which is all that decides it."""
+    import warnings
+
+    monkeypatch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.autocast("cuda", dtype=torch.float32)._enabled
+        assert not caught
+        assert not torch.autocast("cpu", dtype=torch.float32)._enabled
+        assert any("Disabling autocast" in str(w.message) for w in caught)

@@ -149,6 +149,26 @@ def flushed_by_cast(grads, scale):  # a real cast (allowed by the task), in floa
     return (lost & nonzero).float().sum().item() / nonzero.float().sum().item()
 
 
+def flushed_float32_mean(grads, scale):  # review 0002, fixture A: the mean over the nonzero entries, in float32
+    nz = grads[grads != 0]
+    return ((nz * scale).half() == 0).float().mean().item()
+
+
+def flushed_float32_division(grads, scale):  # review 0002, fixture B: float32 sums of masks, divided in float32
+    nz = grads != 0
+    return (((grads * scale).half() == 0) & nz).sum().float().div(nz.sum().float()).item()
+
+
+def _cast_then_scale(grads, scale):  # review 0002: cast first, then multiply (float16 arithmetic)
+    nz = grads[grads != 0]
+    return ((nz.half() * scale) == 0).float().mean().item()
+
+
+def _cast_then_scale_in_float32(grads, scale):  # cast first, then multiply in float32: the scale changes nothing
+    nz = grads[grads != 0]
+    return ((nz.half().float() * scale) == 0).float().mean().item()
+
+
 def _share(mask, grads):
     return (mask & (grads != 0)).sum().item() / (grads != 0).sum().item()
 
@@ -187,6 +207,21 @@ def _better_by(error):
         err = {d: error(x, x.to(d).double()) for d in (torch.float16, torch.bfloat16)}
         return torch.float16 if err[torch.float16] <= err[torch.bfloat16] else torch.bfloat16
     return better
+
+
+def _better_by_bound(values):  # review 0002: worst-case bounds, half a spacing over |v|, instead of actual errors
+    def bound(v, dtype):
+        a = abs(v)
+        if dtype == torch.float16:
+            if a >= 65520:
+                return math.inf
+            e, m = max(math.floor(math.log2(a)), -14), 10
+        else:
+            e, m = math.floor(math.log2(a)), 7
+        return 2.0 ** (e - m) / 2 / a
+    fp16 = max(bound(v, torch.float16) for v in values)
+    bf16 = max(bound(v, torch.bfloat16) for v in values)
+    return torch.float16 if fp16 <= bf16 else torch.bfloat16
 
 
 def _better_ties_to_bf16(values):
@@ -235,6 +270,12 @@ WRONG = {
         "implicit bit counted": (_lost(lambda d: M[d] + 1, binade), "implicit leading 1 is not a spacing bit"),
         "exponent rounded up": (_lost(M.get, lambda w, m: 2.0 ** (math.ceil(math.log2(w)) - m)),
                                 "round the exponent *down*"),
+        "spacing at 1.0 and ties never lost (review 0002)": (
+            lambda w, u, dtype: u < 2.0 ** -(10 if dtype == torch.float16 else 7) / 2,
+            "not the spacing at 1.0. Also, u = spacing / 2 is a tie"),
+        "w × eps and ties never lost": (lambda w, u, dtype: u < w * 2.0 ** -(10 if dtype == torch.float16 else 7) / 2,
+                                        "constant inside a binade: 2**(floor(log2 w) - 10) = 0.000976562 for every "
+                                        "w in [1, 2). Also, u = spacing / 2 is a tie"),
     },
     ("02", "predict_cast"): {
         "subnormals flushed": (lambda x: "zero" if abs(x) < 2.0**-14 else predict_right(x), "not flushed to zero"),
@@ -273,7 +314,10 @@ WRONG = {
                            "(≤, not <)"),
     },
     ("02", "flushed_fraction"): {
-        "ignores the scale": (lambda g, s: flushed_right(g, 1.0), "you ignored the scale"),
+        "ignores the scale": (lambda g, s: flushed_right(g, 1.0), "does not change with the scale: you ignored it"),
+        "cast first, then scaled in float16 (review 0002)": (_cast_then_scale,
+                                                             "you cast to float16 before multiplying by the scale"),
+        "cast first, then scaled in float32": (_cast_then_scale_in_float32, "or applied it after the cast"),
         "threshold 2**-24": (lambda g, s: _share(g.double().abs() * s < 2.0**-24, g), "round *up* to the smallest"),
         "counts the zeros": (lambda g, s: ((g.double() * s).to(torch.float16) == 0).float().mean().item(),
                              "count only the gradients that were not zero"),
@@ -292,7 +336,10 @@ WRONG = {
         "the old range rule [2**-14, 65504] (review B2)": (_range_rule(2.0**-14, 65504.0), "at 2**-17, not at 2**-14"),
         "range up to 65504, crossover at 2**-17": (_range_rule(2.0**-17, 65504.0), "only overflows from 65520"),
         "range rule [2**-17, 65520)": (_range_rule(2.0**-17, 65520.0, high_inclusive=False),
-                                       "multiple of 2**-24 that float16 stores exactly"),
+                                       "2**-20 is stored exactly in float16"),
+        "worst-case bounds, half a spacing (review 0002)": (
+            _better_by_bound, "you compared worst-case bounds (half a spacing) or float16's range — both say "
+                              "bfloat16 here — but 2**-20 is stored exactly in float16"),
         "absolute error instead of relative": (_better_by(lambda x, s: (s - x).abs().max().item()),
                                                "compute each format's rounding error"),
         "mean error instead of the largest": (_better_by(lambda x, s: ((s - x).abs() / x.abs()).mean().item()),
@@ -310,7 +357,9 @@ RIGHT = {
     ("02", "predict_cast"): {"the thresholds": predict_right, "numpy's float16 cast": predict_numpy},
     ("02", "largest_safe_scale"): {"floor of log2": scale_right, "halving from 2**40": scale_by_halving,
                                    "frexp": scale_frexp},
-    ("02", "flushed_fraction"): {"the threshold 2**-25": flushed_right, "a float64 -> float16 cast": flushed_by_cast},
+    ("02", "flushed_fraction"): {"the threshold 2**-25": flushed_right, "a float64 -> float16 cast": flushed_by_cast,
+                                 "mean in float32 (review 0002, A)": flushed_float32_mean,
+                                 "float32 division of mask sums (review 0002, B)": flushed_float32_division},
     ("02", "better_dtype"): {"rounding by hand from the spacing": better_by_hand, "real casts": better_by_cast},
 }
 
@@ -354,3 +403,43 @@ def test_better_dtype_cases_cover_both_edges_of_float16s_range():
 def test_better_dtype_hint_tier_3_describes_the_rounding_the_check_uses():
     tier3 = lesson02.HINTS["better_dtype"][2]
     assert "max(e - 1, -14) - 10" in tier3 and "<=" in tier3 and "2**-14, 65504" not in tier3
+
+
+def _single_rounding(v, mantissa_bits, min_exponent, largest):
+    """``v`` rounded once, exactly (Fractions, ties to even), to a format with that many mantissa bits."""
+    exact = fractions.Fraction(v)
+    spacing = fractions.Fraction(2) ** (max(math.frexp(abs(v))[1] - 1, min_exponent) - mantissa_bits)
+    stored = round(exact / spacing) * spacing
+    return math.copysign(math.inf, v) if abs(stored) > largest else float(stored)
+
+
+def test_better_dtype_reference_casts_round_once_on_every_case():
+    """Review 0002 #6: torch casts float64 to float16/bfloat16 through float32 (two roundings), which moves a value
+    next to a midpoint; the check's cases stay away from them, so its casts agree with one exact rounding."""
+    assert torch.tensor(1 + 2.0**-11 + 2.0**-40, dtype=torch.float64).half().item() == 1.0  # the double rounding
+    assert _single_rounding(1 + 2.0**-11 + 2.0**-40, 10, -14, 65504) == 1 + 2.0**-10
+    bf16_max = float(torch.finfo(torch.bfloat16).max)
+    for values, _ in lesson02.DTYPE_CASES:
+        x = torch.tensor(values, dtype=torch.float64)
+        assert x.half().double().tolist() == [_single_rounding(v, 10, -14, 65504.0) for v in values]
+        assert x.bfloat16().double().tolist() == [_single_rounding(v, 7, -126, bf16_max) for v in values]
+
+
+def test_better_dtype_task_text_and_hint_ask_for_the_actual_error_not_a_bound():
+    """Review 0002 #2: the task and tier 2 no longer invite the worst-case bound of half a spacing."""
+    assert "at most half" not in lesson02.HINTS["better_dtype"][1]
+    assert "0 for a value the format holds exactly" in lesson02.HINTS["better_dtype"][1]
+
+
+def test_flushed_fraction_has_a_scaled_case_where_casting_first_differs():
+    """Review 0002 #1: at scale 1 casting before scaling is right; the cases include scales above and below 1,
+    where it is not, and the tolerance is far below one gradient's share."""
+    cases = lesson02._flush_cases()
+    assert {s for _, s, _ in cases} >= {1.0, 2.0**16, 2.0**-4}
+    for grads, scale, _ in cases:
+        one_gradient = 1 / (grads != 0).sum().item()
+        assert 1e-6 < one_gradient / 100
+        if scale != 1.0:
+            assert lesson02._cast_then_scale(grads, scale) != lesson02.flushed(grads, scale)
+    below_one = next((g, s) for g, s, _ in cases if s < 1)
+    assert lesson02._cast_then_scale(*below_one) != lesson02.flushed(below_one[0], 1.0)  # not "ignored the scale"

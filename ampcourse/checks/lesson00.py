@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..device import FAST_FP16_WITHOUT_TENSOR_CORES, RECIPE_RULES, describe, recommend
@@ -83,6 +85,11 @@ def amp_forward(fn) -> None:
     Forward hooks on every layer record whether autocast was on *while that layer ran*, its dtype and the
     dtype each layer produced: a float32 forward whose output is converted afterwards
     (``model(x).to(torch.bfloat16)``, a ``.bfloat16()`` copy of the model) is not autocast.
+
+    Where the recipe is float32 (a GPU such as the GTX 1080, :data:`ampcourse.device.RECIPE_RULES`) AMP is off:
+    the forward must run with autocast off. ``torch.autocast("cuda", dtype=torch.float32)`` does not turn itself
+    off (its supported-dtype check in ``torch/amp/autocast_mode.py`` covers the other devices only); on the CPU
+    the same call warns and disables itself. Both are named.
     """
     task = "Task 2 (amp_forward)"
     require_callable(task, fn, "amp_forward")
@@ -97,16 +104,23 @@ def amp_forward(fn) -> None:
         reference = model(x)
     seen, handles = _watch(model, device.type)
     try:
-        out = call(task, fn, "amp_forward", model, x)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = call(task, fn, "amp_forward", model, x)
     finally:
         for handle in handles:
             handle.remove()
+    refused = [w for w in caught if "Disabling autocast" in str(w.message)]
+    for w in caught:  # the learner's other warnings are theirs to see
+        if w not in refused:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     weight_dtypes = {p.dtype for p in model.parameters()}
     if weight_dtypes != {torch.float32}:
         found = ", ".join(sorted(str(d).removeprefix("torch.") for d in weight_dtypes))
+        advice = ("leave the model as it is and wrap the call in `torch.autocast`." if dtype != torch.float32 else
+                  "leave the model as it is: this device's recipe is float32 (AMP off), so run it in float32.")
         raise fail(task, f"the model's weights are now {found}: you converted the model (`.half()`, "
-                         "`.to(dtype)`). autocast keeps the weights in float32 and casts per operation; "
-                         "leave the model as it is and wrap the call in `torch.autocast`.")
+                         f"`.to(dtype)`). autocast keeps the weights in float32 and casts per operation; {advice}")
     if not isinstance(out, torch.Tensor):
         raise fail(task, f"return the model's output tensor (you returned {type(out).__name__}).")
     if not seen:
@@ -114,6 +128,21 @@ def amp_forward(fn) -> None:
                          "of it, or no forward at all. Call `model(x)` itself inside the autocast region.")
     first = seen[0]
     autocast_wanted = dtype != torch.float32  # float32: a GPU where the course trains without AMP (RECIPE_RULES)
+    off = ("turn autocast off yourself with `enabled=rec.dtype != torch.float32` in torch.autocast, or call "
+           "`model(x)` without a region")
+    if not autocast_wanted and refused:
+        raise fail(task, f"torch.autocast warned \"{str(refused[0].message).splitlines()[0]}\": float32 is no "
+                         f"autocast dtype (on CUDA the same call stays on instead). This device's recipe is "
+                         f"float32, AMP off: {off}.")
+    if not autocast_wanted and any(s["autocast"] for s in seen):
+        on = next(s for s in seen if s["autocast"])
+        got = str(on["dtype"]).removeprefix("torch.")
+        if on["dtype"] == torch.float32:
+            raise fail(task, f"your forward ran with {device.type} autocast on, in float32: "
+                             "torch.autocast(\"cuda\", dtype=torch.float32) does not turn itself off. This "
+                             f"device's recipe is float32, AMP off: {off}.")
+        raise fail(task, f"your forward ran under {device.type} autocast in {got}, but this device's recipe is "
+                         f"float32, AMP off ({hardware.recommendation.reason}): {off}.")
     if autocast_wanted and not first["autocast"]:
         if first["other"]:
             raise fail(task, f"autocast was on for {', '.join(first['other'])}, not for {device.type}, where the "
@@ -247,9 +276,9 @@ HINTS = {
         ('Which context manager runs a forward pass in lower precision without touching the weights? '
          'Lesson 00 uses it once.'),
         ("`torch.autocast` needs the device type (`'cpu'` or `'cuda'`) and a dtype; `describe()` holds "
-         'both for this machine.'),
-        ('`with torch.autocast(device_type=hardware.device.type, dtype=hardware.recommendation.dtype): '
-         'return model(x)`.'),
+         'both for this machine. A float32 recommendation means AMP off: then autocast must be off too.'),
+        ('`rec = hardware.recommendation; with torch.autocast(device_type=hardware.device.type, '
+         'dtype=rec.dtype, enabled=rec.dtype != torch.float32): return model(x)`.'),
     ],
     'choose_recipe': [
         ('The rule is printed above the task (`ampcourse.device.recipe_rules()`): which of its rows holds for '

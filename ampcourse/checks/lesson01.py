@@ -201,37 +201,58 @@ def _mantissa(dtype: torch.dtype) -> int:
     return 10 if dtype == torch.float16 else 7
 
 
-_LOST_MISTAKES = [  # (the wrong rule, what it did wrong): matched against every answer at once
-    (lambda w, u, m: _predict_lost(w, u, m, _binade(w, m), "always"),
-     lambda w, m: "a sum exactly halfway (u = spacing / 2) is a tie, and ties round to the neighbour whose last "
-                  "mantissa bit is even: that is w only when w's last bit is even, else the next value (kept)."),
-    (lambda w, u, m: _predict_lost(w, u, m, _binade(w, m), "never"),
-     lambda w, m: "u = spacing / 2 is a tie, and a tie rounds to the neighbour whose last mantissa bit is even: "
-                  "when that is w itself, the update is lost."),
-    (lambda w, u, m: _predict_lost(w, u, m, 2.0**-m),
+_TIE_MISTAKES = {  # the rule for u == spacing / 2 -> what it gets wrong ("even" is right)
+    "always": "a sum exactly halfway (u = spacing / 2) is a tie, and ties round to the neighbour whose last "
+              "mantissa bit is even: that is w only when w's last bit is even, else the next value (kept).",
+    "never": "u = spacing / 2 is a tie, and a tie rounds to the neighbour whose last mantissa bit is even: "
+             "when that is w itself, the update is lost.",
+}
+
+_SPACING_MISTAKES = [  # (the wrong spacing around w for m mantissa bits, what it did wrong)
+    (lambda w, m: 2.0**-m,
      lambda w, m: f"the spacing between values grows with w: near {w!r} it is 2**(floor(log2 w) - {m}) = "
                   f"{_binade(w, m):g}, not the spacing at 1.0."),
-    (lambda w, u, m: _predict_lost(w, u, m, w * 2.0**-m),
+    (lambda w, m: w * 2.0**-m,
      lambda w, m: f"you scaled the spacing by w itself (w × 2**-{m}); it is constant inside a binade: "
                   f"2**(floor(log2 w) - {m}) = {_binade(w, m):g} for every w in [{2.0 ** math.floor(math.log2(w)):g}, "
                   f"{2.0 ** (math.floor(math.log2(w)) + 1):g})."),
-    (lambda w, u, m: _predict_lost(w, u, m, _binade(w, 17 - m)),
+    (lambda w, m: _binade(w, 17 - m),
      lambda w, m: "the mantissa bits are swapped: float16 has 10 mantissa bits, bfloat16 7."),
-    (lambda w, u, m: _predict_lost(w, u, m, _binade(w, m + 1)),
+    (lambda w, m: _binade(w, m + 1),
      lambda w, m: f"the implicit leading 1 is not a spacing bit: the format stores {m} mantissa bits, so the "
                   f"spacing is 2**(floor(log2 w) - {m}) = {_binade(w, m):g}."),
-    (lambda w, u, m: _predict_lost(w, u, m, 2.0 ** (math.ceil(math.log2(w)) - m)),
+    (lambda w, m: 2.0 ** (math.ceil(math.log2(w)) - m),
      lambda w, m: f"round the exponent *down*: w lies in the binade starting at 2**floor(log2 w) = "
                   f"{2.0 ** math.floor(math.log2(w)):g}, where the spacing is {_binade(w, m):g}."),
 ]
+
+
+def _lost_mistakes():
+    """Every known wrong rule as (rule(w, u, m), explain(w, m)): one mistake first (a tie rule with the right
+    spacing, a wrong spacing with the right tie rule), then each wrong spacing with each wrong tie rule, whose
+    message names both mistakes."""
+    def rule(spacing, ties):
+        return lambda w, u, m: _predict_lost(w, u, m, spacing(w, m), ties)
+
+    def both(spacing_explain, tie_explain):
+        return lambda w, m: f"{spacing_explain(w, m)} Also, {tie_explain}"
+
+    rules = [(rule(_binade, ties), lambda w, m, why=why: why) for ties, why in _TIE_MISTAKES.items()]
+    rules += [(rule(spacing, "even"), explain) for spacing, explain in _SPACING_MISTAKES]
+    rules += [(rule(spacing, ties), both(explain, why)) for spacing, explain in _SPACING_MISTAKES
+              for ties, why in _TIE_MISTAKES.items()]
+    return rules
+
+
+_LOST_MISTAKES = _lost_mistakes()  # matched against every answer at once
 
 
 def update_is_lost(fn) -> None:
     """Task 3: ``update_is_lost(w, u, dtype)`` predicts whether ``w + u`` rounds back to ``w``.
 
     All cases are asked first; when the answers are exactly those of a known wrong rule (a tie rule, the
-    spacing at 1.0, ``w × eps``, swapped or miscounted mantissa bits, a rounded-up exponent), the message
-    names that rule at the first case it gets wrong.
+    spacing at 1.0, ``w × eps``, swapped or miscounted mantissa bits, a rounded-up exponent, or one of those
+    spacings together with a wrong tie rule), the message names that rule at the first case it gets wrong.
     """
     task = "Task 3 (update_is_lost)"
     require_callable(task, fn, "update_is_lost")

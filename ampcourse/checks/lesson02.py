@@ -211,9 +211,21 @@ _SCALE_MISTAKES = [  # (the wrong formula, what it did wrong): matched against e
 # --- Task 3: how much underflows? ------------------------------------------------------------------------------
 
 def flushed(grads: torch.Tensor, scale: float) -> float:
-    """torch's answer: the fraction of the nonzero entries of ``grads`` that are 0 after ``(grads * scale).half()``."""
+    """torch's answer: the fraction of the nonzero entries of ``grads`` that are 0 after ``(grads * scale).half()``.
+
+    The check's scales are powers of two, so the float64 product of a float32 gradient is a float32 value and
+    the float64 -> float16 cast (which goes through float32) rounds once."""
     nonzero = grads != 0
     cast = (grads.double() * scale).to(torch.float16)
+    return ((cast == 0) & nonzero).sum().item() / max(1, nonzero.sum().item())
+
+
+def _cast_then_scale(grads: torch.Tensor, scale: float) -> float:
+    """A typical mistake: cast to float16 first, then multiply by the scale in float16 (the product is rounded to
+    float16 again). The same as the right answer at scale 1; for scales above 1 it keeps the cast's zeros, for a
+    scale below 1 it flushes more than the right answer, by the second rounding."""
+    nonzero = grads != 0
+    cast = grads.to(torch.float16) * scale
     return ((cast == 0) & nonzero).sum().item() / max(1, nonzero.sum().item())
 
 
@@ -227,63 +239,96 @@ def _flush_cases() -> list[tuple[torch.Tensor, float, str]]:
     grads[2] = 2.0**-25 * 1.0001  # just above it: rounds up to 2**-24
     grads[3] = -0.0  # a negative zero is a zero too
     grads[4] = -(2.0**-25)  # the tie, negative
+    grads[5] = 8.25 * 2.0**-24  # × 2**-4 it rounds up to 2**-24; cast first (to 8 × 2**-24), then scaled, it is 0
     return [(grads, 1.0, "no scaling"), (grads, 2.0**16, "GradScaler's default scale 2**16"),
-            (grads, 2.0**8, "a scale of 2**8")]
+            (grads, 2.0**8, "a scale of 2**8"), (grads, 2.0**-4, "a scale of 2**-4 (below 1, as in Task 2)")]
+
+
+def _close(got: float, want: float) -> bool:
+    """Equal up to float32 arithmetic (a mean taken in float32 is off by ~1e-7), far below one gradient's share."""
+    return abs(got - want) <= 1e-6 * max(1.0, abs(want))
+
+
+def _share(grads: torch.Tensor, mask: torch.Tensor) -> float:
+    nonzero = grads != 0
+    return (mask & nonzero).sum().item() / max(1, nonzero.sum().item())
+
+
+_ZERO_MISTAKE = ("count only the gradients that were not zero to begin with, and divide by their number; a zero "
+                 "gradient is not lost to underflow.")
+_FLUSH_MISTAKES = [  # (the wrong answer for (grads, scale), what it did wrong): matched against every answer
+    (lambda g, s: 100 * flushed(g, s), "return a fraction (0.25), not a percentage (25)."),
+    (lambda g, s: flushed(g, 1.0),
+     "your answer does not change with the scale: you ignored it, or applied it after the cast to float16 (the "
+     "cast has flushed the small gradients by then). The loss scale multiplies every gradient *before* the cast: "
+     "judge |g × scale|, e.g. (grads * scale).half()."),
+    (_cast_then_scale,
+     "you cast to float16 before multiplying by the scale: the cast flushes the small gradients before the scale "
+     "can lift them (and with a scale below 1 the float16 product rounds a second time). Scale first, then cast: "
+     "(grads * scale).half()."),
+    (lambda g, s: (flushed(g, s) * (g != 0).sum().item() + (g == 0).sum().item()) / g.numel(), _ZERO_MISTAKE),
+    (lambda g, s: flushed(g, s) * (g != 0).sum().item() / g.numel(), _ZERO_MISTAKE),
+    (lambda g, s: _share(g, g.double().abs() * s < 2.0**-24),
+     "values from just above 2**-25 up to 2**-24 round *up* to the smallest subnormal, they are not flushed. The "
+     "cast gives 0 only at or below 2**-25."),
+    (lambda g, s: _share(g, g.double().abs() * s < 2.0**-25),
+     "a scaled gradient of exactly 2**-25 is a tie between 0 and 2**-24, and ties round to the even neighbour, 0: "
+     "it is flushed. Use <= 2**-25, not <."),
+    (lambda g, s: _share(g, g.double().abs() * s < FP16_TINY),
+     "you counted the subnormals (below 2**-14) as lost, but a subnormal is still a nonzero value. Only "
+     "magnitudes at or below 2**-25 become 0."),
+    (lambda g, s: _share(g, g.double() * s <= 2.0**-25),
+     "you compared the signed value, so every negative gradient counted as flushed. Judge the magnitude "
+     "|g × scale|."),
+    (lambda g, s: flushed(g, s) * (g != 0).sum().item(),
+     "you returned a count; return the fraction, divided by the number of nonzero gradients."),
+]
 
 
 def flushed_fraction(fn) -> None:
-    """Task 3: ``flushed_fraction(grads, scale)``: the share of nonzero gradients that a scaled fp16 cast flushes."""
+    """Task 3: ``flushed_fraction(grads, scale)``: the share of nonzero gradients that a scaled fp16 cast flushes.
+
+    All cases are asked first (no scale, 2**16, 2**8, a scale below 1); when the answers are exactly those of a
+    known wrong rule (a percentage, the scale ignored, cast before scaling, zeros counted, a wrong threshold, a
+    signed comparison, a count), the message names it at the first case it gets wrong. Answers are compared up
+    to float32 arithmetic (a mean taken in float32 is right).
+    """
     task = "Task 3 (flushed_fraction)"
     require_callable(task, fn, "flushed_fraction")
-    for grads, scale, what in _flush_cases():
-        want = flushed(grads, scale)
+    cases = _flush_cases()
+    answers = []
+    for grads, scale, _what in cases:
         got = call(task, fn, "flushed_fraction", grads.clone(), scale)
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             raise fail(task, f"return a number between 0 and 1 (you returned {type(got).__name__}).")
-        if abs(got - want) <= 1e-9:
-            continue
-        context = f"with {what} you returned {got:.4f}, the cast flushes {want:.4f} of the nonzero gradients"
-        if abs(got - 100 * want) < 1e-6:
-            raise fail(task, f"{context}: return a fraction (0.25), not a percentage (25).")
-        if abs(got - flushed(grads, 1.0)) < 1e-9 and scale != 1.0:
-            raise fail(task, f"{context}: you ignored the scale. The loss scale multiplies every gradient before "
-                             "the cast: judge |g × scale|.")
-        total = grads.numel()
-        nonzero = (grads != 0).sum().item()
-        if abs(got - (want * nonzero + (total - nonzero)) / total) < 1e-6 or abs(got - want * nonzero / total) < 1e-6:
-            raise fail(task, f"{context}: count only the gradients that were not zero to begin with, and divide by "
-                             "their number; a zero gradient is not lost to underflow.")
-        nz = grads != 0
-        scaled = grads.double().abs() * scale
-
-        def share(mask: torch.Tensor, nz: torch.Tensor = nz, nonzero: int = nonzero) -> float:
-            return (mask & nz).sum().item() / nonzero
-
-        if abs(got - share(scaled < 2.0**-24)) < 1e-9:
-            raise fail(task, f"{context}: values from just above 2**-25 up to 2**-24 round *up* to the smallest "
-                             "subnormal, they are not flushed. The cast gives 0 only at or below 2**-25.")
-        if abs(got - share(scaled < 2.0**-25)) < 1e-9:
-            raise fail(task, f"{context}: a scaled gradient of exactly 2**-25 is a tie between 0 and 2**-24, and "
-                             "ties round to the even neighbour, 0: it is flushed. Use <= 2**-25, not <.")
-        if abs(got - share(scaled < FP16_TINY)) < 1e-9:
-            raise fail(task, f"{context}: you counted the subnormals (below 2**-14) as lost, but a subnormal is "
-                             "still a nonzero value. Only magnitudes at or below 2**-25 become 0.")
-        if abs(got - share(grads.double() * scale <= 2.0**-25)) < 1e-9:
-            raise fail(task, f"{context}: you compared the signed value, so every negative gradient counted as "
-                             "flushed. Judge the magnitude |g × scale|.")
-        if abs(got - want * nonzero) < 1e-6 and nonzero > 1:
-            raise fail(task, f"{context}: you returned a count; return the fraction, divided by the number of "
-                             "nonzero gradients.")
-        raise fail(task, f"{context}. A scaled gradient is flushed when its magnitude is at most half the smallest "
-                         "subnormal.")
-    passed(task, "flushed fractions right with and without a loss scale (zeros excluded, the 2**-25 tie included): "
-                 "the scale moves the gradients out of the flush zone.")
+        answers.append(float(got))
+    wrong = [(c, a) for c, a in zip(cases, answers, strict=True) if not _close(a, flushed(c[0], c[1]))]
+    if not wrong:
+        passed(task, "flushed fractions right with and without a loss scale (zeros excluded, the 2**-25 tie "
+                     "included, a scale below 1 too): the scale moves the gradients out of the flush zone.")
+        return
+    (grads, scale, what), got = wrong[0]
+    want = flushed(grads, scale)
+    context = f"with {what} you returned {got:.4f}, the cast flushes {want:.4f} of the nonzero gradients"
+    for rule, explain in _FLUSH_MISTAKES:
+        if all(_close(a, rule(g, s)) for (g, s, _), a in zip(cases, answers, strict=True)):
+            raise fail(task, f"{context}: {explain}")
+    for rule, explain in _FLUSH_MISTAKES:  # not every answer fits one rule: name the rule this one fits
+        if _close(got, rule(grads, scale)):
+            raise fail(task, f"{context}: {explain}")
+    raise fail(task, f"{context}. A gradient is flushed when its scaled magnitude |g × scale| is at most half the "
+                     "smallest subnormal (2**-25): count those among the nonzero gradients, and divide by their "
+                     "number.")
 
 # --- Task 4: which 16-bit dtype stores these values better? -----------------------------------------------------
 
 def _max_rel_error(values: list[float], dtype: torch.dtype) -> float:
+    # torch casts float64 to float16 and bfloat16 through float32, so it rounds twice: a value within float32's
+    # rounding of a midpoint can land on the wrong side (torch.tensor(1 + 2**-11 + 2**-40, dtype=torch.float64)
+    # .half() is 1.0, a single rounding gives 1 + 2**-10). DTYPE_CASES keep away from the midpoints:
+    # tests/test_checks_lessons01_02.py compares these casts with an exact single rounding for every value.
     x = torch.tensor(values, dtype=torch.float64)
     stored = x.to(dtype).double()
     return ((stored - x).abs() / x.abs()).max().item()
@@ -310,6 +355,12 @@ DTYPE_CASES = [  # (values, what they are) — every value nonzero
 ]
 
 
+def _show(v: float) -> str:
+    """``2**-20`` for a power of two, else the repr."""
+    mantissa, exponent = math.frexp(abs(v))
+    return f"{'-' if v < 0 else ''}2**{exponent - 1}" if mantissa == 0.5 else repr(v)
+
+
 def _error_pair(values: list[float]) -> dict[torch.dtype, float]:
     return {d: _max_rel_error(values, d) for d in (torch.float16, torch.bfloat16)}
 
@@ -320,7 +371,9 @@ def better_dtype(fn) -> None:
 
     The reference is the task's own definition, computed with real casts for each case: no range rule. The
     cases cover both edges of float16's range, where a range rule goes wrong: subnormals from 2**-17 up keep
-    at least bfloat16's 8 significant bits, and 65504 < |v| < 65520 rounds down to 65504.
+    at least bfloat16's 8 significant bits, and 65504 < |v| < 65520 rounds down to 65504. Below 2**-17 a value
+    float16 stores exactly catches worst-case bounds (half a spacing), which choose as the range [2**-17, 65520)
+    does.
     """
     task = "Task 4 (better_dtype)"
     require_callable(task, fn, "better_dtype")
@@ -346,9 +399,16 @@ def better_dtype(fn) -> None:
                 raise fail(task, f"{context}. Below 2**-14 float16 is subnormal, but its spacing stays 2**-24, so "
                                  "from 2**-17 up it keeps at least 8 significant bits, as many as bfloat16: the "
                                  "crossover lies inside the subnormals, at 2**-17, not at 2**-14.")
-            if any(m < 2.0**-17 for m in mags):
-                raise fail(task, f"{context}. The small value is a multiple of 2**-24 that float16 stores exactly: "
-                                 "compare the rounding errors of these values, not the ranges.")
+            small = [v for v in values if abs(v) < 2.0**-17]
+            if small:
+                exact = [v for v in small if _max_rel_error([v], torch.float16) == 0]
+                held = (f"{_show(exact[0])} is stored exactly in float16 (a multiple of its subnormal spacing "
+                        "2**-24: error 0)") if exact else (
+                        f"{_show(small[0])} lies close to a multiple of float16's subnormal spacing 2**-24 (its "
+                        f"error is {_max_rel_error(small[:1], torch.float16):.2g})")
+                raise fail(task, f"{context}: you compared worst-case bounds (half a spacing) or float16's range — "
+                                 f"both say bfloat16 here — but {held}. Use the error each value actually has "
+                                 "once stored.")
             raise fail(task, f"{context}. Inside float16's normal range float16 wins: 10 mantissa bits against "
                              "bfloat16's 7, so 8 times finer.")
         if any(m >= 65520 for m in mags):
@@ -394,7 +454,8 @@ HINTS = {
          "the representable neighbours of that value in each format (lesson 01's spacing)?"),
         ('Near |v| the spacing is 2**(e - m) with e = floor(log2 |v|) and m = 10 (float16) or 7 (bfloat16); '
          "below float16's smallest normal e stays -14 (subnormals), and a float16 result above 65504 is inf. "
-         'Rounding to nearest is off by at most half a spacing.'),
+         'The stored value is the nearest multiple of that spacing; its error is the distance to it (0 for a '
+         'value the format holds exactly).'),
         ('m, e = math.frexp(abs(v)); spacing = 2.0 ** (max(e - 1, -14) - 10); stored = round(abs(v) / spacing) '
          '* spacing (inf if > 65504); error = abs(stored - abs(v)) / abs(v); the same for bfloat16 with -126, 7; '
          'return torch.float16 if max(float16 errors) <= max(bfloat16 errors) else torch.bfloat16.'),
