@@ -81,7 +81,7 @@ def test_update_keeps_answers_across_an_upstream_change_to_the_same_exercise(clo
     assert any("kept your answers" in line for line in lines), lines
     assert authoring.stale_files(learner) == []
     assert git(learner, "rev-parse", "HEAD") == git(upstream, "rev-parse", "HEAD")
-    backups = list((learner / "exercises" / ".backup").glob(f"*/{name}"))
+    backups = list((learner / "exercises" / ".backup").glob(f"*/exercises/{name}"))
     assert len(backups) == 1 and "LEARNER WORK" in backups[0].read_text()
 
 

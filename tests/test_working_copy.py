@@ -74,6 +74,9 @@ def fresh_clone(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for name in filter(None, files):
         source = ROOT / name
+        own = name.startswith("exercises/") and not (ROOT / "solutions" / source.name).exists()
+        if own and name.endswith(".ipynb"):
+            continue  # the learner's own notebook (JupyterLab's Untitled.ipynb): not part of the course
         if source.is_file():  # a file deleted but not yet committed is not part of the course now
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
