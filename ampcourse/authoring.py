@@ -60,7 +60,12 @@ class AuthoringError(ValueError):
 # --- reading, writing, clean metadata ---------------------------------------------------------
 
 def read(path: Path) -> nbformat.NotebookNode:
-    return nbformat.read(str(path), as_version=4)
+    """The notebook at ``path``; duplicate cell ids (a copied cell, a hand edit) are repaired without a warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Non-unique cell id")
+        return nbformat.read(str(path), as_version=4)
 
 
 def dumps(nb: nbformat.NotebookNode) -> str:
