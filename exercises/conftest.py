@@ -35,7 +35,20 @@ def _with_timeout(item, runtest):
     return run
 
 
-def pytest_collection_modifyitems(items):
+def _sanitize_file_from_anywhere(config) -> None:
+    """pyproject's ``--nbval-sanitize-with=tests/nbval_sanitize.cfg`` is relative to the folder pytest started in:
+    from ``exercises/`` (a terminal opened there) or with an absolute path from elsewhere, nbval could not find it
+    and every cell errored. Resolve it against the course folder instead."""
+    given = getattr(config.option, "nbval_sanitize_with", None)
+    if given and not Path(given).is_absolute() and not Path(given).exists():
+        for base in (Path(str(config.rootpath)), HERE.parent):
+            if (base / given).is_file():
+                config.option.nbval_sanitize_with = str(base / given)
+                return
+
+
+def pytest_collection_modifyitems(config, items):
+    _sanitize_file_from_anywhere(config)
     for item in items:
         if hasattr(item, "options") and HERE in Path(str(item.fspath)).resolve().parents:
             item.options["check"] = False

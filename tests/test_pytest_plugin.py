@@ -140,3 +140,18 @@ def test_pytest_nbval_on_an_intact_answered_exercise_adds_nothing(tmp_path):
     run = _run(tmp_path, read(ROOT / "solutions" / NAME))
     assert run.returncode == 0, run.stdout[-3000:]
     assert "check cell of" not in run.stdout
+
+
+def test_pytest_nbval_runs_from_inside_exercises(tmp_path):
+    """Audit r3, finding 15: `cd exercises && pytest --nbval 00_start_here.ipynb` (a terminal opened while browsing
+    exercises/) errored on every cell: pyproject's sanitize file is a path relative to the folder pytest starts in."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "nbval_sanitize.cfg", tmp_path / "tests" / "nbval_sanitize.cfg")
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    shutil.copy(ROOT / "exercises" / "conftest.py", folder / "conftest.py")
+    nbformat.write(read(ROOT / "solutions" / NAME), folder / NAME)
+    run = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:randomly", NAME], cwd=folder,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "FileNotFoundError" not in run.stdout, run.stdout[-3000:]
