@@ -137,3 +137,40 @@ def test_grade_and_pytest_nbval_agree_on_every_variant(tmp_path, figures):
     for variant in set(VARIANTS) - {"retyped_below_the_stub"}:
         assert re.search(rf"^{variant}\s+3/3\s+passed$", table, flags=re.M), table
     assert run.returncode == 0, run.stdout[-3000:]
+
+
+def test_an_edited_given_cell_is_set_aside_not_reported_as_an_upstream_change():
+    """Audit r3, finding 7: an edit to a given (non-answer) code cell was dropped and reported as "the text or
+    check changed: re-read it". Now the course's cell comes back, the learner's copy is kept below it, and the
+    report says so."""
+    # Exercise 00 has no given code cell: give the template one (between Task 2's text and its answer).
+    nb = answered()
+    template = copy.deepcopy(TEMPLATE)
+    given = ANSWERS[1]
+    template.cells.insert(given, nbformat.v4.new_code_cell("SIZE = 4"))
+    nb.cells.insert(given, copy.deepcopy(template.cells[given]))
+    nb.cells[given].source += "\nprint('LEARNER WORK: my edit')"
+    merge = authoring.merge_exercise(nb, template, old_template=template)
+    sources = [c.source for c in merge.notebook.cells]
+    assert template.cells[given].source in sources
+    assert nb.cells[given].source in sources  # the learner's edit, kept
+    assert merge.set_aside and not merge.changed_tasks, (merge.set_aside, merge.changed_tasks)
+
+
+def test_an_untouched_stub_that_changed_upstream_takes_the_new_stub():
+    """Audit r3, finding 9: an untouched stub whose signature changed upstream was kept as if it were an answer,
+    and an answered task whose stub changed was not listed."""
+    old = copy.deepcopy(TEMPLATE)
+    new = copy.deepcopy(TEMPLATE)
+    i = ANSWERS[0]
+    new.cells[i].source = new.cells[i].source.replace("def tensor_bytes(t: torch.Tensor)",
+                                                      "def tensor_bytes(t: torch.Tensor, *, strict: bool = True)")
+    assert new.cells[i].source != old.cells[i].source
+    untouched = authoring.merge_exercise(copy.deepcopy(old), new, old_template=old)
+    assert untouched.notebook.cells[i].source == new.cells[i].source
+    assert not untouched.kept_answers
+    mine = copy.deepcopy(old)
+    mine.cells[i].source = answered().cells[i].source
+    merge = authoring.merge_exercise(mine, new, old_template=old)
+    assert merge.kept_answers == [authoring.task_title(new.cells, i)]
+    assert merge.changed_stubs == [authoring.task_title(new.cells, i)]
