@@ -359,8 +359,13 @@ def _unreadable(path: Path, err: Exception) -> str:
     except OSError:
         text = ""
     conflict = next((n for n, line in enumerate(text.splitlines(), 1) if line.startswith("<<<<<<<")), None)
-    why = (f"it holds git merge-conflict markers (line {conflict})" if conflict
-           else "it is not a complete notebook (a half-written save? an edit outside JupyterLab?)")
+    if conflict:
+        why = f"it holds git merge-conflict markers (line {conflict})"
+    elif text.startswith("\ufeff"):
+        why = ("it starts with a byte-order mark (an editor saved it as 'UTF-8 with BOM'): save it again as plain "
+               "UTF-8")
+    else:
+        why = "it is not a complete notebook (a half-written save? an edit outside JupyterLab?)"
     return (f"cannot read {path.name}: {why} [{type(err).__name__}]. Restore it from exercises/.backup/ or with "
             "git, or resolve the conflict, then grade again")
 

@@ -31,6 +31,8 @@ with open(os.environ["FAKE_PIP_LOG"], "a") as log:
 if args[:1] == ["--version"]:
     print("pip 0 (a stand-in for the tests)")
     sys.exit(0)
+if os.environ.get("FAKE_PIP_FAIL") and args[:1] == ["install"]:
+    sys.exit(1)  # offline
 site = pathlib.Path(__file__).resolve().parent.parent
 names = os.environ.get("FAKE_PIP_INSTALLS", "").split()
 for arg in args:
@@ -204,3 +206,16 @@ def test_doctor_imports_what_the_kernel_needs(tmp_path):
     (_site_packages(venv3) / "nbval" / "plugin.py").write_text("raise ImportError('a broken nbval')\n")
     done = course(venv3, "doctor", tmp_path=tmp_path)
     assert done.returncode == 1 and "nbval.plugin" in done.stderr, done.stderr
+
+
+def test_offline_a_changed_pyproject_only_warns_when_everything_imports(tmp_path):
+    """Audit r3, finding 21: offline, a comment added to pyproject.toml made every ./course command stop with the
+    "Offline?" hint although every dependency was installed."""
+    venv = make_venv(tmp_path)
+    (venv / ".ampcourse-installed").write_text("an older pyproject.toml\n")
+    done = course(venv, "setup", tmp_path=tmp_path, FAKE_PIP_FAIL="1")
+    assert done.returncode == 0 and "going on" in done.stderr, done.stderr
+    assert (venv / ".ampcourse-installed").read_text() == "an older pyproject.toml\n"  # tried again next time
+    shutil.rmtree(_site_packages(venv) / "numpy")  # a real gap still stops, with the hint
+    done = course(venv, "setup", tmp_path=tmp_path, FAKE_PIP_FAIL="1")
+    assert done.returncode == 1 and "Offline or behind a proxy?" in done.stderr, done.stderr

@@ -297,3 +297,18 @@ def test_an_untitled_notebook_in_exercises_is_the_learners_own(clones):
     lines = run_update(learner)
     assert own.read_bytes() == data
     assert lines.count("left alone: exercises/Untitled.ipynb is your own notebook, not a course exercise") == 1
+
+
+def test_answers_move_with_an_exercise_renamed_upstream(clones):
+    """Audit r3, finding 8: upstream renamed lesson 10's files and the answers stayed in an orphan file next to a
+    blank exercise. (The build after the pull runs in a fresh process in a real clone, so the new course map is
+    the one used; this scratch clone has no ampcourse/ of its own, so only the move is checked here.)"""
+    upstream, learner = clones
+    answer_from_solution(learner, "10_fp8.ipynb")
+    for folder in ("solutions", "exercises"):
+        git(upstream, "mv", f"{folder}/10_fp8.ipynb", f"{folder}/10_fp8_scaling.ipynb")
+    git(upstream, "commit", "-qm", "rename lesson 10's exercise")
+    lines = run_update(learner)
+    assert not (learner / "exercises" / "10_fp8.ipynb").exists(), lines
+    assert "LEARNER WORK" in (learner / "exercises" / "10_fp8_scaling.ipynb").read_text()
+    assert any("10_fp8.ipynb is now exercises/10_fp8_scaling.ipynb" in line for line in lines), lines
