@@ -14,6 +14,15 @@ It never hangs: a cell that runs longer than the timeout (``DEFAULT_TIMEOUT`` se
 cells before it are run again and grading goes on with the next task. A notebook that cannot be read
 (a half-written save, merge-conflict markers) is reported and the others are graded.
 
+A task's answer is found by where it is, not by cell ids (:func:`ampcourse.authoring.match_cells`): the
+code cells between the task's text and its check, the one defining the stub's function. A kernel reply
+other than "ok" or "error" (ipykernel's "aborted" after an error) means the cell did not run: it is sent
+again once, then reported, never counted as passed. Before each check the grader undoes what answer cells
+did to it (patched check modules, a rebound ``check``, input/AST transformers, event callbacks; see
+:func:`guard_reset`) and notes it: grading cannot be fooled *quietly*, but it is not a sandbox. Only a
+notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
+doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
+
 Grading reads the *saved* notebooks: save in JupyterLab first (Ctrl+S).
 
 :func:`check_cell_problems` says which tasks' check cells are not as the course made them (deleted,

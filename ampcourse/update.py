@@ -127,6 +127,8 @@ def restore(root: Path = ROOT) -> list[str]:
     current = [root / rel for rel in rels if (root / rel).is_file()]
     before = authoring.backup(current, root)
     done = _put_back(newest, root)
+    if (newest / MARKER).exists():  # an interrupted update's backup: restored, so no longer pending
+        (newest / MARKER).unlink()
     lines = [f"restored {rel} from {newest.relative_to(root)}/" for rel in done]
     if before is not None:
         lines.append(f"what was there before is backed up in {before.relative_to(root)}/ "

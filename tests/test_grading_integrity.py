@@ -12,7 +12,6 @@ import queue
 import shutil
 
 import nbformat
-import pytest
 
 from ampcourse import authoring, grading
 from ampcourse.course import ROOT
