@@ -373,8 +373,9 @@ def merge_exercise(learner: nbformat.NotebookNode, template: nbformat.NotebookNo
         return bool(cell.source in old_sources and cell.source.strip() and (
             cell.cell_type == "markdown" or "check" in tags(cell) or _STUB_LINE.search(cell.source)))
 
-    matched = {i: learner.cells[j] for i, j in match_cells(learner, template, dropped).items()}
-    at = {j: i for i, j in match_cells(learner, template, dropped).items()}
+    pairs = match_cells(learner, template, dropped)
+    matched = {i: learner.cells[j] for i, j in pairs.items()}
+    at = {j: i for i, j in pairs.items()}
     extras: dict[int, list] = {}  # template index (-1: before the first) -> learner cells after it
     anchor = -1
     for j, cell in enumerate(learner.cells):
