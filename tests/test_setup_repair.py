@@ -219,3 +219,13 @@ def test_offline_a_changed_pyproject_only_warns_when_everything_imports(tmp_path
     shutil.rmtree(_site_packages(venv) / "numpy")  # a real gap still stops, with the hint
     done = course(venv, "setup", tmp_path=tmp_path, FAKE_PIP_FAIL="1")
     assert done.returncode == 1 and "Offline or behind a proxy?" in done.stderr, done.stderr
+
+
+def test_a_python_that_does_not_run_is_not_called_too_old(tmp_path):
+    """Audit r3, finding 23: a pyenv shim for a Python that is not installed was reported as "too old"."""
+    shim = tmp_path / "python3.13"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.13: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    done = course(tmp_path / "no-venv", "setup", tmp_path=tmp_path, PYTHON=str(shim))
+    assert done.returncode == 1 and "does not run: pyenv: python3.13: command not found" in done.stderr, done.stderr
+    assert "too old" not in done.stderr
