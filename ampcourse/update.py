@@ -100,12 +100,19 @@ def _interrupted_update(root: Path) -> Path | None:
     return next((b for b in reversed(_backups(root)) if (b / MARKER).exists()), None)
 
 
+_RECOVERED_HEAD: dict[Path, str] = {}  # the commit an interrupted update started from (its exercises' templates)
+
+
 def recover(root: Path = ROOT) -> list[str]:
     """If an earlier update was killed before it finished, put its backed-up notebooks back; report lines."""
     backup = _interrupted_update(root)
     if backup is None:
         return []
     done = _put_back(backup, root)
+    try:
+        _RECOVERED_HEAD[root] = json.loads((backup / MARKER).read_text(encoding="utf-8"))["head"]
+    except (ValueError, KeyError, OSError):
+        pass
     (backup / MARKER).unlink()
     where = backup.relative_to(root)
     return [f"an earlier update was stopped before it finished: put back your {len(done)} notebook(s) from "
@@ -256,6 +263,9 @@ def run_update(root: Path = ROOT, remote: str | None = None, fresh_process: bool
     changed = _changed(root)
     saved = {path: path.read_bytes() for path in changed}
     head = _git(root, "rev-parse", "HEAD").stdout.strip()
+    # After a recovery, the learner's exercises are as they were before the interrupted update: their old
+    # template is the one of the commit that update started from.
+    template_head = _RECOVERED_HEAD.pop(root, head) if report else head
     backup = authoring.backup(changed, root)
     if backup is not None:
         (backup / MARKER).write_text(json.dumps({"head": head, "files": [
@@ -294,8 +304,8 @@ def run_update(root: Path = ROOT, remote: str | None = None, fresh_process: bool
         if fresh_process is None:
             fresh_process = (root / "ampcourse" / "__init__.py").exists()
         rel = backup.relative_to(root).as_posix() if backup else ""
-        lines += (_build_in_fresh_process(root, head, rel) if fresh_process and new_head != head
-                  else build_after_pull(root, head, rel))
+        lines += (_build_in_fresh_process(root, template_head, rel) if fresh_process and new_head != head
+                  else build_after_pull(root, template_head, rel))
     except (UpdateError, OSError) as err:
         put_back()
         done()
