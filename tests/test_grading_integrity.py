@@ -196,3 +196,14 @@ def test_a_forged_pass_is_undone_and_reported(tmp_path, figures):
         assert any(undone in note and "Task 1" in note for note in results[name].notes), results[name].notes
     assert [c.status for c in results["rebound_check"].checks] == ["passed", "failed", "passed"], results
     assert any("the name `check`" in note for note in results["rebound_check"].notes), results["rebound_check"]
+
+
+def test_grade_help_gives_the_real_default_timeout(capsys):
+    """Audit r3, finding 18: `grade --help` said "default: 120" while the grader used 180."""
+    from ampcourse.__main__ import main
+
+    try:
+        main(["grade", "--help"])
+    except SystemExit:
+        pass
+    assert f"default: {grading.DEFAULT_TIMEOUT})" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
