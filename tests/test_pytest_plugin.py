@@ -158,8 +158,10 @@ def test_pytest_nbval_runs_from_inside_exercises(tmp_path):
 
 
 @pytest.mark.parametrize("forgery", [
-    "import ampcourse.checks.lesson00 as c\nc.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')",
-    "get_ipython().input_transformers_cleanup.append(\n    lambda l: ['pass\\n'] if any('check.' in x for x in l) else l)",
+    "import ampcourse.checks.lesson00 as c\n"
+    "c.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')",
+    "get_ipython().input_transformers_cleanup.append(\n"
+    "    lambda l: ['pass\\n'] if any('check.' in x for x in l) else l)",
 ], ids=["patched_checks", "input_transformer"])
 def test_pytest_nbval_undoes_a_forged_pass_and_says_so(tmp_path, forgery):
     """Audit r3, finding 14: one line in an answer cell made `pytest --nbval` pass a wrong Task 1."""
