@@ -4,7 +4,8 @@
   build [--check]       regenerate exercises/ and navigation, keeping your answers (a backup of every
                         exercise it rewrites goes to exercises/.backup/); --check lists stale files, exit 1
   execute NOTEBOOK...   run notebooks and store their outputs (authors: lessons and solutions)
-  update                bring in the newer course (git pull) and put your answers back (./course update)
+  update [--restore]    bring in the newer course (git pull) and put your answers back (./course update);
+                        --restore copies the newest backup in exercises/.backup/ back
   gpucheck [--cpu]      run every notebook, the GPU tests and the lesson-06 benchmark; write reports/
 """
 
@@ -26,13 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     grade = sub.add_parser("grade", help="grade the exercises and print a progress table")
     grade.add_argument("notebooks", nargs="*")
-    grade.add_argument("--timeout", type=int, default=None, help="seconds one cell may run (default: 120)")
+    from .grading import DEFAULT_TIMEOUT
+
+    grade.add_argument("--timeout", type=int, default=None,
+                       help=f"seconds one cell may run (default: {DEFAULT_TIMEOUT})")
     build = sub.add_parser("build", help="regenerate exercises/ and navigation (keeps your answers)")
     build.add_argument("--check", action="store_true", help="only list stale files; exit 1 if any")
     execute = sub.add_parser("execute", help="run notebooks and store their outputs")
     execute.add_argument("notebooks", nargs="+")
     update = sub.add_parser("update", help="git pull the newer course and put your answers back")
     update.add_argument("--remote", default=None, help="git remote to pull from (default: the branch's upstream)")
+    update.add_argument("--restore", action="store_true",
+                        help="copy the newest backup (exercises/.backup/<time>/) back into exercises/ and notebooks/")
     sub.add_parser("gpucheck", help="the GPU check (see ampcourse/gpucheck.py); --cpu for a dry run",
                    add_help=False)
     if argv is None:
@@ -55,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "update":
         from .update import update as run_update
 
-        return run_update(remote=args.remote)
+        return run_update(remote=args.remote, restore_backup=args.restore)
     from . import authoring
 
     if args.command == "build":
@@ -66,7 +72,17 @@ def main(argv: list[str] | None = None) -> int:
             if stale:
                 print("run: python -m ampcourse build   (it keeps your answers, and backs up exercises/ first)")
             return 1 if stale else 0
-        for line in authoring.build().lines():
+        from .update import _interrupted_update
+
+        if _interrupted_update(authoring.ROOT) is not None:
+            return _fail("an earlier `./course update` was stopped before it finished: run `./course update` again "
+                         "(it first puts your backed-up notebooks back), or `./course update --restore`")
+        try:
+            lines = authoring.build().lines()
+        except OSError as err:
+            return _fail(f"could not write {err.filename or 'a file'}: {err.strerror or err} (is exercises/ "
+                         "read-only?). Nothing was lost: every file is written whole or not at all")
+        for line in lines:
             print(line)
         return 0
     paths = [Path(name).resolve() for name in args.notebooks]
@@ -78,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"executing {name}", flush=True)
         try:
             authoring.execute(path)
+        except OSError as err:
+            return _fail(f"{name}: could not write it ({err.strerror or err}); its cells ran, but the outputs were "
+                         "not stored")
         except Exception as err:  # noqa: BLE001 - a failing cell: name it, keep the notebook as it was
             first = str(err).strip().splitlines()
             return _fail(f"{name}: a cell failed, so its outputs were not stored "

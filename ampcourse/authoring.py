@@ -60,7 +60,12 @@ class AuthoringError(ValueError):
 # --- reading, writing, clean metadata ---------------------------------------------------------
 
 def read(path: Path) -> nbformat.NotebookNode:
-    return nbformat.read(str(path), as_version=4)
+    """The notebook at ``path``; duplicate cell ids (a copied cell, a hand edit) are repaired without a warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Non-unique cell id")
+        return nbformat.read(str(path), as_version=4)
 
 
 def dumps(nb: nbformat.NotebookNode) -> str:
@@ -240,6 +245,32 @@ def task_title(cells, index: int) -> str:
     return "the introduction"
 
 
+def _bound(source: str) -> tuple[set[str], set[str]]:
+    """The top-level names a code cell defines: ``(functions and classes, assigned names)``."""
+    import ast
+
+    defs: set[str] = set()
+    assigned: set[str] = set()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython syntax (magics) or a half-typed answer: read the defining lines
+        defs = set(re.findall(r"^(?:async\s+)?(?:def|class)\s+(\w+)", source, flags=re.M))
+        return defs, set(re.findall(r"^(\w+)\s*(?::[^=]*)?=(?!=)", source, flags=re.M))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                assigned |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return defs, assigned
+
+
+def _answer_names(stub: str) -> set[str]:
+    """What a task's answer cell must define: the functions/classes its stub defines (else its assignments)."""
+    defs, assigned = _bound(stub)
+    return defs or assigned
+
+
 @dataclass
 class Merge:
     """The result of :func:`merge_exercise`."""
@@ -248,6 +279,8 @@ class Merge:
     kept_answers: list[str] = field(default_factory=list)   # tasks whose answer cell was kept
     kept_extra: int = 0                                       # the learner's own cells kept
     changed_tasks: list[str] = field(default_factory=list)  # tasks whose text or check changed
+    set_aside: list[str] = field(default_factory=list)      # tasks where the learner edited a given cell
+    changed_stubs: list[str] = field(default_factory=list)  # answered tasks whose stub (signature) changed
 
     @property
     def learner_work(self) -> bool:
@@ -270,68 +303,130 @@ def _keep(mine, new):
     return kept
 
 
+def match_cells(learner, template, skip=lambda cell: False) -> dict[int, int]:
+    """``{template cell index: learner cell index}``: which learner cell holds each template cell.
+
+    1. by cell id, where the id is unique in the learner's notebook and the cell kind is the same
+       (JupyterLab keeps ids; a notebook saved without ids, with regenerated or duplicated ids falls through);
+    2. by identical source (untouched task text, given code, checks, stubs);
+    3. a task's answer cell that is still unmatched takes the learner's code cell *in the same slot* (between
+       the learner's copies of the template cells around it) that defines the function the stub defines: the
+       last such cell, as it is the one that runs last. So an answer retyped into a new cell, or saved with
+       other ids, is the answer, and the stub is never put back after it.
+
+    ``skip(cell)``: learner cells never matched in step 3 (cells of an old template the new one dropped).
+    """
+    from collections import Counter
+
+    cells = learner.cells
+    ids = Counter(c.get("id") for c in cells if c.get("id"))
+    by_id = {c.get("id"): i for i, c in enumerate(template.cells) if c.get("id")}
+    matched: dict[int, int] = {}
+    taken: set[int] = set()
+    for j, cell in enumerate(cells):
+        i = by_id.get(cell.get("id"))
+        if (i is not None and ids[cell.get("id")] == 1 and i not in matched
+                and template.cells[i].cell_type == cell.cell_type):
+            matched[i] = j
+            taken.add(j)
+    for i, new in enumerate(template.cells):
+        if i in matched:
+            continue
+        j = next((j for j, c in enumerate(cells) if j not in taken and c.cell_type == new.cell_type
+                  and c.source == new.source), None)
+        if j is not None:
+            matched[i] = j
+            taken.add(j)
+    for i in sorted(answer_cells(template)):
+        if i in matched:
+            continue
+        lo = max((j for k, j in matched.items() if k < i), default=-1)
+        hi = min((j for k, j in matched.items() if k > i), default=len(cells))
+        want = _answer_names(template.cells[i].source)
+        slot = [j for j in range(lo + 1, hi) if j not in taken and cells[j].cell_type == "code"
+                and cells[j].source.strip() and not skip(cells[j])]
+        defining = [j for j in slot if want & set().union(*_bound(cells[j].source))]
+        if defining:
+            matched[i] = defining[-1]
+            taken.add(defining[-1])
+    return matched
+
+
 def merge_exercise(learner: nbformat.NotebookNode, template: nbformat.NotebookNode,
                    old_template: nbformat.NotebookNode | None = None) -> Merge:
     """The exercise ``template`` with the learner's work from ``learner`` put back, task by task.
 
-    A learner cell is matched to a template cell by its cell id (JupyterLab keeps ids), else by
-    identical source. An answer cell the learner changed is kept (with its outputs); an untouched
-    stub takes the template's new stub. Every other template cell (task text, checks, navigation)
-    comes from the template, so a deleted or edited check is restored. Cells the learner added
-    (scratch work, notes) are kept after the cell they followed. A learner cell equal to a cell of
-    ``old_template`` that the new template dropped is left out; nothing else is ever dropped.
+    Learner cells are matched to template cells by :func:`match_cells` (id, else identical source, else an
+    answer by the slot it is in and the function it defines). An answer cell the learner changed is kept
+    (with its outputs); an untouched stub (the new one, or the old template's) takes the template's new stub.
+    Every other template cell (task text, given code, checks, navigation) comes from the template, so a
+    deleted or edited check is restored; a given code cell or task text the learner edited is kept as a copy
+    below the course's cell (``set_aside``). Cells the learner added (scratch work, notes) are kept after the
+    cell they followed. A learner cell equal to a cell of ``old_template`` that the new template dropped is
+    left out; nothing else is ever dropped. Missing or duplicated cell ids are repaired.
     """
     answers = answer_cells(template)
-    by_id = {cell.get("id"): i for i, cell in enumerate(template.cells) if cell.get("id")}
     old_sources = ({c.source for c in old_template.cells} if old_template is not None else set())
-    matched: dict[int, nbformat.NotebookNode] = {}
+    old_by_id = ({c.get("id"): c for c in old_template.cells if c.get("id")} if old_template is not None else {})
+
+    def dropped(cell) -> bool:  # a cell of the old template that the new one dropped
+        return bool(cell.source in old_sources and cell.source.strip() and (
+            cell.cell_type == "markdown" or "check" in tags(cell) or _STUB_LINE.search(cell.source)))
+
+    pairs = match_cells(learner, template, dropped)
+    matched = {i: learner.cells[j] for i, j in pairs.items()}
+    at = {j: i for i, j in pairs.items()}
     extras: dict[int, list] = {}  # template index (-1: before the first) -> learner cells after it
     anchor = -1
-    for cell in learner.cells:
-        index = by_id.get(cell.get("id"))
-        if index is not None and (index in matched or template.cells[index].cell_type != cell.cell_type):
-            index = None  # taken, or the learner turned it into another kind of cell (a check into markdown)
-        if index is None:
-            index = next((i for i, t in enumerate(template.cells)
-                          if i not in matched and t.cell_type == cell.cell_type and t.source == cell.source), None)
-        if index is not None:
-            matched[index] = cell
-            anchor = index
+    for j, cell in enumerate(learner.cells):
+        if j in at:
+            anchor = at[j]
             continue
         if not cell.source.strip() and not cell.get("outputs"):
             continue  # an empty cell holds no work
-        if cell.source in old_sources and cell.source.strip() and (
+        if cell.source not in {t.source for t in template.cells} and dropped(cell):
+            continue
+        if any(cell.source == t.source and cell.cell_type == t.cell_type for t in template.cells) and (
                 cell.cell_type == "markdown" or "check" in tags(cell) or _STUB_LINE.search(cell.source)):
-            continue  # a cell of the old template that the new one dropped
+            continue  # a second copy of a template cell (a duplicated check or stub): the template has it
         extras.setdefault(anchor, []).append(cell)
     result = Merge(nbformat.from_dict(template))
     cells = list(extras.get(-1, []))
     for index, new in enumerate(template.cells):
         mine = matched.get(index)
+        old = old_by_id.get(new.get("id"))
         if mine is None:
             if index not in answers:
                 result.changed_tasks.append(task_title(template.cells, index))
             cells.append(new)
-        elif index in answers and _without_stubs(mine.source) != _without_stubs(new.source):
-            kept = _keep(mine, new)
-            cells.append(kept)
+        elif index in answers and (_without_stubs(mine.source) == _without_stubs(new.source)
+                                   or (old is not None and mine.source == old.source)):
+            cells.append(new)  # an untouched stub (this one or the old template's): the new stub
+        elif index in answers:
+            cells.append(_keep(mine, new))
             result.kept_answers.append(task_title(template.cells, index))
+            if old is not None and old.source != new.source:
+                result.changed_stubs.append(task_title(template.cells, index))
         elif mine.source == new.source:
             cells.append(_keep(mine, new))  # unchanged: keep its outputs
         else:
-            if index not in answers:
-                result.changed_tasks.append(task_title(template.cells, index))
             cells.append(new)
-            if (mine.cell_type == "markdown" or index in answers) and mine.source not in old_sources:
+            upstream = old is not None and old.source != new.source
+            if upstream or "check" in tags(new):
+                result.changed_tasks.append(task_title(template.cells, index))
+            if "check" not in tags(new) and mine.source not in old_sources:
                 extras.setdefault(index, []).insert(0, mine)  # the learner edited it: keep their copy
+                if not upstream:
+                    result.set_aside.append(task_title(template.cells, index))
         cells.extend(extras.get(index, []))
     result.kept_extra = sum(len(v) for v in extras.values())
-    result.kept_answers = list(dict.fromkeys(result.kept_answers))
-    result.changed_tasks = list(dict.fromkeys(result.changed_tasks))
+    for name in ("kept_answers", "changed_tasks", "set_aside", "changed_stubs"):
+        setattr(result, name, list(dict.fromkeys(getattr(result, name))))
     has_outputs = any(c.get("outputs") for c in learner.cells if c.cell_type == "code")
     seen: set[str] = set()
-    for cell in cells:  # a kept copy shares its template cell's id: give it a new one
-        if cell.get("id") in seen:
+    cells = [nbformat.from_dict(c) for c in cells]
+    for cell in cells:  # a kept copy shares its template cell's id, a 4.4 notebook has none: repair
+        if not cell.get("id") or cell.get("id") in seen:
             cell["id"] = generate_corpus_id()
         seen.add(cell.get("id"))
     result.notebook.cells = cells
@@ -355,6 +450,19 @@ def _committed(path: Path, root: Path) -> str | None:
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
     return run.stdout if run.returncode == 0 else None
+
+
+def _committed_template(exercise: Path, root: Path):
+    """The exercise as ``build`` made it from the last committed solution (``HEAD:solutions/NN_x.ipynb``), or
+    None. Never the committed *exercise*: a learner who commits their work would make their own cells look
+    like the old template's, and the merge drops those."""
+    committed = _committed(root / "solutions" / exercise.name, root)
+    if not committed:
+        return None
+    try:
+        return make_exercise(nbformat.reads(committed, as_version=4), exercise.name)
+    except Exception:  # noqa: BLE001 - an old solution that no longer builds: no old template
+        return None
 
 
 # --- the whole build -----------------------------------------------------------------------------
@@ -413,14 +521,25 @@ def stale_files(root: Path = ROOT) -> list[Path]:
                 stale.append(path)
         elif _signature(current) != _signature(template):
             stale.append(path)
-    orphans = {p.name for p in (root / "exercises").glob("*.ipynb")} - {
-        p.name for p in (root / "solutions").glob("*.ipynb")}
-    stale += [root / "exercises" / name for name in sorted(orphans)]
+    # A notebook in exercises/ without a solution is the learner's own (JupyterLab's Untitled.ipynb, a scratch
+    # copy): not generated, so never stale; see learner_notebooks.
     return stale
 
 
+def learner_notebooks(root: Path = ROOT) -> list[Path]:
+    """The notebooks in ``exercises/`` that are not course exercises (no solution of that name): the learner's own
+    (JupyterLab's ``Untitled.ipynb``, a copy of an exercise). ``build``, ``grade`` and the tests leave them alone."""
+    return [p for p in sorted((root / "exercises").glob("*.ipynb")) if not (root / "solutions" / p.name).exists()]
+
+
+def course_exercises(root: Path = ROOT) -> list[Path]:
+    """The course's exercise notebooks that exist in ``exercises/`` (those with a solution)."""
+    return [p for p in sorted((root / "exercises").glob("*.ipynb")) if (root / "solutions" / p.name).exists()]
+
+
 def backup(paths: list[Path], root: Path = ROOT) -> Path | None:
-    """Copy ``paths`` to ``exercises/.backup/<time>/`` (kept until you delete it); return the folder."""
+    """Copy ``paths`` to ``exercises/.backup/<time>/``, each under its path in the course (``exercises/NN_x.ipynb``
+    and ``notebooks/NN_x.ipynb`` apart: they share a name); kept until you delete it. Returns the folder."""
     if not paths:
         return None
     folder = root / "exercises" / ".backup" / time.strftime("%Y%m%d-%H%M%S")
@@ -430,7 +549,12 @@ def backup(paths: list[Path], root: Path = ROOT) -> Path | None:
         folder = folder.with_name(f"{folder.name.split('.')[0]}.{n}")
     folder.mkdir(parents=True)
     for path in paths:
-        shutil.copy2(path, folder / path.name)
+        try:
+            rel = path.resolve().relative_to(root.resolve())
+        except ValueError:
+            rel = Path(path.name)
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, folder / rel)
     return folder
 
 
@@ -442,6 +566,7 @@ class BuildReport:
     backup: Path | None = None
     merges: dict[Path, Merge] = field(default_factory=dict)  # exercises that hold learner work
     unreadable: list[Path] = field(default_factory=list)      # exercises left alone (not JSON...)
+    own: list[Path] = field(default_factory=list)             # the learner's own notebooks in exercises/
 
     def __iter__(self):  # ``for path in build()`` lists what changed
         return iter(self.changed)
@@ -454,9 +579,17 @@ class BuildReport:
                            + (f" and {merge.kept_extra} cell(s) you added" if merge.kept_extra else ""))
             for task in merge.changed_tasks:
                 out.append(f"  {path.relative_to(root)}: the text or check of '{task}' changed: re-read it")
+            for task in merge.changed_stubs:
+                out.append(f"  {path.relative_to(root)}: the stub of '{task}' changed (a new signature?): compare "
+                           "your answer with the solution's stub in the backup's template")
+            for task in merge.set_aside:
+                out.append(f"  {path.relative_to(root)}: your edit of a given cell in '{task}' was set aside: the "
+                           "course's cell is back, your copy is kept right below it")
         for path in self.unreadable:
             out.append(f"left alone: {path.relative_to(root)} is not a readable notebook (a half-written save or "
                        "merge-conflict markers?); fix it or move it away, then build again")
+        for path in self.own:
+            out.append(f"left alone: {path.relative_to(root)} is your own notebook, not a course exercise")
         if self.backup is not None:
             out.append(f"your previous exercises are backed up in {self.backup.relative_to(root)}/")
         return out
@@ -482,14 +615,14 @@ def build(root: Path = ROOT, old_templates: dict[str, nbformat.NotebookNode] | N
                 continue
             old = (old_templates or {}).get(path.name)
             if old is None and old_templates is None:
-                committed = _committed(path, root)  # the blank exercise as last committed
-                old = nbformat.reads(committed, as_version=4) if committed else None
+                old = _committed_template(path, root)
             merge = merge_exercise(current, template, old)
             if merge.learner_work or any(c.get("outputs") for c in current.cells if c.cell_type == "code"):
                 report.merges[path] = merge
                 text = dumps(merge.notebook)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             writes[path] = text
+    report.own = learner_notebooks(root)
     report.backup = backup([p for p in writes if p in report.merges], root)
     for path, text in writes.items():
         path.parent.mkdir(parents=True, exist_ok=True)

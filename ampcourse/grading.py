@@ -14,6 +14,15 @@ It never hangs: a cell that runs longer than the timeout (``DEFAULT_TIMEOUT`` se
 cells before it are run again and grading goes on with the next task. A notebook that cannot be read
 (a half-written save, merge-conflict markers) is reported and the others are graded.
 
+A task's answer is found by where it is, not by cell ids (:func:`ampcourse.authoring.match_cells`): the
+code cells between the task's text and its check, the one defining the stub's function. A kernel reply
+other than "ok" or "error" (ipykernel's "aborted" after an error) means the cell did not run: it is sent
+again once, then reported, never counted as passed. Before each check the grader undoes what answer cells
+did to it (patched check modules, a rebound ``check``, input/AST transformers, event callbacks; see
+:func:`guard_reset`) and notes it: grading cannot be fooled *quietly*, but it is not a sandbox. Only a
+notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
+doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
+
 Grading reads the *saved* notebooks: save in JupyterLab first (Ctrl+S).
 
 :func:`check_cell_problems` says which tasks' check cells are not as the course made them (deleted,
@@ -70,10 +79,11 @@ class ExerciseResult:
 
 @dataclass
 class CellRun:
-    status: str  # "ok" / "error" / "timeout" / "died"
+    status: str  # "ok" / "error" / "timeout" / "died" / "not run" (the kernel answered "aborted" or another status)
     ename: str = ""
     evalue: str = ""
     line: int | None = None
+    user_expressions: dict = field(default_factory=dict)
 
 
 class Kernel:
@@ -131,22 +141,31 @@ class Kernel:
                 return msg["content"]
         return None
 
-    def run(self, source: str, timeout: float) -> CellRun:
-        msg_id = self.kc.execute(source, allow_stdin=False, store_history=True)
-        reply = self._wait(msg_id, timeout)
-        if reply is None:  # too long: interrupt, as the Stop button does
-            self.km.interrupt_kernel()
-            reply = self._wait(msg_id, 10)
-            if reply is None or reply.get("status") == "died":
-                self.restart()  # it did not stop: end it
-            return CellRun("timeout")
-        if reply.get("status") == "died":
-            self.restart()
-            return CellRun("died")
-        if reply.get("status") == "error":
-            return CellRun("error", reply.get("ename", ""), reply.get("evalue", ""),
-                           _error_line(reply.get("traceback", [])))
-        return CellRun("ok")
+    def run(self, source: str, timeout: float, user_expressions: dict | None = None) -> CellRun:
+        """Run one cell. A reply other than "ok" or "error" ("aborted": ipykernel drops requests that arrive
+        while it is still aborting after an error) means the cell did not run: it is sent once more, then
+        reported as "not run", never as a pass. ``stop_on_error=False``: an error does not abort what follows."""
+        for _attempt in range(2):
+            msg_id = self.kc.execute(source, allow_stdin=False, store_history=not user_expressions,
+                                     silent=bool(user_expressions), user_expressions=user_expressions or {},
+                                     stop_on_error=False)
+            reply = self._wait(msg_id, timeout)
+            if reply is None:  # too long: interrupt, as the Stop button does
+                self.km.interrupt_kernel()
+                reply = self._wait(msg_id, 10)
+                if reply is None or reply.get("status") == "died":
+                    self.restart()  # it did not stop: end it
+                return CellRun("timeout")
+            status = reply.get("status")
+            if status == "died":
+                self.restart()
+                return CellRun("died")
+            if status == "error":
+                return CellRun("error", reply.get("ename", ""), reply.get("evalue", ""),
+                               _error_line(reply.get("traceback", [])))
+            if status == "ok":
+                return CellRun("ok", user_expressions=reply.get("user_expressions", {}) or {})
+        return CellRun("not run", ename=str(status))
 
 
 def _error_line(traceback: list[str]) -> int | None:
@@ -161,11 +180,108 @@ def _reason(run: CellRun, timeout: float) -> str:
                 f"each cell {timeout:g} s (python -m ampcourse grade --timeout SECONDS to change it)")
     if run.status == "died":
         return DIED
+    if run.status == "not run":
+        return (f"the kernel did not run this cell (it answered {run.ename!r}, twice), so it does not count: "
+                "grade again; if it keeps happening, run ./course doctor")
     if run.ename in ("CheckFailed", "NotStarted"):
         return ANSI.sub("", run.evalue).strip()
     where = f" (line {run.line})" if run.line else ""
     return f"{run.ename}: {ANSI.sub('', run.evalue).strip()}{where}"
 
+
+
+# --- the grader's own state in the kernel: what an answer cell must not change ---------------------------------
+#
+# ``grade`` runs the learner's cells and the course's checks in one kernel, so an answer cell could patch the
+# checks (``check.tensor_bytes = lambda f: None``), rebind ``check``, or install an IPython input/AST transformer
+# or event callback that rewrites the check cell. Before each check the grader puts all of that back (evaluated
+# as ``user_expressions``, which no input transformer sees) and reports what it had to undo. This stops the
+# quiet forgeries; it is not a sandbox (README: grading is not tamper-proof).
+
+CHECK_IMPORT = re.compile(r"^\s*from\s+ampcourse\.checks\s+import\s+(lesson\d+)\s+as\s+(\w+)", re.M)
+_GUARD: dict = {}
+
+
+def _transformer_lists(shell) -> dict:
+    manager = shell.input_transformer_manager
+    return {"input transformers": [(manager, "cleanup_transforms"), (manager, "line_transforms"),
+                                   (manager, "token_transformers"), (shell, "input_transformers_post")],
+            "AST transformers": [(shell, "ast_transformers")]}
+
+
+def guard_install(shell, modules: dict[str, str]) -> str:
+    """In the kernel, before any learner cell: remember the shell's transformers and event callbacks and the
+    check modules (``{name bound in the check cells: module}``), imported now."""
+    import importlib
+
+    _GUARD.clear()
+    _GUARD["manager"] = shell.input_transformer_manager
+    _GUARD["lists"] = {(id(owner), attr): list(getattr(owner, attr))
+                       for group in _transformer_lists(shell).values() for owner, attr in group}
+    _GUARD["events"] = {name: list(callbacks) for name, callbacks in shell.events.callbacks.items()}
+    _GUARD["modules"] = {name: importlib.import_module(f"ampcourse.checks.{module}")
+                         for name, module in modules.items()}
+    _GUARD["functions"] = {name: dict(vars(module)) for name, module in _GUARD["modules"].items()}
+    return "installed"
+
+
+def _from_a_cell(obj) -> bool:
+    """Whether ``obj`` (a transformer, a callback) was defined in a notebook cell (module ``__main__``)."""
+    module = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", None)
+    return module in (None, "__main__") or str(module).startswith("__main__")
+
+
+def _undo(current: list, saved: list) -> bool:
+    """Remove from ``current`` what a cell added and put back what was removed (libraries, such as matplotlib's
+    inline backend registering a callback, may add their own: those stay). True when something was undone."""
+    added = [x for x in current if x not in saved and _from_a_cell(x)]
+    missing = [x for x in saved if x not in current]
+    if added or missing:
+        current[:] = [x for x in saved] + [x for x in current if x not in saved and x not in added]
+    return bool(added or missing)
+
+
+def guard_reset(shell) -> list[str]:
+    """In the kernel, right before a check: undo every change to the grader's state; return what was undone."""
+    import importlib
+
+    undone = []
+    if shell.input_transformer_manager is not _GUARD["manager"]:
+        shell.input_transformer_manager = _GUARD["manager"]
+        undone.append("input transformers")
+    for what, group in _transformer_lists(shell).items():
+        for owner, attr in group:
+            saved = _GUARD["lists"].get((id(owner), attr))
+            if saved is not None and _undo(getattr(owner, attr), saved):
+                undone.append(what)
+    for name, callbacks in shell.events.callbacks.items():
+        if _undo(callbacks, _GUARD["events"].get(name, [])):
+            undone.append(f"IPython '{name}' callbacks")
+    package = sys.modules["ampcourse.checks"]
+    for name, module in _GUARD["modules"].items():
+        short = module.__name__.rsplit(".", 1)[1]
+        before = _GUARD["functions"][name]
+        now = vars(module)
+        if (sys.modules.get(module.__name__) is not module or getattr(package, short, None) is not module
+                or any(now.get(k) is not v for k, v in before.items() if callable(v))):
+            undone.append(f"the check module {module.__name__}")
+        sys.modules[module.__name__] = module
+        setattr(package, short, module)
+        importlib.reload(module)
+        _GUARD["functions"][name] = dict(vars(module))
+        if name in shell.user_ns and shell.user_ns[name] is not module:
+            undone.append(f"the name `{name}`")
+        shell.user_ns[name] = module
+    return list(dict.fromkeys(undone))
+
+
+def _guard_modules(template) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for cell in template.cells:
+        if "check" in tags(cell):
+            for module, name in CHECK_IMPORT.findall(cell.source):
+                found[name] = module
+    return found
 
 # --- the check cells a learner's notebook should hold ---------------------------------------------------
 
@@ -252,8 +368,13 @@ def _unreadable(path: Path, err: Exception) -> str:
     except OSError:
         text = ""
     conflict = next((n for n, line in enumerate(text.splitlines(), 1) if line.startswith("<<<<<<<")), None)
-    why = (f"it holds git merge-conflict markers (line {conflict})" if conflict
-           else "it is not a complete notebook (a half-written save? an edit outside JupyterLab?)")
+    if conflict:
+        why = f"it holds git merge-conflict markers (line {conflict})"
+    elif text.startswith("\ufeff"):
+        why = ("it starts with a byte-order mark (an editor saved it as 'UTF-8 with BOM'): save it again as plain "
+               "UTF-8")
+    else:
+        why = "it is not a complete notebook (a half-written save? an edit outside JupyterLab?)"
     return (f"cannot read {path.name}: {why} [{type(err).__name__}]. Restore it from exercises/.backup/ or with "
             "git, or resolve the conflict, then grade again")
 
@@ -292,36 +413,86 @@ def plan(notebook: Path, root: Path = ROOT):
     return cells, checks, list(dict.fromkeys(notes))
 
 
+def _environment(err: BaseException) -> str:
+    return (f"the course's Python environment is broken ({type(err).__name__}: {str(err).strip()[:300]}), so this "
+            "exercise was not graded. Your notebook was not touched and is not the cause: run ./course doctor "
+            "(it says what to repair)")
+
+
+def _failed_all(notebook: Path, root: Path, why: str) -> list[CheckResult]:
+    solution = root / "solutions" / notebook.name
+    if not solution.exists():
+        return []
+    try:
+        template = make_exercise(read(solution), solution.name)
+    except Exception:  # noqa: BLE001
+        return []
+    return [CheckResult(task_title(template.cells, i), "failed", why)
+            for i, c in enumerate(template.cells) if "check" in tags(c)]
+
+
+GUARD = "__import__('ampcourse.grading', fromlist=['grading'])"
+
+
+def _guard(kernel: Kernel, timeout: float, expression: str):
+    """Evaluate a guard call in the kernel; its value, or None when it could not run."""
+    run = kernel.run("", timeout, user_expressions={"g": expression})
+    value = run.user_expressions.get("g", {})
+    if run.status != "ok" or value.get("status") != "ok":
+        return None
+    import ast
+
+    try:
+        return ast.literal_eval(value.get("data", {}).get("text/plain", "None"))
+    except (ValueError, SyntaxError):
+        return None
+
+
 def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOUT) -> ExerciseResult:
-    """Grade one exercise notebook (see the module docstring)."""
+    """Grade one exercise notebook (see the module docstring).
+
+    Only an error reading the notebook itself (not JSON, cut off, conflict markers, not a notebook) makes it
+    "unreadable"; a broken environment (a package that does not import, a kernel that does not start) is
+    reported as such, never blamed on the notebook.
+    """
+    try:
+        read(notebook)
+    except ImportError as err:
+        return ExerciseResult(notebook.stem, _failed_all(notebook, root, "not graded"), [_environment(err)])
+    except Exception as err:  # noqa: BLE001 - NotJSONError, a conflict, a cut-off file: report, go on
+        return ExerciseResult(notebook.stem, _failed_all(notebook, root, "not graded: the notebook is unreadable"),
+                              [_unreadable(notebook, err)])
     try:
         cells, checks, notes = plan(notebook, root)
-    except Exception as err:  # noqa: BLE001 - NotJSONError, a conflict, a cut-off file: report, go on
-        solution = root / "solutions" / notebook.name
-        results = []
-        if solution.exists():
-            try:
-                template = make_exercise(read(solution), solution.name)
-                results = [CheckResult(task_title(template.cells, i), "failed",
-                                       "not graded: the notebook is unreadable")
-                           for i, c in enumerate(template.cells) if "check" in tags(c)]
-            except Exception:  # noqa: BLE001
-                results = []
-        return ExerciseResult(notebook.stem, results, [_unreadable(notebook, err)])
+        template = exercise_template(notebook, root)
+        modules = _guard_modules(template) if template is not None else {}
+        kernel = Kernel(notebook.parent)
+    except Exception as err:  # noqa: BLE001 - nbval, jupyter_client or zmq broken: the environment
+        return ExerciseResult(notebook.stem, _failed_all(notebook, root, "not graded"), [_environment(err)])
     results: list[CheckResult] = []
     problems: list[str] = []
-    kernel = Kernel(notebook.parent)
     done: list[str] = []  # cells that ran fine: replayed after a restart
-    try:
+    install = f"{GUARD}.guard_install(get_ipython(), {modules!r})"
+
+    def prepare() -> None:
         # Load the check package first: it guards every check cell's torch state (ampcourse.checks.state).
         kernel.run("import ampcourse.checks", timeout)
+        if modules:
+            _guard(kernel, timeout, install)
+
+    try:
+        prepare()
         for index, cell in enumerate(cells):
             if cell.cell_type != "code" or not cell.source.strip():
                 continue
+            undone = _guard(kernel, timeout, f"{GUARD}.guard_reset(get_ipython())") if (
+                index in checks and modules) else []
+            if undone is None:
+                undone = ["the grader's state (it could not check it)"]
             restarts = kernel.restarts
             run = kernel.run(cell.source, timeout)
             if kernel.restarts != restarts:  # a fresh kernel: bring it back to where it was
-                kernel.run("import ampcourse.checks", timeout)
+                prepare()
                 for source in done:
                     kernel.run(source, timeout)
                 imports = [line for line in cell.source.splitlines() if IMPORT.match(line)]
@@ -331,6 +502,9 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
                 done.append(cell.source)
             if index in checks:
                 task = checks[index]
+                if undone:
+                    notes.append(f"{task}: a cell before its check changed the grader ({', '.join(undone)}); the "
+                                 "grader undid that before the check, so only the real check counted")
                 if run.status == "ok":
                     results.append(CheckResult(task, "passed"))
                 elif run.ename == "NotStarted":
@@ -385,23 +559,53 @@ def grade(paths: list[str] | None = None, root: Path = ROOT,
     if paths is not None and (isinstance(paths, (str, Path)) or not all(isinstance(p, (str, Path)) for p in paths)):
         raise TypeError("paths must be a list of notebook paths, e.g. ['exercises/00_start_here.ipynb']")
     targets: list[Path] = []
+    own: list[Path] = []  # notebooks in exercises/ without a solution: the learner's own, not graded
+
+    def add(path: Path, given_by_name: bool) -> None:
+        course = (root / "solutions" / path.name).exists()
+        if not course and (not given_by_name or not _own_checks(path)):
+            own.append(path)
+        else:
+            targets.append(path)
+
     for given in paths or []:
         target = Path(given)
         target = target if target.is_absolute() else Path.cwd() / target
         if target.is_dir():
-            targets += sorted(target.glob("*.ipynb"))
+            for path in sorted(target.glob("*.ipynb")):
+                add(path, False)
         elif target.suffix != ".ipynb" or not target.exists():
             raise ValueError(f"not an exercise notebook: {given} (give paths like exercises/00_start_here.ipynb, "
                              "or a folder)")
         else:
-            targets.append(target)
+            add(target, True)
     if not paths:
-        targets = sorted((root / "exercises").glob("*.ipynb"))
+        for path in sorted((root / "exercises").glob("*.ipynb")):
+            add(path, False)
     if not targets:
-        raise ValueError(f"no exercise notebooks found in {paths or [str(root / 'exercises')]}")
-    rows = []
-    for number, target in enumerate(targets, 1):
-        # Progress (issue 15): one line per exercise on stderr, so a minute of grading never looks hung.
-        print(f"[grade] {number}/{len(targets)} {target.stem} …", file=sys.stderr, flush=True)
-        rows.append(grade_one(target, root, timeout))
-    return format_table(rows), 0 if all(r.status == "passed" for r in rows) else 1
+        raise ValueError(f"no exercise notebooks found in {paths or [str(root / 'exercises')]}"
+                         + (f" ({', '.join(p.name for p in own)}: not course exercises)" if own else ""))
+    rows: list[ExerciseResult] = []
+    interrupted = False
+    try:
+        for number, target in enumerate(targets, 1):
+            # Progress (issue 15): one line per exercise on stderr, so a minute of grading never looks hung.
+            print(f"[grade] {number}/{len(targets)} {target.stem} …", file=sys.stderr, flush=True)
+            rows.append(grade_one(target, root, timeout))
+    except KeyboardInterrupt:  # Ctrl-C: the kernel is already stopped (grade_one's finally); show what was done
+        interrupted = True
+    table = format_table(rows) if rows else "(no exercise graded)"
+    if own:
+        table += "\n" + "\n".join(f"{p.name}: not a course exercise (no solutions/{p.name}), not graded"
+                                     for p in own)
+    if interrupted:
+        return table + f"\ninterrupted (Ctrl-C) after {len(rows)} of {len(targets)} exercise(s)", 130
+    return table, 0 if all(r.status == "passed" for r in rows) else 1
+
+
+def _own_checks(path: Path) -> bool:
+    """Whether a notebook the course did not generate has check cells of its own to grade."""
+    try:
+        return any("check" in tags(c) for c in read(path).cells)
+    except Exception:  # noqa: BLE001 - unreadable: grade_one reports it
+        return True

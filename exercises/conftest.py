@@ -35,7 +35,79 @@ def _with_timeout(item, runtest):
     return run
 
 
-def pytest_collection_modifyitems(items):
+def _sanitize_file_from_anywhere(config) -> None:
+    """pyproject's ``--nbval-sanitize-with=tests/nbval_sanitize.cfg`` is relative to the folder pytest started in:
+    from ``exercises/`` (a terminal opened there) or with an absolute path from elsewhere, nbval could not find it
+    and every cell errored. Resolve it against the course folder instead."""
+    given = getattr(config.option, "nbval_sanitize_with", None)
+    if given and not Path(given).is_absolute() and not Path(given).exists():
+        for base in (Path(str(config.rootpath)), HERE.parent):
+            if (base / given).is_file():
+                config.option.nbval_sanitize_with = str(base / given)
+                return
+
+
+GUARD = "__import__('ampcourse.grading', fromlist=['grading'])"
+
+
+def _guard(item, expression: str):
+    """Evaluate a grader guard call in nbval's kernel (as ``user_expressions``: no input transformer sees it)."""
+    import ast
+
+    kernel = item.parent.kernel
+    msg_id = kernel.kc.execute("", silent=True, store_history=False, user_expressions={"g": expression},
+                               stop_on_error=False)
+    while True:
+        msg = kernel.get_message(stream="shell", timeout=60)
+        if msg["parent_header"].get("msg_id") == msg_id:
+            value = msg["content"].get("user_expressions", {}).get("g", {})
+            if value.get("status") != "ok":
+                return None
+            try:
+                return ast.literal_eval(value.get("data", {}).get("text/plain", "None"))
+            except (ValueError, SyntaxError):
+                return None
+
+
+def _with_guard(item, runtest, modules, first):
+    """Before the notebook's first cell, remember the grader's state; before each check cell, undo what answer
+    cells did to it (a patched check module, a rebound ``check``, an input transformer: see
+    ``ampcourse.grading.guard_reset``) and say so, so a forged pass does not count quietly."""
+    def run():
+        if first:
+            _guard(item, "__import__('ampcourse.checks') and None")
+            _guard(item, f"{GUARD}.guard_install(get_ipython(), {modules!r})")
+        elif "check" in item.cell.metadata.get("tags", []):
+            undone = _guard(item, f"{GUARD}.guard_reset(get_ipython())")
+            if undone is None or undone:
+                import warnings
+
+                what = ", ".join(undone) if undone else "its state (the grader could not check it)"
+                warnings.warn(f"{item.name}: a cell before this check changed the grader ({what}); it was undone "
+                              "before the check, so only the real check counts", stacklevel=1)
+        return runtest()
+    return run
+
+
+def pytest_collection_modifyitems(config, items):
+    _sanitize_file_from_anywhere(config)
+    from ampcourse.grading import _guard_modules, exercise_template
+    from ampcourse.pytest_plugin import is_exercise
+
+    guarded: dict = {}
+    for item in items:
+        if hasattr(item, "options") and HERE in Path(str(item.fspath)).resolve().parents:
+            path = Path(str(item.fspath))
+            if path not in guarded:
+                try:
+                    template = exercise_template(path) if is_exercise(path) else None
+                except Exception:  # noqa: BLE001 - an unreadable solution: no guard, nbval still runs
+                    template = None
+                guarded[path] = _guard_modules(template) if template is not None else {}
+                if guarded[path]:
+                    item.runtest = _with_guard(item, item.runtest, guarded[path], first=True)
+            elif guarded[path]:
+                item.runtest = _with_guard(item, item.runtest, guarded[path], first=False)
     for item in items:
         if hasattr(item, "options") and HERE in Path(str(item.fspath)).resolve().parents:
             item.options["check"] = False

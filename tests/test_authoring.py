@@ -138,7 +138,7 @@ def test_a_learner_working_copy_is_not_stale_and_build_keeps_every_answer(tmp_pa
     assert "A new sentence." in (root / "exercises" / "00_start_here.ipynb").read_text()
     assert "scratch = 1  # my own cell" in (root / "exercises" / "00_start_here.ipynb").read_text()
     assert report.backup is not None
-    assert _answers(report.backup / "00_start_here.ipynb") == before["00_start_here.ipynb"]
+    assert _answers(report.backup / "exercises" / "00_start_here.ipynb") == before["00_start_here.ipynb"]
     assert authoring.stale_files(root) == []
     # A second build changes nothing and makes no backup.
     again = authoring.build(root)
@@ -170,11 +170,15 @@ def test_stale_exercise_is_detected_and_rebuilt(tmp_path, course_sources):
     nb = nbformat.read(exercise, as_version=4)
     nb.cells[0].source += "\nedited by hand"
     nbformat.write(nb, exercise)
-    (root / "exercises" / "99_orphan.ipynb").write_text("{}")
+    # A notebook without a solution is the learner's own (JupyterLab's Untitled.ipynb): never stale, left alone.
+    (root / "exercises" / "Untitled.ipynb").write_text("{}")
     stale = {p.name for p in authoring.stale_files(root)}
-    assert stale == {"00_start_here.ipynb", "99_orphan.ipynb"}
-    authoring.build(root)
-    assert {p.name for p in authoring.stale_files(root)} == {"99_orphan.ipynb"}
+    assert stale == {"00_start_here.ipynb"}
+    report = authoring.build(root)
+    assert authoring.stale_files(root) == []
+    assert (root / "exercises" / "Untitled.ipynb").read_text() == "{}"
+    assert [line for line in report.lines(root) if "Untitled" in line] == [
+        "left alone: exercises/Untitled.ipynb is your own notebook, not a course exercise"]
 
 
 def test_one_build_restores_a_deleted_exercise_and_nothing_else(tmp_path, course_sources):
@@ -226,7 +230,8 @@ PERSONAL = re.compile(r"/(home|Users|root|work|tmp)/[\w.-]+")
 def test_notebook_metadata_is_clean(folder):
     # The committed notebooks are checked (git show HEAD:path; the file itself outside a git clone): a
     # learner's saved copy carries JupyterLab metadata and their outputs, and that is theirs to keep.
-    for path in (ROOT / folder).glob("*.ipynb"):
+    paths = authoring.course_exercises(ROOT) if folder == "exercises" else (ROOT / folder).glob("*.ipynb")
+    for path in paths:  # a learner's own notebook in exercises/ (Untitled.ipynb) is theirs, not the course's
         text = authoring._committed(path, ROOT) or path.read_text()
         raw = json.loads(text)
         assert raw["metadata"] == {"kernelspec": authoring.KERNELSPEC, "language_info": authoring.LANGUAGE_INFO}

@@ -17,7 +17,9 @@ from ampcourse.authoring import make_exercise, read, tags
 from ampcourse.course import ROOT
 from ampcourse.grading import grade
 
-EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
+# The course's exercises: one per solution (a notebook of the learner's own in exercises/, such as JupyterLab's
+# Untitled.ipynb, is not one).
+EXERCISES = [ROOT / "exercises" / p.name for p in sorted((ROOT / "solutions").glob("*.ipynb"))]
 
 
 def _untouched(path):

@@ -140,3 +140,35 @@ def test_pytest_nbval_on_an_intact_answered_exercise_adds_nothing(tmp_path):
     run = _run(tmp_path, read(ROOT / "solutions" / NAME))
     assert run.returncode == 0, run.stdout[-3000:]
     assert "check cell of" not in run.stdout
+
+
+def test_pytest_nbval_runs_from_inside_exercises(tmp_path):
+    """Audit r3, finding 15: `cd exercises && pytest --nbval 00_start_here.ipynb` (a terminal opened while browsing
+    exercises/) errored on every cell: pyproject's sanitize file is a path relative to the folder pytest starts in."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "nbval_sanitize.cfg", tmp_path / "tests" / "nbval_sanitize.cfg")
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    shutil.copy(ROOT / "exercises" / "conftest.py", folder / "conftest.py")
+    nbformat.write(read(ROOT / "solutions" / NAME), folder / NAME)
+    run = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:randomly", NAME], cwd=folder,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "FileNotFoundError" not in run.stdout, run.stdout[-3000:]
+
+
+@pytest.mark.parametrize("forgery", [
+    "import ampcourse.checks.lesson00 as c\n"
+    "c.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')",
+    "get_ipython().input_transformers_cleanup.append(\n"
+    "    lambda l: ['pass\\n'] if any('check.' in x for x in l) else l)",
+], ids=["patched_checks", "input_transformer"])
+def test_pytest_nbval_undoes_a_forged_pass_and_says_so(tmp_path, forgery):
+    """Audit r3, finding 14: one line in an answer cell made `pytest --nbval` pass a wrong Task 1."""
+    nb = read(ROOT / "solutions" / NAME)
+    cell = next(c for c in nb.cells if "return t.numel() * t.element_size()" in c.source)
+    cell.source = cell.source.replace("return t.numel() * t.element_size()", "return 0") + "\n" + forgery
+    run = _run(tmp_path, nb)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "1 failed" in run.stdout.splitlines()[-1], run.stdout[-3000:]  # Task 1's check, run for real
+    assert "changed the grader" in run.stdout and "only the real check counts" in run.stdout, run.stdout[-3000:]

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32" or shutil.which("bash") 
 
 COURSE = (ROOT / "course").read_text()
 DEPENDENCIES = re.search(r'^DEPENDENCIES="([^"]+)"', COURSE, flags=re.M).group(1).split()
+KERNEL_MODULES = re.search(r'^KERNEL_MODULES="([^"]+)"', COURSE, flags=re.M).group(1).split()
 
 FAKE_PIP = '''
 import os, pathlib, sys
@@ -30,6 +31,8 @@ with open(os.environ["FAKE_PIP_LOG"], "a") as log:
 if args[:1] == ["--version"]:
     print("pip 0 (a stand-in for the tests)")
     sys.exit(0)
+if os.environ.get("FAKE_PIP_FAIL") and args[:1] == ["install"]:
+    sys.exit(1)  # offline
 site = pathlib.Path(__file__).resolve().parent.parent
 names = os.environ.get("FAKE_PIP_INSTALLS", "").split()
 for arg in args:
@@ -56,6 +59,10 @@ def make_venv(tmp_path: Path, *, pip: bool = True, modules=None, stamp: bool = T
     for name in modules if modules is not None else [d for d in DEPENDENCIES if d != "ampcourse"]:
         (site / name).mkdir()
         (site / name / "__init__.py").write_text("")
+    for dotted in KERNEL_MODULES:  # the submodules ./course doctor imports, under the stand-ins made above
+        top, _, rest = dotted.partition(".")
+        if rest and (site / top).is_dir():
+            (site / top / f"{rest}.py").write_text("")
     if pip:
         (site / "pip").mkdir()
         (site / "pip" / "__init__.py").write_text("")
@@ -181,3 +188,44 @@ def test_changed_requirements_reinstall_the_course_package(tmp_path):
     assert done.returncode == 0, done.stderr
     assert pip_calls(tmp_path) == ["install --quiet -e .[dev]"]
     assert course(venv, "doctor", tmp_path=tmp_path).returncode == 0
+
+
+def test_doctor_imports_what_the_kernel_needs(tmp_path):
+    """Audit r3, finding 19: with pyzmq deleted or matplotlib emptied (a namespace package), doctor said healthy
+    and grade blamed the notebook. Doctor now imports each dependency, the kernel's among them."""
+    venv = make_venv(tmp_path)
+    shutil.rmtree(_site_packages(venv) / "zmq")
+    done = course(venv, "doctor", tmp_path=tmp_path)
+    assert done.returncode == 1 and re.search(r"do not import: .*zmq", done.stderr), done.stderr
+    venv2 = make_venv(tmp_path / "second")
+    (_site_packages(venv2) / "matplotlib" / "__init__.py").unlink()
+    (_site_packages(venv2) / "matplotlib" / "pyplot.py").unlink()
+    done = course(venv2, "doctor", tmp_path=tmp_path)
+    assert done.returncode == 1 and "matplotlib" in done.stderr, done.stderr
+    venv3 = make_venv(tmp_path / "third")
+    (_site_packages(venv3) / "nbval" / "plugin.py").write_text("raise ImportError('a broken nbval')\n")
+    done = course(venv3, "doctor", tmp_path=tmp_path)
+    assert done.returncode == 1 and "nbval.plugin" in done.stderr, done.stderr
+
+
+def test_offline_a_changed_pyproject_only_warns_when_everything_imports(tmp_path):
+    """Audit r3, finding 21: offline, a comment added to pyproject.toml made every ./course command stop with the
+    "Offline?" hint although every dependency was installed."""
+    venv = make_venv(tmp_path)
+    (venv / ".ampcourse-installed").write_text("an older pyproject.toml\n")
+    done = course(venv, "setup", tmp_path=tmp_path, FAKE_PIP_FAIL="1")
+    assert done.returncode == 0 and "going on" in done.stderr, done.stderr
+    assert (venv / ".ampcourse-installed").read_text() == "an older pyproject.toml\n"  # tried again next time
+    shutil.rmtree(_site_packages(venv) / "numpy")  # a real gap still stops, with the hint
+    done = course(venv, "setup", tmp_path=tmp_path, FAKE_PIP_FAIL="1")
+    assert done.returncode == 1 and "Offline or behind a proxy?" in done.stderr, done.stderr
+
+
+def test_a_python_that_does_not_run_is_not_called_too_old(tmp_path):
+    """Audit r3, finding 23: a pyenv shim for a Python that is not installed was reported as "too old"."""
+    shim = tmp_path / "python3.13"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.13: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    done = course(tmp_path / "no-venv", "setup", tmp_path=tmp_path, PYTHON=str(shim))
+    assert done.returncode == 1 and "does not run: pyenv: python3.13: command not found" in done.stderr, done.stderr
+    assert "too old" not in done.stderr

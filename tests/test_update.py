@@ -81,7 +81,7 @@ def test_update_keeps_answers_across_an_upstream_change_to_the_same_exercise(clo
     assert any("kept your answers" in line for line in lines), lines
     assert authoring.stale_files(learner) == []
     assert git(learner, "rev-parse", "HEAD") == git(upstream, "rev-parse", "HEAD")
-    backups = list((learner / "exercises" / ".backup").glob(f"*/{name}"))
+    backups = list((learner / "exercises" / ".backup").glob(f"*/exercises/{name}"))
     assert len(backups) == 1 and "LEARNER WORK" in backups[0].read_text()
 
 
@@ -116,3 +116,204 @@ def test_dependencies_other_than_torch_are_pinned_to_a_tested_minor_release():
         if name != "torch":  # ./course installs torch itself (AMPCOURSE_TORCH_VERSION)
             pinned = re.search(r">=[\d.]+,<[\d.]+$", requirement.replace(" ", ""))
             assert pinned, f"{requirement}: pin it (>=x.y.z,<x.y+1)"
+
+
+# --- the update is one transaction (reliability audit r3, findings 1-4, 8, 10) --------------------------------------
+
+LESSON = "00_start_here.ipynb"
+
+
+def _save_lesson_with_a_note(learner, note="LEARNER WORK lesson 00"):
+    path = learner / "notebooks" / LESSON
+    nb = authoring.read(path)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(note))
+    nbformat.write(nb, path)
+
+
+def _learner_state(learner, only=None):
+    """The bytes of every notebook in exercises/ and notebooks/ (or of those named in ``only``)."""
+    return {p.relative_to(learner).as_posix(): p.read_bytes()
+            for folder in ("exercises", "notebooks") for p in sorted((learner / folder).glob("*.ipynb"))
+            if only is None or p.relative_to(learner).as_posix() in only}
+
+
+# What the learner saved in the tests below (a build after a pull may also rewrite other lessons where this checkout
+# is itself a working copy, whose saved lessons become the scratch upstream's: those are not the learner's work).
+SAVED = (f"exercises/{LESSON}", f"notebooks/{LESSON}")
+
+
+def _upstream_commit(upstream, name="upstream.txt"):
+    (upstream / name).write_text("a newer course\n")
+    git(upstream, "add", name)
+    git(upstream, "commit", "-qm", "upstream change")
+
+
+class _Stop(BaseException):
+    """What this test's own SIGTERM/SIGHUP handler raises (so code without handlers cannot kill pytest)."""
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_an_update_interrupted_during_the_pull_leaves_every_notebook_as_it_was(clones, monkeypatch, capsys, how):
+    """Finding 1: Ctrl-C (or SIGTERM/SIGHUP) while git pulls once left all exercises blank, and the backup held
+    lesson 00 under exercise 00's name (finding 2)."""
+    import signal
+
+    from ampcourse import update
+
+    upstream, learner = clones
+    answer_from_solution(learner, LESSON)
+    _save_lesson_with_a_note(learner)
+    _upstream_commit(upstream)
+    before = _learner_state(learner)
+    real = update._git
+    blanked = []
+
+    def slow_pull(root, *args, **kwargs):
+        if args[0] == "pull":
+            blanked.append(b"LEARNER WORK" not in (learner / "exercises" / LESSON).read_bytes())
+            if how == "SIGINT":
+                raise KeyboardInterrupt  # what Python makes of Ctrl-C
+            os.kill(os.getpid(), getattr(signal, how))
+            import time
+            time.sleep(30)
+        return real(root, *args, **kwargs)
+
+    monkeypatch.setattr(update, "_git", slow_pull)
+    previous = signal.signal(getattr(signal, how, signal.SIGTERM), lambda *a: (_ for _ in ()).throw(_Stop()))
+    try:
+        code = update.update(learner)
+    except (KeyboardInterrupt, _Stop):
+        code = None  # the interruption got through the update
+    finally:
+        signal.signal(getattr(signal, how, signal.SIGTERM), previous)
+    out = capsys.readouterr().out
+    assert blanked == [True]  # the interruption came while the course's files were checked out
+    assert _learner_state(learner) == before, "an interrupted update changed the learner's notebooks"
+    assert code == 130 and "Nothing was updated; your files are as they were" in out, out
+    # The backup keeps exercise 00 and lesson 00 apart, and marks no update as in progress any more.
+    backup = next((learner / "exercises" / ".backup").iterdir())
+    assert (backup / "exercises" / LESSON).read_bytes() == before[f"exercises/{LESSON}"]
+    assert (backup / "notebooks" / LESSON).read_bytes() == before[f"notebooks/{LESSON}"]
+    assert not (backup / update.MARKER).exists()
+
+
+def test_a_killed_update_is_put_back_by_the_next_run_or_by_restore(clones, tmp_path):
+    """Finding 1 (kill -9): nothing in the process can clean up, so the marker left in the backup does."""
+    import sys
+
+    from ampcourse import update
+
+    upstream, learner = clones
+    answer_from_solution(learner, LESSON)
+    _save_lesson_with_a_note(learner)
+    _upstream_commit(upstream)
+    before = _learner_state(learner, SAVED)
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import os, signal, sys\nfrom pathlib import Path\nfrom ampcourse import update\nreal = update._git\n"
+        "def git(root, *args, **kw):\n    if args[0] == 'pull':\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(root, *args, **kw)\nupdate._git = git\nsys.exit(update.update(Path(sys.argv[1])))\n")
+    env = {**os.environ, **GIT_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
+        "PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, str(script), str(learner)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == -9, run.stderr[-2000:]
+    assert b"LEARNER WORK" not in (learner / "exercises" / LESSON).read_bytes()  # killed with the files checked out
+    # The next update puts them back before it pulls (the marker says the last one did not finish), then updates.
+    lines = run_update(learner)
+    assert any("an earlier update was stopped" in line for line in lines), lines
+    text = (learner / "exercises" / LESSON).read_text()
+    assert text.count("LEARNER WORK") == 4, lines  # three answers and the note
+    # `./course update --restore` then brings back the notebooks exactly as they were before either update.
+    lines = update.restore(learner)
+    assert _learner_state(learner, SAVED) == before, lines
+    assert git(learner, "rev-parse", "HEAD") == git(upstream, "rev-parse", "HEAD")
+
+
+def test_a_refused_update_keeps_saved_lessons_too(clones, capsys):
+    """Finding 3: a pull that git refuses once reverted every saved lesson while saying nothing changed."""
+    from ampcourse import update
+
+    upstream, learner = clones
+    (upstream / "README.md").write_text("course\n")
+    git(upstream, "add", "README.md")
+    git(upstream, "commit", "-qm", "readme")
+    git(learner, "pull", "-q")
+    answer_from_solution(learner, LESSON)
+    _save_lesson_with_a_note(learner)
+    (learner / "README.md").write_text("my notes in the README\n")
+    (upstream / "README.md").write_text("course, newer\n")
+    git(upstream, "commit", "-qam", "readme changes")
+    before = _learner_state(learner)
+    assert update.update(learner) == 1
+    assert "Nothing was updated; your files are as they were" in capsys.readouterr().out
+    assert _learner_state(learner) == before
+    assert update.update(learner, remote="nosuchremote") == 1
+    assert _learner_state(learner) == before
+
+
+def test_build_after_the_learner_commits_keeps_added_cells(clones):
+    """Finding 4: once the learner committed, build took their committed exercise as the old template and dropped
+    every note cell while reporting them kept."""
+    upstream, learner = clones
+    answer_from_solution(learner, LESSON)
+    git(learner, "add", "-A")
+    git(learner, "commit", "-qm", "my work")
+    report = authoring.build(learner)
+    text = (learner / "exercises" / LESSON).read_text()
+    assert "LEARNER WORK: my notes" in text, report.lines(learner)
+    assert text.count("LEARNER WORK") == 4
+
+
+def test_an_update_after_an_exercise_was_deleted_brings_it_back(clones):
+    """Finding 10: a deleted exercise made the update crash (a raw FileNotFoundError from the backup)."""
+    upstream, learner = clones
+    answer_from_solution(learner, LESSON)
+    (learner / "exercises" / "03_autocast.ipynb").unlink()
+    _upstream_commit(upstream)
+    lines = run_update(learner)
+    assert (learner / "exercises" / "03_autocast.ipynb").exists(), lines
+    assert (learner / "exercises" / LESSON).read_text().count("LEARNER WORK") == 4
+
+
+def test_restore_brings_the_backup_of_an_update_back(clones):
+    upstream, learner = clones
+    answer_from_solution(learner, LESSON)
+    _save_lesson_with_a_note(learner)
+    _upstream_commit(upstream)
+    before = _learner_state(learner, SAVED)
+    run_update(learner)
+    assert (learner / "notebooks" / LESSON).read_bytes() != before[f"notebooks/{LESSON}"]  # replaced by the new one
+    from ampcourse import update
+
+    lines = update.restore(learner)
+    assert _learner_state(learner, SAVED) == before, lines
+    assert any("backed up in" in line for line in lines)  # what it overwrote is kept too
+
+
+def test_an_untitled_notebook_in_exercises_is_the_learners_own(clones):
+    """Finding 5: JupyterLab's Untitled.ipynb in exercises/ is not stale, survives build and update untouched."""
+    upstream, learner = clones
+    own = learner / "exercises" / "Untitled.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("mine = 1")]), own)
+    data = own.read_bytes()
+    assert authoring.stale_files(learner) == []
+    _upstream_commit(upstream)
+    lines = run_update(learner)
+    assert own.read_bytes() == data
+    assert lines.count("left alone: exercises/Untitled.ipynb is your own notebook, not a course exercise") == 1
+
+
+def test_answers_move_with_an_exercise_renamed_upstream(clones):
+    """Audit r3, finding 8: upstream renamed lesson 10's files and the answers stayed in an orphan file next to a
+    blank exercise. (The build after the pull runs in a fresh process in a real clone, so the new course map is
+    the one used; this scratch clone has no ampcourse/ of its own, so only the move is checked here.)"""
+    upstream, learner = clones
+    answer_from_solution(learner, "10_fp8.ipynb")
+    for folder in ("solutions", "exercises"):
+        git(upstream, "mv", f"{folder}/10_fp8.ipynb", f"{folder}/10_fp8_scaling.ipynb")
+    git(upstream, "commit", "-qm", "rename lesson 10's exercise")
+    lines = run_update(learner)
+    assert not (learner / "exercises" / "10_fp8.ipynb").exists(), lines
+    assert "LEARNER WORK" in (learner / "exercises" / "10_fp8_scaling.ipynb").read_text()
+    assert any("10_fp8.ipynb is now exercises/10_fp8_scaling.ipynb" in line for line in lines), lines

@@ -74,6 +74,9 @@ def fresh_clone(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for name in filter(None, files):
         source = ROOT / name
+        own = name.startswith("exercises/") and not (ROOT / "solutions" / source.name).exists()
+        if own and name.endswith(".ipynb"):
+            continue  # the learner's own notebook (JupyterLab's Untitled.ipynb): not part of the course
         if source.is_file():  # a file deleted but not yet committed is not part of the course now
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
@@ -280,3 +283,20 @@ if __name__ == "__main__":
     every = [item.number for item in LESSONS]
     make_working_copy(args.dest, every if args.all else EXECUTE, every if args.all else EXECUTE_EXERCISES, log=print)
     print(f"made {args.dest}: cd {args.dest} && ./course test")
+
+
+def test_the_browser_tests_get_blank_exercises_on_a_working_copy(tmp_path):
+    """Audit r3, finding 6: the browser tests copied exercises/ as it was, so on a working copy with exercise 00
+    answered, the test that waits for "NotStarted: ✗ Task 1" failed. The lab's copy is the blank course."""
+    from browser.lab import copy_course
+
+    root = fresh_clone(tmp_path / "clone")
+    exercise = root / "exercises" / "00_start_here.ipynb"
+    nbformat.write(answered(authoring.read(exercise), authoring.read(root / "solutions" / exercise.name)), exercise)
+    nbformat.write(nbformat.v4.new_notebook(), root / "exercises" / "Untitled.ipynb")
+    copy_course(root, tmp_path / "lab")
+    generated = authoring.generated_files(root)
+    for path in (root / "solutions").glob("*.ipynb"):
+        lab = tmp_path / "lab" / "exercises" / path.name
+        assert lab.read_text() == generated[root / "exercises" / path.name]
+    assert not (tmp_path / "lab" / "exercises" / "Untitled.ipynb").exists()

@@ -47,10 +47,26 @@ class LabServer:
             self.process.kill()
 
 
-def start_lab(course_root: Path, work: Path, extra_files: dict[str, Path] | None = None) -> LabServer:
-    """Copy the course into ``work`` and start ``jupyter lab`` on a free localhost port, without a token."""
-    for folder in ("notebooks", "exercises", "solutions"):
+def copy_course(course_root: Path, work: Path) -> None:
+    """The course's notebooks in ``work``: notebooks/ and solutions/ as they are, exercises/ blank as ``build``
+    generates them (the checkout may be a learner's working copy: their answers are not what the tests expect, and
+    their own notebooks there are not the course's; audit r3, finding 6)."""
+    from ampcourse import authoring
+
+    for folder in ("notebooks", "solutions"):
         shutil.copytree(course_root / folder, work / folder)
+    (work / "exercises").mkdir()
+    if (course_root / "exercises" / "conftest.py").exists():
+        shutil.copy2(course_root / "exercises" / "conftest.py", work / "exercises" / "conftest.py")
+    for path, text in authoring.generated_files(course_root).items():
+        if path.parent == course_root / "exercises":
+            (work / "exercises" / path.name).write_text(text, encoding="utf-8")
+
+
+def start_lab(course_root: Path, work: Path, extra_files: dict[str, Path] | None = None) -> LabServer:
+    """Copy the course into ``work`` (:func:`copy_course`) and start ``jupyter lab`` on a free localhost port,
+    without a token."""
+    copy_course(course_root, work)
     for name, source in (extra_files or {}).items():
         shutil.copy(source, work / name)
     settings = work / "_settings" / "@jupyterlab" / "notebook-extension"

@@ -1,0 +1,209 @@
+"""A grader that is not fooled quietly (reliability audit r3, findings 5, 13, 14, 19, 20).
+
+* 13: ipykernel answers "aborted" to a request that arrives while it is still aborting after an error; the
+  grader counted that as passed. A stand-in kernel client answers "aborted" here (no kernel needed).
+* 14: one line in an answer cell (patching the check module, an input transformer, rebinding ``check``) forged a
+  pass; the grader now undoes it before each check and says so (real kernels, exercise 00).
+* 19: a broken environment (a package that does not import) was blamed on the learner's notebook.
+* 5: a notebook of the learner's own in exercises/ is listed once as "not a course exercise", not graded 0/0.
+"""
+
+import queue
+import shutil
+
+import nbformat
+
+from ampcourse import authoring, grading
+from ampcourse.course import ROOT
+
+NAME = "00_start_here.ipynb"
+SOLUTION = ROOT / "solutions" / NAME
+RIGHT_TASK1 = "return t.numel() * t.element_size()"
+
+
+class FakeClient:
+    """A kernel client whose replies a test chooses: ``replies(source) -> list of statuses``, one per request."""
+
+    def __init__(self, replies):
+        self.replies, self.sent, self.pending = replies, [], []
+
+    def execute(self, code, **kwargs):
+        self.sent.append((code, kwargs))
+        msg_id = f"m{len(self.sent)}"
+        status = self.replies(code, kwargs, len([c for c, _ in self.sent if c == code]))
+        content = {"status": status}
+        expressions = kwargs.get("user_expressions") or {}
+        if status == "ok" and expressions:
+            value = "'installed'" if "guard_install" in expressions["g"] else "[]"
+            content["user_expressions"] = {"g": {"status": "ok", "data": {"text/plain": value}}}
+        if status == "error":
+            content.update(ename="CheckFailed", evalue="wrong", traceback=[])
+        self.pending.append({"parent_header": {"msg_id": msg_id}, "content": content})
+        return msg_id
+
+    def get_shell_msg(self, timeout=None):
+        if not self.pending:
+            raise queue.Empty
+        return self.pending.pop(0)
+
+    def get_iopub_msg(self, timeout=None):
+        raise queue.Empty
+
+    def stop_channels(self):
+        pass
+
+
+class FakeManager:
+    def is_alive(self):
+        return True
+
+    def shutdown_kernel(self, now=False):
+        pass
+
+
+def fake_kernel(monkeypatch, replies):
+    clients = []
+
+    def start(self):
+        self.km, self.kc = FakeManager(), FakeClient(replies)
+        clients.append(self.kc)
+    monkeypatch.setattr(grading.Kernel, "start", start)
+    return clients
+
+
+def test_an_aborted_reply_is_sent_again_then_reported_not_run(monkeypatch):
+    clients = fake_kernel(monkeypatch, lambda code, kw, n: "aborted")
+    kernel = grading.Kernel(ROOT)
+    run = kernel.run("x = 1", 5)
+    assert run.status == "not run" and "did not run this cell" in grading._reason(run, 5)
+    assert len(clients[0].sent) == 2  # sent once more
+    assert all(kw.get("stop_on_error") is False for _, kw in clients[0].sent)
+    clients = fake_kernel(monkeypatch, lambda code, kw, n: "aborted" if n == 1 else "ok")
+    assert grading.Kernel(ROOT).run("x = 1", 5).status == "ok"
+
+
+def test_a_check_the_kernel_aborted_never_counts_as_passed(tmp_path, monkeypatch):
+    """The audit's race: Task 1's check cell aborted (so its check never ran) was graded passed."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(SOLUTION, tmp_path / "solutions" / NAME)
+    shutil.copy(SOLUTION, tmp_path / "exercises" / NAME)
+    first_check = next(c.source for c in authoring.read(SOLUTION).cells if "check" in authoring.tags(c))
+    fake_kernel(monkeypatch, lambda code, kw, n: "aborted" if code == first_check else "ok")
+    result = grading.grade_one(tmp_path / "exercises" / NAME, tmp_path, timeout=5)
+    assert [c.status for c in result.checks] == ["failed", "passed", "passed"], result
+    assert "did not run this cell" in result.checks[0].reason
+
+
+def test_a_broken_environment_is_not_blamed_on_the_notebook(tmp_path, monkeypatch):
+    """Finding 19: with pyzmq deleted, grade said the intact notebook was 'not a complete notebook' and to restore
+    it with git (which would erase the answers)."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(SOLUTION, tmp_path / "solutions" / NAME)
+    shutil.copy(SOLUTION, tmp_path / "exercises" / NAME)
+
+    def no_zmq(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'zmq'")
+    monkeypatch.setattr(grading, "check_cell_problems", no_zmq)
+    result = grading.grade_one(tmp_path / "exercises" / NAME, tmp_path)
+    text = " ".join(result.problems)
+    assert "environment is broken" in text and "./course doctor" in text and "zmq" in text, text
+    assert "cannot read" not in text and "git" not in text
+    assert result.status == "failed" and len(result.checks) == 3
+    # A notebook that really is cut off is still called unreadable.
+    monkeypatch.undo()
+    (tmp_path / "exercises" / NAME).write_text(SOLUTION.read_text()[:500])
+    assert "cannot read" in " ".join(grading.grade_one(tmp_path / "exercises" / NAME, tmp_path).problems)
+
+
+def test_a_notebook_of_the_learners_own_is_listed_once_and_not_graded(tmp_path, monkeypatch):
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(SOLUTION, tmp_path / "solutions" / NAME)
+    shutil.copy(SOLUTION, tmp_path / "exercises" / NAME)
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "exercises" / "Untitled.ipynb")
+    shutil.copy(SOLUTION, tmp_path / "exercises" / "00_start_here-Copy1.ipynb")
+    graded = []
+    monkeypatch.setattr(grading, "grade_one", lambda path, root, timeout: graded.append(path.name) or
+                        grading.ExerciseResult(path.stem, [grading.CheckResult("Task 1", "passed")]))
+    table, code = grading.grade(root=tmp_path)
+    assert graded == [NAME] and code == 0, table
+    assert table.count("Untitled.ipynb: not a course exercise") == 1
+    assert "00_start_here-Copy1.ipynb: not a course exercise" in table
+    assert "1 of 1 exercises passed" in table
+
+
+def test_ctrl_c_stops_grade_and_shows_what_was_done(tmp_path, monkeypatch):
+    """Finding 20: Ctrl-C during grade printed nothing useful (or was waited out); now: the rows done, exit 130."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    for name in (NAME, "01_float_formats.ipynb"):
+        shutil.copy(SOLUTION, tmp_path / "solutions" / name)
+        shutil.copy(SOLUTION, tmp_path / "exercises" / name)
+
+    def one(path, root, timeout):
+        if path.name != NAME:
+            raise KeyboardInterrupt
+        return grading.ExerciseResult(path.stem, [grading.CheckResult("Task 1", "passed")])
+    monkeypatch.setattr(grading, "grade_one", one)
+    table, code = grading.grade(root=tmp_path)
+    assert code == 130 and "interrupted (Ctrl-C) after 1 of 2" in table and "00_start_here" in table
+
+
+FORGERIES = {
+    # Task 1 wrong, and the answer cell patches every check of the lesson.
+    "patched_checks": ("return 0\n"
+                       "import ampcourse.checks.lesson00 as c\n"
+                       "c.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')\n",
+                       ["failed", "passed", "passed"], "the check module ampcourse.checks.lesson00"),
+    # Task 1 wrong, and an input transformer turns every check cell into `pass`.
+    "input_transformer": ("return 0\n"
+                          "get_ipython().input_transformers_cleanup.append(\n"
+                          "    lambda l: ['pass\\n'] if any('check.' in x for x in l) else l)\n",
+                          ["failed", "passed", "passed"], "input transformers"),
+}
+
+
+def _forged(body):
+    def edit(nb):
+        for cell in nb.cells:
+            if RIGHT_TASK1 in cell.source:
+                lines = cell.source.replace(RIGHT_TASK1, "return 0").splitlines()
+                extra = [line for line in body.splitlines()[1:]]
+                cell.source = "\n".join(lines + extra)
+        return nb
+    return edit
+
+
+def test_a_forged_pass_is_undone_and_reported(tmp_path, figures):
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    for name, (body, _, _) in FORGERIES.items():
+        shutil.copy(SOLUTION, tmp_path / "solutions" / f"{name}.ipynb")
+        nbformat.write(_forged(body)(authoring.read(SOLUTION)), tmp_path / "exercises" / f"{name}.ipynb")
+    rebound = authoring.read(SOLUTION)  # Task 2's cell rebinds `check` to something that accepts anything
+    cell = next(c for c in rebound.cells if "def amp_forward" in c.source)
+    cell.source = "def amp_forward(model, x):\n    return None\n\nclass _Any:\n    def __getattr__(self, name):\n" \
+                  "        return lambda *a: print('✓')\n\ncheck = _Any()\n"
+    shutil.copy(SOLUTION, tmp_path / "solutions" / "rebound_check.ipynb")
+    nbformat.write(rebound, tmp_path / "exercises" / "rebound_check.ipynb")
+    results = {r.name: r for r in (grading.grade_one(p, tmp_path, timeout=120)
+                                   for p in sorted((tmp_path / "exercises").glob("*.ipynb")))}
+    figures("grade on forged passes:\n" + grading.format_table(list(results.values())))
+    for name, (_, statuses, undone) in FORGERIES.items():
+        assert [c.status for c in results[name].checks] == statuses, results[name]
+        assert any(undone in note and "Task 1" in note for note in results[name].notes), results[name].notes
+    assert [c.status for c in results["rebound_check"].checks] == ["passed", "failed", "passed"], results
+    assert any("the name `check`" in note for note in results["rebound_check"].notes), results["rebound_check"]
+
+
+def test_grade_help_gives_the_real_default_timeout(capsys):
+    """Audit r3, finding 18: `grade --help` said "default: 120" while the grader used 180."""
+    from ampcourse.__main__ import main
+
+    try:
+        main(["grade", "--help"])
+    except SystemExit:
+        pass
+    assert f"default: {grading.DEFAULT_TIMEOUT})" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
