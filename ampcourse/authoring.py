@@ -36,6 +36,7 @@ import nbformat
 from nbformat.corpus.words import generate_corpus_id
 
 from .course import LESSONS, ROOT, Lesson, published
+from . import lesson_map
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 # What ipykernel reports (``IPythonKernel.language_info``) and JupyterLab writes into a notebook when its
@@ -523,6 +524,8 @@ def stale_files(root: Path = ROOT) -> list[Path]:
             stale.append(path)
     # A notebook in exercises/ without a solution is the learner's own (JupyterLab's Untitled.ipynb, a scratch
     # copy): not generated, so never stale; see learner_notebooks.
+    if lesson_map.is_stale(root):
+        stale.append(root / lesson_map.TARGET)
     return stale
 
 
@@ -631,6 +634,8 @@ def build(root: Path = ROOT, old_templates: dict[str, nbformat.NotebookNode] | N
         os.replace(tmp, path)  # atomic: a crash never leaves a half-written notebook
         report.changed.append(path)
     report.merges = {p: m for p, m in report.merges.items() if p in writes}
+    if lesson_map.write(root):
+        report.changed.append(root / lesson_map.TARGET)
     return report
 
 
