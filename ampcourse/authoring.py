@@ -35,8 +35,8 @@ from pathlib import Path
 import nbformat
 from nbformat.corpus.words import generate_corpus_id
 
-from .course import LESSONS, ROOT, Lesson, published
 from . import lesson_map
+from .course import LESSONS, ROOT, Lesson, published
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 # What ipykernel reports (``IPythonKernel.language_info``) and JupyterLab writes into a notebook when its
