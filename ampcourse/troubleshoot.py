@@ -47,7 +47,8 @@ from .tables import Table
 from .validate import ModelCallFailed, as_device, as_float, as_int, as_positive
 
 __all__ = [
-    "RENT_FEATURES", "SYMPTOMS", "AnomalyReport", "BF16Training", "FP32Island", "GradStats", "ModuleRecord",
+    "COLLAPSE_WINDOW", "MAX_SKIP_FRACTION", "RENT_FEATURES", "SYMPTOMS", "AnomalyReport", "BF16Training",
+    "FP32Island", "GradStats", "ModuleRecord",
     "NonFiniteReport", "ScaleDiagnosis", "ScaleRun", "SeedFP32Loss", "WhereSqrt", "anomaly_message",
     "anomaly_overhead", "diagnose_scale", "find_nonfinite", "fp32_loss", "grad_stats", "overflow_model",
     "scale_history_png", "scaled_training_run", "symptom_table", "train_in_bf16",
@@ -974,7 +975,12 @@ class ScaleDiagnosis:
         return f"{self.status}: {self.reason}"
 
 
-def diagnose_scale(scales: Sequence[float], *, window: int = 8, max_skip_fraction: float = 0.1) -> ScaleDiagnosis:
+COLLAPSE_WINDOW = 8  # diagnose_scale: this many skipped steps in a row, at the end of a history, is a collapse
+MAX_SKIP_FRACTION = 0.1  # diagnose_scale: more skipped steps than this, from the first applied one on, is unstable
+
+
+def diagnose_scale(scales: Sequence[float], *, window: int = COLLAPSE_WINDOW,
+                   max_skip_fraction: float = MAX_SKIP_FRACTION) -> ScaleDiagnosis:
     """Read a GradScaler's scale history: ``healthy``, ``unstable`` or ``collapsing``, with the reason.
 
     ``scales`` holds ``scaler.get_scale()`` read before the first step and after each step's ``update()``
@@ -985,7 +991,7 @@ def diagnose_scale(scales: Sequence[float], *, window: int = 8, max_skip_fractio
       every step overflows, no step updates the model (it is frozen), and the scale shrinks by
       ``backoff_factor`` each step. When even a tiny scale overflows, the inf is not in the scaled
       gradients: look for it in the forward pass (:func:`find_nonfinite`) or the loss.
-    * **unstable** — after the first applied step, more than ``max_skip_fraction`` of the steps were skipped:
+    * **unstable** — from the first applied step on, more than ``max_skip_fraction`` of the steps were skipped:
       overflows keep coming back (a loss spike, a too-large learning rate, activations near 65504).
     * **healthy** — otherwise. Skips at the very start (the scale backing off from a too-large
       ``init_scale``) and an occasional skip after each growth are normal.
@@ -1032,7 +1038,7 @@ def diagnose_scale(scales: Sequence[float], *, window: int = 8, max_skip_fractio
     after = skipped[warmup:]
     fraction = sum(after) / len(after) if after else 0.0
     if fraction > max_skip_fraction:
-        reason = (f"{sum(after)} of the {len(after)} steps after the first applied one were skipped "
+        reason = (f"{sum(after)} of the {len(after)} steps from the first applied one on were skipped "
                   f"({fraction:.0%} > {max_skip_fraction:.0%}): overflows keep coming back.")
         return ScaleDiagnosis(status="unstable", reason=reason, **common)
     if warmup:
@@ -1081,12 +1087,13 @@ SYMPTOMS: tuple[dict[str, str], ...] = (
      "fix": "autocast(enabled=False), then GradScaler(enabled=False), one at a time: the NaN follows its cause",
      "shown in": "§6 bisect"},
     {"symptom": "a model.half() run stalls without any NaN",
-     "cause": "fp16 weights: an update at or below 2^-11 of a weight rounds away; Adam's eps=1e-8 is 0 in fp16",
+     "cause": "fp16 weights: an update below half a unit in the last place of the weight (2^-11 for weights "
+              "near 1) rounds away; Adam's eps=1e-8 is 0 in fp16",
      "fix": "FP32 master weights: autocast + GradScaler, never train a .half() model",
      "shown in": "§6 FP16 weights"},
     {"symptom": "NaN from an attention layer under fp16",
      "cause": "q·kᵀ scores pass 65504 before the softmax (inf − inf = NaN)",
-     "fix": "scores and softmax in an FP32 island, or bf16",
+     "fix": "scores and softmax in an FP32 island, F.scaled_dot_product_attention, or bf16",
      "shown in": "§6 attention logits"},
 )
 

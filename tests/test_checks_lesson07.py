@@ -9,7 +9,14 @@ import torch
 
 from ampcourse.checks import CheckFailed, NotStarted, lesson07
 from ampcourse.device import pick_device
-from ampcourse.troubleshoot import FP32Island, find_nonfinite, fp32_loss
+from ampcourse.troubleshoot import (
+    COLLAPSE_WINDOW,
+    MAX_SKIP_FRACTION,
+    FP32Island,
+    diagnose_scale,
+    find_nonfinite,
+    fp32_loss,
+)
 
 # --- Task 1 ------------------------------------------------------------------------------------------------------
 
@@ -32,7 +39,12 @@ def finder(check="isfinite", where="output", keep="first", remove="finally", mod
                 found.append(names[module])
 
         names = {module: name for name, module in model.named_modules()}
-        chosen = [m for m in model.modules() if modules == "all" or not list(m.children())]
+        if modules == "children":  # review 07: named_children() only
+            chosen = [m for _, m in model.named_children()]
+        elif modules == "no root":  # review 07: `if name` skips the model itself
+            chosen = [m for name, m in model.named_modules() if name]
+        else:
+            chosen = [m for m in model.modules() if modules == "all" or not list(m.children())]
         handles = [m.register_forward_hook(hook) for m in chosen]
         if remove == "finally":
             try:
@@ -50,6 +62,8 @@ def finder(check="isfinite", where="output", keep="first", remove="finally", mod
                     m._forward_hooks.clear()
         if not found:
             return None
+        if keep == "first or None":  # the old tier-3 hint: '' (the model itself) or None is None
+            return found[0] or None
         if order == "named_modules":
             found = [name for name, _ in model.named_modules() if name in found]
         name = found[0] if keep == "first" else found[-1]
@@ -77,6 +91,31 @@ def finder_global_hook(model, x):
     return found[0] if found else None
 
 
+class _Found(Exception):
+    pass
+
+
+def finder_abort(model, x):
+    """Right, written otherwise (review 07): stops the forward at the first non-finite output; validates."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("model must be an nn.Module")
+    names = {id(m): n for n, m in model.named_modules()}
+
+    def hook(module, inputs, output):
+        if isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
+            raise _Found(names[id(module)])
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    try:
+        model(x)
+    except _Found as found:
+        return found.args[0]
+    finally:
+        for handle in handles:
+            handle.remove()
+    return None
+
+
 def finder_find_nonfinite(model, x):
     """Right: the course's own tool."""
     first = find_nonfinite(model, x).first
@@ -86,12 +125,12 @@ def finder_find_nonfinite(model, x):
 # --- Task 2 ------------------------------------------------------------------------------------------------------
 
 class HandIsland(torch.nn.Module):
-    def __init__(self, module, disable=True, cast=True, back_to_half=False):
+    def __init__(self, module, disable=True, cast=True, back_to_half=False, device=None):
         super().__init__()
-        self.module, self.disable, self.cast, self.back = module, disable, cast, back_to_half
+        self.module, self.disable, self.cast, self.back, self.device = module, disable, cast, back_to_half, device
 
     def forward(self, x):
-        with torch.autocast(device_type=x.device.type, enabled=not self.disable):
+        with torch.autocast(device_type=self.device or x.device.type, enabled=not self.disable):
             out = self.module(x.float() if self.cast else x)
         return out.half() if self.back else out
 
@@ -204,46 +243,68 @@ def loss_tree_map(loss_fn, logits, target):
 # --- Task 4 ------------------------------------------------------------------------------------------------------
 
 def triage_right(initial, scales, losses):
+    """Right: the losses, then lesson 07's diagnose_scale (the exercise's solution)."""
     if not all(math.isfinite(x) for x in losses):
         return "forward overflow"
-    before = [initial, *scales[:-1]]
-    if all(a < b for b, a in zip(before, scales, strict=True)):
-        return "backward overflow"
-    return "healthy"
-
-
-def triage_torch(initial, scales, losses):
-    """Right, written otherwise: tensors, and 'any step taken' instead of 'every step skipped'."""
-    if not bool(torch.isfinite(torch.tensor(losses, dtype=torch.float64)).all()):
-        return "forward overflow"
-    s = torch.tensor([initial, *scales], dtype=torch.float64)
-    return "healthy" if bool((s[1:] >= s[:-1]).any()) else "backward overflow"
-
-
-def _skips(initial, scales, rule):
-    before = [initial, *scales[:-1]]
-    return [rule(a, b) for b, a in zip(before, scales, strict=True)]
+    status = diagnose_scale([initial, *scales]).status
+    return {"collapsing": "backward overflow", "unstable": "unstable", "healthy": "healthy"}[status]
 
 
 def triage_with(loss_test=math.isfinite, skip=lambda after, before: after < before, losses_seen="all",
-                frozen="all"):
+                frozen="window", window=COLLAPSE_WINDOW, unstable="from first applied", over=lambda a, b: a > b):
+    """diagnose_scale's rule written by hand (tensors nowhere), with one mistake switched on."""
     def triage(initial, scales, losses):
-        checked = losses if losses_seen == "all" else losses[-1:]
-        if losses_seen != "none" and not all(loss_test(v) for v in checked):
+        checked = losses if losses_seen == "all" else [] if losses_seen == "none" else losses[-1:]
+        if losses_seen == "every" and all(not loss_test(v) for v in losses):
             return "forward overflow"
-        skipped = _skips(initial, scales, skip)
-        if frozen == "all" and all(skipped) or frozen == "any" and any(skipped) or \
-                frozen == "final" and scales[-1] < initial:
+        if losses_seen != "every" and not all(loss_test(v) for v in checked):
+            return "forward overflow"
+        before = [initial, *scales[:-1]]
+        skipped = [skip(a, b) for b, a in zip(before, scales, strict=True)]
+        trailing = next((i for i, s in enumerate(reversed(skipped)) if not s), len(skipped))
+        if frozen == "window" and trailing >= window or frozen == "all" and all(skipped) or \
+                frozen == "any" and any(skipped) or frozen == "final" and scales[-1] < initial or \
+                frozen == "run of 3" and any(all(skipped[i:i + 3]) for i in range(len(skipped) - 2)):
             return "backward overflow"
-        if frozen == "run of 3" and any(all(skipped[i:i + 3]) for i in range(len(skipped) - 2)):
-            return "backward overflow"
+        warmup = next((i for i, s in enumerate(skipped) if not s), len(skipped))
+        counted = skipped[warmup:] if unstable == "from first applied" else skipped
+        if unstable != "never" and counted and over(sum(counted) / len(counted), MAX_SKIP_FRACTION):
+            return "unstable"
         return "healthy"
     return triage
+
+
+def triage_by_hand(initial, scales, losses):
+    """Right, written otherwise: tensors, the rule of diagnose_scale's docstring and its constants."""
+    if not bool(torch.isfinite(torch.tensor(losses, dtype=torch.float64)).all()):
+        return "forward overflow"
+    s = torch.tensor([initial, *scales], dtype=torch.float64)
+    skipped = (s[1:] < s[:-1]).tolist()
+    if len(skipped) >= COLLAPSE_WINDOW and all(skipped[-COLLAPSE_WINDOW:]):
+        return "backward overflow"
+    applied = [i for i, skip in enumerate(skipped) if not skip]
+    rest = skipped[applied[0]:] if applied else []
+    return "unstable" if rest and sum(rest) > MAX_SKIP_FRACTION * len(rest) else "healthy"
 
 
 def triage_scales_only(initial, scales, losses):
     before = [initial, *scales[:-1]]
     return "forward overflow" if all(a < b for b, a in zip(before, scales, strict=True)) else "healthy"
+
+
+def triage_three_verdicts(initial, scales, losses):
+    """The exercise's old rule (review 07): backward overflow only when *every* step is skipped."""
+    if not all(math.isfinite(x) for x in losses):
+        return "forward overflow"
+    before = [initial, *scales[:-1]]
+    return "backward overflow" if all(a < b for b, a in zip(before, scales, strict=True)) else "healthy"
+
+
+def triage_all_nan(initial, scales, losses):
+    """Review 07's w4_all_nan: a forward overflow only when every loss is non-finite."""
+    if all(not math.isfinite(x) for x in losses):
+        return "forward overflow"
+    return triage_right(initial, scales, [1.0] * len(losses))
 
 
 WRONG = {
@@ -260,6 +321,12 @@ WRONG = {
         "returns the class name": (finder(give="class"), "the module's class"),
         "always a name, never None": (lambda model, x: finder()(model, x) or "",
                                       "return None when no module produced inf or NaN"),
+        "hooks only named_children() (review 07)": (finder(modules="children"),
+                                                    "hook every module, not only the children"),
+        "skips the model itself, `if name` (review 07)": (finder(modules="no root"),
+                                                          "you did not hook the model itself"),
+        "found[0] or None, the old tier-3 hint (review 07)": (finder(keep="first or None"),
+                                                              "'' (an empty string, which is not none)"),
     },
     ("07", "fp32_block"): {
         "only .float(), autocast left on": (fixer(island=lambda m: HandIsland(m, disable=False)),
@@ -273,6 +340,9 @@ WRONG = {
         "wraps every block above 1e4": (fixer(pick="threshold"), "close to 65504, yet fits float16"),
         "block.float() instead of an island": (fixer(pick="weights"), "changes nothing"),
         "forgets to return the model": (fixer(pick="nothing returned"), "you returned None"),
+        "autocast off for a fixed other device (review 07)": (
+            fixer(island=lambda m: HandIsland(m, device="cuda" if pick_device().type == "cpu" else "cpu")),
+            "not a fixed"),
     },
     ("07", "loss_in_fp32"): {
         "casts the class-index targets (the seed's wrapper)": (loss_wrapper(cast_target=True),
@@ -281,9 +351,9 @@ WRONG = {
         "autocast left on": (loss_wrapper(disable=False), "autocast was still on inside the loss"),
         "autocast off for a fixed other device": (loss_wrapper(device="cuda" if pick_device().type == "cpu"
                                                                else "cpu"), "not a fixed"),
-        "soft targets left in float16": (loss_wrapper(cast_target="never"), "soft targets (float16 class "
-                                                                            "probabilities) reached the loss as "
-                                                                            "torch.float16"),
+        "soft targets left in float16, only the logits cast (review 07's w3_logits_only)": (
+            loss_wrapper(cast_target="never"), "soft targets (float16 class probabilities) reached the loss as "
+                                               "torch.float16"),
         "every target made long": (loss_wrapper(cast_target="long"), "you turned them into torch.int64"),
         "class indices made int32": (loss_wrapper(cast_target="int"), "reached the loss as torch.int32"),
         "loss cast back to float16": (loss_wrapper(give="half"), "return the loss as a float32 tensor"),
@@ -298,10 +368,27 @@ WRONG = {
         "inf only": (triage_with(loss_test=lambda v: not math.isinf(v)), "`math.isinf` misses NaN"),
         "only the last loss (a lone NaN read as healthy)": (triage_with(losses_seen="last"),
                                                            "a single inf or nan loss already means"),
+        "forward only when every loss is non-finite (review 07's w4_all_nan)": (triage_all_nan,
+                                                                                "one non-finite loss is enough"),
+        "every loss non-finite, hand-written rule": (triage_with(losses_seen="every"),
+                                                     "one non-finite loss is enough"),
         "<= counts as a skip": (triage_with(skip=lambda after, before: after <= before), "not `<=`"),
         "!= counts as a skip": (triage_with(skip=lambda after, before: after != before), "growth after clean steps"),
         "final scale below the start": (triage_with(frozen="final"), "the scaler doing its job"),
         "three skips in a row": (triage_with(frozen="run of 3"), "backed off from a too-large start"),
+        "backward only when every step is skipped (the old rule; review 07's mid-run collapse)": (
+            triage_three_verdicts, "not only when every step of the run is"),
+        "every step skipped, and unstable": (triage_with(frozen="all"), "not only when every step of the run is"),
+        "window off by one (> instead of >=)": (triage_with(window=COLLAPSE_WINDOW + 1),
+                                                "steps or more are all skipped"),
+        "window too short": (triage_with(window=COLLAPSE_WINDOW - 1), "fewer than collapse_window"),
+        "no 'unstable' verdict (review 07's every-4th-step run)": (triage_with(unstable="never"),
+                                                                   "diagnose_scale calls that unstable"),
+        "warm-up skips counted in the fraction": (triage_with(unstable="all steps"),
+                                                  "count skips from the first applied step on"),
+        ">= MAX_SKIP_FRACTION is unstable": (triage_with(over=lambda a, b: a >= b), "(`>`, not `>=`)"),
+        "a finite run called a forward overflow": (lambda i, s, losses: "forward overflow",
+                                                   "every loss is finite"),
     },
 }
 
@@ -309,6 +396,7 @@ RIGHT = {
     ("07", "first_nonfinite_module"): {
         "hooks on every module, try/finally": finder(),
         "one global hook, ExitStack": finder_global_hook,
+        "stops the forward at the first inf, validates (review 07's r1_abort)": finder_abort,
         "the course's find_nonfinite": finder_find_nonfinite,
     },
     ("07", "fp32_block"): {
@@ -323,8 +411,9 @@ RIGHT = {
         "the course's fp32_loss": lambda loss_fn, logits, target: fp32_loss(loss_fn)(logits, target),
     },
     ("07", "triage"): {
-        "losses first, then every step skipped": triage_right,
-        "tensors, any step taken": triage_torch,
+        "losses first, then diagnose_scale": triage_right,
+        "the rule by hand with tensors and the constants": triage_by_hand,
+        "the rule by hand, the fixture generator with no mistake": triage_with(),
     },
 }
 
@@ -384,6 +473,50 @@ def test_not_callable_and_stubs():
             check(42)
 
 
-def test_triage_cases_follow_the_rule():
-    for _what, initial, scales, losses, want in lesson07.TRIAGE_CASES:
-        assert triage_right(initial, scales, losses) == want
+def test_triage_cases_mean_what_they_say():
+    """Each log has the verdict it was written for, under the rule the check reads (diagnose_scale), and the
+    cases cover every verdict and the boundaries of COLLAPSE_WINDOW and MAX_SKIP_FRACTION."""
+    for what, initial, scales, losses, meant in lesson07.TRIAGE_CASES:
+        assert lesson07.expected_verdict(initial, scales, losses) == meant, what
+        assert triage_by_hand(initial, scales, losses) == meant, what
+    assert {case[-1] for case in lesson07.TRIAGE_CASES} == set(lesson07.VERDICTS)
+    trailing = {diagnose_scale([c[1], *c[2]]).trailing_skips for c in lesson07.TRIAGE_CASES}
+    assert {COLLAPSE_WINDOW - 1, COLLAPSE_WINDOW} <= trailing
+
+
+def test_the_review_logs_agree_with_the_lesson():
+    """Review 07: a mid-run collapse and a run that skips every 4th step get the lesson's diagnose_scale verdict."""
+    mid = [65536.0] * 20 + [65536.0 / 2**i for i in range(1, 11)]
+    assert diagnose_scale([65536.0, *mid]).status == "collapsing"
+    assert lesson07.expected_verdict(65536.0, mid, [1.0] * 30) == "backward overflow"
+    every_4th = [65536.0 / 2 ** ((i + 1) // 4) for i in range(40)]
+    assert diagnose_scale([65536.0, *every_4th]).status == "unstable"
+    assert lesson07.expected_verdict(65536.0, every_4th, [1.0] * 40) == "unstable"
+
+
+def test_the_root_model_overflows_in_its_own_forward():
+    device = pick_device()
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(3)).to(device)
+    with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.float16):
+        report = find_nonfinite(lesson07._root_model(device), x)
+    assert [r.name for r in report.bad] == [""]
+
+
+PARAMETERS = {"first_nonfinite_module": "model, x", "fp32_block": "model, x",
+              "loss_in_fp32": "loss_fn, logits, target", "triage": "initial_scale, scales, losses"}
+
+
+def _from_hint(task, namespace):
+    body = lesson07.HINTS[task][-1]
+    source = f"def {task}({PARAMETERS[task]}):\n" + "".join(f"    {line}\n" for line in body.splitlines())
+    exec(compile(source, f"<tier-3 hint of {task}>", "exec"), namespace)  # noqa: S102 - our own hint text
+    return namespace[task]
+
+
+def test_every_third_hint_tier_is_code_that_passes_its_check(capsys):
+    """The last hint tier is the body of the task's function: run as written, it passes the check."""
+    namespace = {"torch": torch, "math": math, "FP32Island": FP32Island, "diagnose_scale": diagnose_scale}
+    assert set(lesson07.HINTS) == set(PARAMETERS)
+    for task in PARAMETERS:  # in order: fp32_block's hint calls first_nonfinite_module's
+        getattr(lesson07, task)(_from_hint(task, namespace))
+        assert "✓" in capsys.readouterr().out, task

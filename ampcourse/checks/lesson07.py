@@ -9,6 +9,7 @@ loss), the dtype of the tensors that reach a layer and whether autocast was on a
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from ..device import pick_device
-from ..troubleshoot import find_nonfinite
+from ..troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale, find_nonfinite
 from . import CheckFailed, call, fail, hints, passed, require_callable
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
@@ -46,6 +47,20 @@ class _Amplify(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(x) * self.gain
+
+
+class _Scaled(nn.Module):
+    """A model whose own forward computes: ``b(a(x)) * gain``. Both children are finite; only the model's own
+    output (its name in ``named_modules()`` is ``''``) is inf."""
+
+    def __init__(self, gain: float) -> None:
+        super().__init__()
+        self.a = nn.Linear(6, 8)
+        self.b = nn.Linear(8, 3)
+        self.gain = gain
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x)) * self.gain
 
 
 class _Boom(RuntimeError):
@@ -83,6 +98,12 @@ def _container_model(device: torch.device) -> nn.Module:
     torch.manual_seed(10)
     return nn.Sequential(OrderedDict([("mix", _Amplify(1e6)), ("norm", nn.LayerNorm(8)), ("head", nn.Linear(8, 3))])
                          ).to(device)
+
+
+def _root_model(device: torch.device) -> nn.Module:
+    """The model itself overflows in its own forward (``b(a(x)) * 1e6``); ``a`` and ``b`` stay finite."""
+    torch.manual_seed(11)
+    return _Scaled(1e6).to(device)
 
 
 def _finite_model(device: torch.device) -> nn.Module:
@@ -124,28 +145,81 @@ def _first_nonfinite_input(model: nn.Module, x: torch.Tensor, device: torch.devi
     return None
 
 
-def _run_finder(task: str, fn, model: nn.Module, x: torch.Tensor, device: torch.device) -> Any:
+def _spy(model: nn.Module) -> tuple[dict, Any]:
+    """A forward pre-hook on the model itself, registered before the learner's function runs: when that
+    function calls ``model(x)``, it records which modules carry more forward hooks than before (the ones the
+    learner hooked) and whether a global forward hook was added."""
+    from torch.nn.modules import module as module_mod
+
+    base = {name: len(m._forward_hooks) for name, m in model.named_modules()}
+    base_global = len(module_mod._global_forward_hooks)
+    seen: dict[str, Any] = {}
+
+    def spy(module, args):
+        if not seen:
+            seen["local"] = {name for name, m in model.named_modules() if len(m._forward_hooks) > base[name]}
+            seen["global"] = len(module_mod._global_forward_hooks) > base_global
+    return seen, model.register_forward_pre_hook(spy)
+
+
+def _label(name: str) -> str:
+    return "'' (the model itself)" if name == "" else f"`{name}`"
+
+
+def _missed(task: str, hooked: dict, expected: str, model: nn.Module) -> CheckFailed | None:
+    """The mistake when the learner's hooks were not on the module that produced the first inf/NaN."""
+    local = hooked.get("local")
+    if not local or hooked.get("global") or expected in local:
+        return None
+    children = {name for name, _ in model.named_children()}
+    leaves = {name for name, module in model.named_modules() if not list(module.children())}
+    if expected == "":
+        return fail(task, "you did not hook the model itself (name ''): this model computes in its own forward "
+                          "(`b(a(x)) * 1e6`: `a` and `b` are finite, the model's output is inf), so only a hook on "
+                          "the model sees it. Hook `model.modules()`, which starts with the model, and return '' "
+                          "for it.")
+    if local <= children:
+        return fail(task, f"you hooked only the model's top-level children (`named_children()`), so no hook saw "
+                          f"{_label(expected)}, where the first inf appeared. Hook every module, not only the "
+                          "children: `model.modules()` (the model itself included).")
+    if local <= leaves:
+        return fail(task, f"you hooked only the leaf modules, but {_label(expected)} computes in its own forward "
+                          "(its children's outputs are finite, its own is inf). Put a hook on every module "
+                          "(`model.modules()`), containers and the model itself too.")
+    return fail(task, f"your hooks missed {_label(expected)}, the module whose output was the first to hold inf: "
+                      "hook every module (`model.modules()`).")
+
+
+def _run_finder(task: str, fn, model: nn.Module, x: torch.Tensor, device: torch.device) -> tuple[Any, dict]:
+    seen, spy = _spy(model)
     before = _hooks(model)
-    with _autocast(device):
-        answer = call(task, fn, "first_nonfinite_module", model, x)
-    left = _hooks(model) - before
+    try:
+        with _autocast(device):
+            answer = call(task, fn, "first_nonfinite_module", model, x)
+        left = _hooks(model) - before
+    finally:
+        spy.remove()
     if left:
         raise _left_behind(task, left, "after the function returned")
     if answer is not None and not isinstance(answer, str):
         raise fail(task, f"return the module's qualified name (a str, as in `model.named_modules()`) or None; you "
                          f"returned a {type(answer).__name__}.")
-    return answer
+    return answer, seen
 
 
 def _wrong_first(task: str, answer: Any, expected: str, model: nn.Module, x: torch.Tensor, device: torch.device,
-                 bad: list) -> CheckFailed:
+                 bad: list, hooked: dict) -> CheckFailed:
     """Name the mistake behind a wrong name on a model whose first non-finite output is ``expected``."""
+    missed = _missed(task, hooked, expected, model)
+    if missed is not None:
+        return missed
     names = [name for name, _ in model.named_modules()]
     bad_names = [r.name for r in bad]
     kinds = {name: type(module).__name__ for name, module in model.named_modules()}
     pre_order = [name for name in names if name in bad_names]
     if answer is None:
-        return fail(task, f"you returned None, but `{expected}` produced inf (its output passed float16's 65504). "
+        return fail(task, f"you returned None, but {_label(expected)} produced inf (its output passed float16's "
+                          "65504). "
                           "Check each module's *output* with `torch.isfinite(output).all()` in a forward hook.")
     if answer not in names:
         if answer == kinds[expected]:
@@ -193,16 +267,19 @@ def first_nonfinite_module(fn) -> None:
     with torch.no_grad(), _autocast(device):
         bad = list(find_nonfinite(model, x).bad)
     expected = bad[0].name  # "block.up"
-    answer = _run_finder(task, fn, model, x, device)
+    answer, hooked = _run_finder(task, fn, model, x, device)
     if answer != expected:
-        raise _wrong_first(task, answer, expected, model, x, device, bad)
+        raise _wrong_first(task, answer, expected, model, x, device, bad, hooked)
 
     nan_model = _nan_model(device)
     with torch.no_grad(), _autocast(device):
         nan_report = find_nonfinite(nan_model, x)
     expected_nan = nan_report.first.name  # "root"
-    answer = _run_finder(task, fn, nan_model, x, device)
+    answer, hooked = _run_finder(task, fn, nan_model, x, device)
     if answer != expected_nan:
+        missed = _missed(task, hooked, expected_nan, nan_model)
+        if missed is not None:
+            raise missed
         if answer is None:
             raise fail(task, f"on a model whose `{expected_nan}` module produces NaN (sqrt of negative numbers) and "
                              "no inf, you returned None: you only checked for inf, not NaN. Use "
@@ -213,20 +290,28 @@ def first_nonfinite_module(fn) -> None:
     with torch.no_grad(), _autocast(device):
         container_bad = list(find_nonfinite(container, x).bad)
     expected_container = container_bad[0].name  # "mix": its own forward multiplies by 1e6
-    answer = _run_finder(task, fn, container, x, device)
+    answer, hooked = _run_finder(task, fn, container, x, device)
     if answer != expected_container:
-        if answer == "norm":
-            raise fail(task, f"on a model whose `{expected_container}` module computes in its own forward "
-                             f"(`proj(x) * 1e6`: its child `{expected_container}.proj` is finite, its own output "
-                             "inf) you returned `norm`: you hooked only the leaf modules. Put a hook on every "
-                             "module (`model.modules()`), containers too.")
-        raise _wrong_first(task, answer, expected_container, container, x, device, container_bad)
+        raise _wrong_first(task, answer, expected_container, container, x, device, container_bad, hooked)
+
+    root = _root_model(device)
+    with torch.no_grad(), _autocast(device):
+        root_bad = list(find_nonfinite(root, x).bad)
+    expected_root = root_bad[0].name  # "": the model's own forward multiplies by 1e6
+    answer, hooked = _run_finder(task, fn, root, x, device)
+    if answer != expected_root:
+        if answer is None and _missed(task, hooked, expected_root, root) is None:
+            raise fail(task, "on a model that computes in its own forward (`b(a(x)) * 1e6`: `a` and `b` are "
+                             "finite, the model's output is inf) you returned None: the first non-finite output is "
+                             "the model's own, and its name in `model.named_modules()` is '' (an empty string, "
+                             "which is not None). Keep it: test `name is not None`, not `if name`.")
+        raise _wrong_first(task, answer, expected_root, root, x, device, root_bad, hooked)
 
     finite_model = _finite_model(device)
     calls = []
     own = finite_model.a.register_forward_hook(lambda module, args, output: calls.append(1))  # the user's hook
     try:
-        answer = _run_finder(task, fn, finite_model, x, device)
+        answer, _ = _run_finder(task, fn, finite_model, x, device)
     finally:
         own.remove()
     if answer is not None:
@@ -245,8 +330,8 @@ def first_nonfinite_module(fn) -> None:
         raise _left_behind(task, left, "after a forward pass that raised (the check's model raises on purpose, "
                                        "after `a` and `act` ran)")
     passed(task, f"`{expected}` (inf, before later NaNs), `{expected_nan}` (NaN only), `{expected_container}` (a "
-                 "container's own forward), None for a finite model (its own hook kept); no hooks left behind, "
-                 "even when the forward pass raised.")
+                 "container's own forward), '' (the model's own forward), None for a finite model (its own hook "
+                 "kept); no hooks left behind, even when the forward pass raised.")
 
 
 # --- Task 2: diagnose the block that overflows and put it in an FP32 island ---------------------------------
@@ -367,10 +452,11 @@ def _check_fixed(task: str, fn, which: str, device: torch.device) -> None:
                              f"comes from `{target}.up` (find it with forward hooks, as in Task 1, on *this* "
                              f"model). Wrap the top-level block that contains it, `{target}`.")
         if any(on and dtype == torch.float32 for n, (on, dtype) in seen.items() if n in target_layers):
-            raise fail(task, f"`{target}` received a float32 input but autocast was still on: it cast the input "
-                             f"back to float16 at the first Linear, and its output (up to {peak_up:.3g}) overflowed. "
-                             "The island needs `torch.autocast(device_type=x.device.type, enabled=False)` as well "
-                             "as `.float()`.")
+            raise fail(task, f"`{target}` received a float32 input but autocast was still on (on a {device.type} "
+                             f"tensor): it cast the input back to float16 at the first Linear, and its output (up to "
+                             f"{peak_up:.3g}) overflowed. The island needs `torch.autocast(device_type=x.device.type, "
+                             "enabled=False)` as well as `.float()`: the device type of the input, not a fixed "
+                             "\"cuda\" or \"cpu\".")
         raise fail(task, f"no block ran in FP32: `{target}` still ran in float16 and its output (up to "
                          f"{peak_up:.3g} in FP32) is inf. (`.float()` on a block's weights changes nothing: they "
                          f"are float32 already, autocast casts at each op.) Put `{target}` in an island.")
@@ -399,16 +485,23 @@ def _check_fixed(task: str, fn, which: str, device: torch.device) -> None:
 
 def fp32_block(fn) -> None:
     """Task 2: ``fp32_block(model, x)`` finds the block that overflows under float16 autocast and returns the
-    model with that block (only) in an FP32 island."""
+    model with that block (only) in an FP32 island.
+
+    Runs on the course device and, when that is not the CPU, on the CPU too (the first model): an island that
+    turns off autocast for a fixed device type fails on one of them."""
     task = "Task 2 (fp32_block)"
     require_callable(task, fn, "fp32_block")
     device = pick_device()
     for which in BLOCK_PEAKS:
         _check_fixed(task, fn, which, device)
+    ran = [device.type]
+    if device.type != "cpu":
+        _check_fixed(task, fn, next(iter(BLOCK_PEAKS)), torch.device("cpu"))
+        ran.append("cpu")
     found = [_overflowing_block(which) for which in BLOCK_PEAKS]
-    passed(task, f"found `{found[0]}` and `{found[1]}` (outputs past 65504) and put each, whole, in FP32: "
-                 "autocast off and float32 inputs there, every other block still float16 (also the ones "
-                 "close to 65504); outputs finite and equal to the reference fix.")
+    passed(task, f"found `{found[0]}` and `{found[1]}` (outputs past 65504) and put each, whole, in FP32 "
+                 f"({' and '.join(ran)}): autocast off and float32 inputs there, every other block still float16 "
+                 "(also the ones close to 65504); outputs finite and equal to the reference fix.")
 
 # --- Task 3: the loss in FP32, class indices kept ----------------------------------------------------------
 
@@ -495,55 +588,80 @@ def loss_in_fp32(fn) -> None:
 # --- Task 4: triage from a run's log ---------------------------------------------------------------------------------
 
 INF, NAN = float("inf"), float("nan")
-TRIAGE_CASES = [  # (what, initial scale, scales after each update, losses, verdict)
-    ("a run with two skips in 12 steps", 65536.0,
-     [65536.0] * 4 + [32768.0] + [32768.0] * 5 + [16384.0, 16384.0], [2.1, 2.0, 1.9, 1.9, 1.8, 1.7, 1.7, 1.6, 1.5,
-                                                                         1.5, 1.4, 1.4], "healthy"),
+SCALE_VERDICTS = {"collapsing": "backward overflow", "unstable": "unstable", "healthy": "healthy"}
+VERDICTS = ("healthy", "unstable", "forward overflow", "backward overflow")
+
+
+def expected_verdict(initial_scale: float, scales: list[float], losses: list[float]) -> str:
+    """The rule of Task 4: a non-finite loss is a forward overflow; with finite losses, lesson 07's
+    ``diagnose_scale`` reads ``[initial_scale, *scales]`` and ``SCALE_VERDICTS`` maps its status."""
+    if not all(math.isfinite(loss) for loss in losses):
+        return "forward overflow"
+    return SCALE_VERDICTS[diagnose_scale([initial_scale, *scales]).status]
+
+
+TRIAGE_CASES = [  # (what, initial scale, scales after each update, losses, the verdict the case is meant to have)
+    ("a clean run", 1024.0, [1024.0, 1024.0, 2048.0, 2048.0], [0.9, 0.8, 0.8, 0.7], "healthy"),
+    ("a run with one skip in 20 steps", 65536.0, [65536.0] * 9 + [32768.0] * 11,
+     [2.0 - 0.05 * i for i in range(20)], "healthy"),
+    ("a start that backs off from a too-large scale (first 5 steps skipped), then trains", 2.0**24,
+     [2.0**23, 2.0**22, 2.0**21, 2.0**20, 2.0**19] + [2.0**19] * 7, [2.2] * 5 + [2.1, 2.0, 1.9, 1.9, 1.8, 1.7, 1.6],
+     "healthy"),
     ("a run whose loss turns inf (and then NaN)", 65536.0, [32768.0, 16384.0, 8192.0, 4096.0, 2048.0, 1024.0],
      [2.3, INF, INF, NAN, INF, INF], "forward overflow"),
     ("a run whose loss turns inf and stays inf (no NaN)", 1024.0, [1024.0, 512.0, 256.0, 128.0, 64.0],
      [1.5, 1.4, INF, INF, INF], "forward overflow"),
-    ("a finite loss but every step skipped", 65536.0, [32768.0 / 2**i for i in range(10)],
-     [2.3] * 10, "backward overflow"),
-    ("a finite loss, every step skipped, the scale already below 1", 1.0, [0.5, 0.25, 0.125, 0.0625, 0.03125],
-     [2.3] * 5, "backward overflow"),
     ("one step with a NaN loss, then recovery (the lone non-finite loss)", 1024.0,
      [1024.0, 512.0, 512.0, 512.0, 512.0, 512.0], [1.2, NAN, 1.1, 1.0, 1.0, 0.9], "forward overflow"),
-    ("a clean run", 1024.0, [1024.0, 1024.0, 2048.0, 2048.0], [0.9, 0.8, 0.8, 0.7], "healthy"),
+    ("a finite loss but every step skipped", 65536.0, [32768.0 / 2**i for i in range(10)],
+     [2.3] * 10, "backward overflow"),
+    ("a finite loss, every step skipped, the scale already below 1", 1.0, [0.5 / 2**i for i in range(10)],
+     [2.3] * 10, "backward overflow"),
+    ("a run that trains 20 steps, then skips each of the last 10 (a collapse mid-run)", 65536.0,
+     [65536.0] * 20 + [65536.0 / 2**i for i in range(1, 11)], [1.0] * 30, "backward overflow"),
+    (f"a run whose last {COLLAPSE_WINDOW} steps (exactly COLLAPSE_WINDOW) are all skipped", 4096.0,
+     [4096.0] * 12 + [4096.0 / 2**i for i in range(1, COLLAPSE_WINDOW + 1)], [1.0] * (12 + COLLAPSE_WINDOW),
+     "backward overflow"),
+    ("a run that skips every 4th step", 65536.0, [65536.0 / 2 ** ((i + 1) // 4) for i in range(40)], [1.0] * 40,
+     "unstable"),
+    (f"a run that trains 20 steps, then skips the last {COLLAPSE_WINDOW - 1} (one short of COLLAPSE_WINDOW)",
+     4096.0, [4096.0] * 20 + [4096.0 / 2**i for i in range(1, COLLAPSE_WINDOW)], [1.0] * (19 + COLLAPSE_WINDOW),
+     "unstable"),
+    ("a run with two skips in 20 steps (10%, not more)", 65536.0, [65536.0] * 5 + [32768.0] * 5 + [16384.0] * 10,
+     [1.0] * 20, "healthy"),
     ("a clean run whose scale never changes", 4096.0, [4096.0] * 5, [0.9, 0.8, 0.8, 0.7, 0.7], "healthy"),
     ("a clean run growing at every step (growth_interval=1)", 8.0, [16.0, 32.0, 64.0, 128.0, 256.0],
      [0.9, 0.8, 0.8, 0.7, 0.7], "healthy"),
-    ("a start that backs off from a too-large scale (first 5 steps skipped), then trains", 2.0**24,
-     [2.0**23, 2.0**22, 2.0**21, 2.0**20, 2.0**19] + [2.0**19] * 7, [2.2] * 5 + [2.1, 2.0, 1.9, 1.9, 1.8, 1.7, 1.6],
-     "healthy"),
 ]
-VERDICTS = ("healthy", "forward overflow", "backward overflow")
 
 
 def _says(task: str, fn, initial: float, scales: list[float], losses: list[float]) -> Any:
     return call(task, fn, "triage", initial, list(scales), list(losses))
 
 
-def _triage_mistake(task: str, fn, context: str, what: str, initial: float, want: str) -> CheckFailed:
+def _flagged(verdict: Any) -> bool:
+    return verdict in ("backward overflow", "unstable")
+
+
+def _triage_mistake(task: str, fn, context: str, what: str, case: tuple, got: Any, want: str) -> CheckFailed:
     """Name the rule behind a wrong verdict, probing the answer with small logs of one kind each."""
-    steady, clean = [1024.0] * 4, [0.9, 0.8, 0.8, 0.7]
-    if want == "healthy":
-        if _got_backward(_says(task, fn, 1024.0, steady, clean)):
-            return fail(task, f"{context}: a scale that stays the same was not lowered, so no step was skipped. A "
-                              "skip is a scale *below* the one before (`after < before`), not `<=`.")
-        if _got_backward(_says(task, fn, 64.0, [128.0, 256.0, 512.0, 1024.0], clean)):
-            return fail(task, f"{context}: a scale that doubles is growth after clean steps, not a skip. Only a "
-                              "scale *below* the one before marks a skipped step.")
-        if "backs off" in what:
-            return fail(task, f"{context}: the first steps were skipped while the scale backed off from a too-large "
-                              "start (lesson 04's real run does the same), then every step was taken. Only a run in "
-                              "which *every* step is skipped is frozen.")
-        return fail(task, f"{context}: a few skipped steps are the scaler doing its job — it probes a higher scale "
-                          "and backs off. Only a non-finite loss, or every step skipped, is a problem.")
+    initial, scales, losses = case
+    steady, clean = [1024.0] * 10, [0.9] * 10
+    diagnosis = diagnose_scale([initial, *scales])
+    after = diagnosis.steps - diagnosis.warmup_skips
+    skipped_after = diagnosis.n_skipped - diagnosis.warmup_skips
+    rule = (f"diagnose_scale's rule: collapsing when the last COLLAPSE_WINDOW ({COLLAPSE_WINDOW}) steps or more "
+            f"were all skipped; unstable when more than MAX_SKIP_FRACTION ({MAX_SKIP_FRACTION:.0%}) of the steps "
+            "from the first applied one on were skipped")
     if want == "forward overflow":
-        sees_inf = _says(task, fn, 1024.0, steady, [0.9, INF, INF, INF]) == "forward overflow"
-        sees_nan = _says(task, fn, 1024.0, steady, [0.9, NAN, NAN, NAN]) == "forward overflow"
+        sees_inf = _says(task, fn, 1024.0, steady, [0.9, INF, INF, INF] + [INF] * 6) == "forward overflow"
+        sees_nan = _says(task, fn, 1024.0, steady, [0.9, NAN, NAN, NAN] + [NAN] * 6) == "forward overflow"
+        all_bad = _says(task, fn, 1024.0, steady, [INF] * 5 + [NAN] * 5) == "forward overflow"
         if not sees_inf and not sees_nan:
+            if all_bad:
+                return fail(task, f"{context}: you only call it a forward overflow when every loss is inf or NaN. "
+                                  "One non-finite loss is enough: that step's forward pass overflowed (no scale is "
+                                  "involved there). Test `all(math.isfinite(loss) for loss in losses)`.")
             return fail(task, f"{context}: the loss itself is inf or NaN, so the overflow happened in the forward "
                               "pass (no loss scale is involved there). Look at the losses before the scales.")
         if not sees_inf:
@@ -558,67 +676,108 @@ def _triage_mistake(task: str, fn, context: str, what: str, initial: float, want
                               "so no scale caused it (lesson 04's healthy skips have finite losses: the inf there "
                               "is in the scaled gradients). Test every loss with `math.isfinite`, not only the last.")
         return fail(task, f"{context}: the loss itself is inf or NaN, so the overflow happened in the forward pass "
-                          "(no loss scale is involved there). Look at the losses before the scales.")
-    below = " (even below 1)" if initial <= 1 else ""
-    return fail(task, f"{context}: the loss is finite, yet every step is skipped while the scale keeps halving{below}. "
-                      "The inf appears in the backward pass and is not caused by the scale.")
-
-
-def _got_backward(verdict: Any) -> bool:
-    return verdict == "backward overflow"
+                          "(no loss scale is involved there). Test every loss before the scales.")
+    if got == "forward overflow":
+        return fail(task, f"{context}: every loss is finite, so the forward pass did not overflow; a forward "
+                          "overflow shows as an inf or NaN loss. Read the scales for the rest.")
+    if want == "healthy":
+        if _flagged(_says(task, fn, 1024.0, steady, clean)):
+            return fail(task, f"{context}: a scale that stays the same was not lowered, so no step was skipped. A "
+                              "skip is a scale *below* the one before (`after < before`), not `<=`.")
+        if _flagged(_says(task, fn, 2.0, [2.0 ** (2 + i) for i in range(10)], clean)):
+            return fail(task, f"{context}: a scale that doubles is growth after clean steps, not a skip. Only a "
+                              "scale *below* the one before marks a skipped step.")
+        if "backs off" in what:
+            return fail(task, f"{context}: the first steps were skipped while the scale backed off from a too-large "
+                              "start (lesson 04's real run does the same), then every step was taken. Count skips "
+                              f"from the first applied step on, as diagnose_scale does ({rule}).")
+        if got == "unstable" and skipped_after <= MAX_SKIP_FRACTION * after:
+            return fail(task, f"{context}: {skipped_after} of the {after} steps were skipped, "
+                              f"{skipped_after / after:.0%}: unstable means *more than* MAX_SKIP_FRACTION "
+                              f"({MAX_SKIP_FRACTION:.0%}), so this is healthy (`>`, not `>=`).")
+        return fail(task, f"{context}: a few skipped steps are the scaler doing its job — it probes a higher scale "
+                          "and backs off. Only a non-finite loss, or what diagnose_scale flags, is a problem "
+                          f"({rule}).")
+    if want == "unstable":
+        if got == "backward overflow":
+            return fail(task, f"{context}: only the last {diagnosis.trailing_skips} steps were skipped, fewer than "
+                              f"COLLAPSE_WINDOW ({COLLAPSE_WINDOW}), so the run is not frozen (yet), but "
+                              f"{skipped_after} of its {after} steps were skipped: unstable ({rule}).")
+        return fail(task, f"{context}: {skipped_after} of the {after} steps from the first applied one on were "
+                          f"skipped, more than MAX_SKIP_FRACTION ({MAX_SKIP_FRACTION:.0%}): overflows keep coming "
+                          "back, and lesson 07's diagnose_scale calls that unstable. Return 'unstable'.")
+    below = " (even below 1)" if scales[-1] < 1 else ""
+    return fail(task, f"{context}: the loss is finite, yet each of the last {diagnosis.trailing_skips} steps was "
+                      f"skipped while the scale kept halving{below}: from there on the model is frozen, and the inf "
+                      "appears in the backward pass whatever the scale. It is a collapse when the last "
+                      f"COLLAPSE_WINDOW ({COLLAPSE_WINDOW}) steps or more are all skipped, not only when every step "
+                      "of the run is.")
 
 
 def triage(fn) -> None:
     """Task 4: ``triage(initial_scale, scales, losses)`` reads a run's log and says where the trouble is."""
     task = "Task 4 (triage)"
     require_callable(task, fn, "triage")
-    for what, initial, scales, losses, want in TRIAGE_CASES:
+    for what, initial, scales, losses, _meant in TRIAGE_CASES:
+        want = expected_verdict(initial, scales, losses)
         got = call(task, fn, "triage", initial, list(scales), list(losses))
         if got not in VERDICTS:
             raise fail(task, f"return one of {', '.join(map(repr, VERDICTS))} (you returned {got!r}).")
         if got == want:
             continue
         context = f"for {what} you said {got!r}, it is {want!r}"
-        raise _triage_mistake(task, fn, context, what, initial, want)
-    passed(task, f"{len(TRIAGE_CASES)} run logs triaged right: occasional skips (and a start that backs off) are "
-                 "healthy, one non-finite loss is already a forward overflow, a finite loss with every step skipped "
-                 "a backward one.")
+        raise _triage_mistake(task, fn, context, what, (initial, scales, losses), got, want)
+    passed(task, f"{len(TRIAGE_CASES)} run logs triaged as lesson 07's diagnose_scale reads them: occasional skips "
+                 "(and a start that backs off) are healthy, more than MAX_SKIP_FRACTION unstable, one non-finite "
+                 "loss is already a forward overflow, a finite loss with the last COLLAPSE_WINDOW steps skipped a "
+                 "backward one.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
 
-HINTS = {
+HINTS = {  # each third tier is the body of the task's function, run by tests/test_checks_lesson07.py
     'first_nonfinite_module': [
         ("A forward hook runs after each module's forward, in execution order. Lesson 07's hook table does"
-         ' exactly this for every module.'),
+         ' exactly this for every module, the model itself included.'),
         ('Register one hook per module (model.modules()), record the name of each module whose tensor '
-         'output is not all finite, and remove every handle in a `finally` block.'),
-        ('names = {m: n for n, m in model.named_modules()}; hook appends names[module] when not '
-         'torch.isfinite(output).all(); handles = [m.register_forward_hook(hook) for m in '
-         'model.modules()]; try: model(x) finally: remove; return found[0] or None.'),
+         'output is not all finite, and remove every handle in a `finally` block. The model itself is '
+         "named '' (an empty string, not None)."),
+        ('names = {m: n for n, m in model.named_modules()}\n'
+         'found = []\n'
+         'hook = lambda module, inputs, output: (found.append(names[module])\n'
+         '                                       if not torch.isfinite(output).all() else None)\n'
+         'handles = [m.register_forward_hook(hook) for m in model.modules()]\n'
+         'try:\n'
+         '    model(x)\n'
+         'finally:\n'
+         '    for handle in handles:\n'
+         '        handle.remove()\n'
+         'return found[0] if found else None'),
     ],
     'fp32_block': [
         ('Which module is the first to give inf? Your Task 1 function (or lesson 07\'s find_nonfinite) '
          'tells you; which top-level block holds it, and where are its values back in range?'),
-        ('Wrap that whole block (it ends with a LayerNorm) in an island: autocast disabled *and* a float32 '
-         'input. Leave every other block alone, also one whose values come close to 65504.'),
+        ('Wrap that whole block (it ends with a LayerNorm) in an island: autocast disabled for the device '
+         'type of its input *and* a float32 input. Leave every other block alone, also one whose values come '
+         'close to 65504.'),
         ('name = first_nonfinite_module(model, x).split(".")[0]; setattr(model, name, '
-         'FP32Island(getattr(model, name))); return model.'),
+         'FP32Island(getattr(model, name))); return model'),
     ],
     'loss_in_fp32': [
         'What dtypes may a cross-entropy target have? Lesson 07 names both legal forms.',
         ('Cast the logits up, switch autocast off for the call, and cast the target only when it is '
-         'floating point (soft targets); class indices must stay int64.'),
+         'floating point (soft targets become float32 too); class indices must stay int64.'),
         ('with torch.autocast(device_type=logits.device.type, enabled=False): target = target.float() if '
-         'target.is_floating_point() else target; return loss_fn(logits.float(), target).'),
+         'target.is_floating_point() else target; return loss_fn(logits.float(), target)'),
     ],
     'triage': [
         'Which number in the log is computed before any loss scaling happens? Start there.',
-        ('A non-finite loss — even a single one — means the forward pass overflowed. With finite losses, a '
-         'skip is a scale *below* the one before: occasional ones are normal; a decrease at every step means '
-         'the backward overflows whatever the scale.'),
-        ("if any loss is not math.isfinite: 'forward overflow'; elif every scales[i] < the scale before it: "
-         "'backward overflow'; else 'healthy'."),
+        ('A non-finite loss — even a single one — means the forward pass overflowed. With finite losses, the '
+         'scales tell the rest, read as lesson 07\'s diagnose_scale reads them (the scale before the first '
+         'step comes first).'),
+        ("if not all(math.isfinite(loss) for loss in losses): return 'forward overflow'\n"
+         'status = diagnose_scale([initial_scale, *scales]).status\n'
+         "return {'collapsing': 'backward overflow', 'unstable': 'unstable', 'healthy': 'healthy'}[status]"),
     ],
 }
 hint = hints(__name__, HINTS)
