@@ -122,8 +122,9 @@ def cuda_from_device_trace():
     def calls(d):
         x = torch.randn(3, 4, 5, device=d, dtype=FP16)
         f = torch.nn.functional
-        return {"bmm": torch.bmm(x, x.transpose(1, 2)), "conv1d": f.conv1d(x, torch.randn(2, 4, 3, device=d, dtype=FP16)),
-                "amin": x.amin(dim=-1), "cumprod": x.cumprod(-1), "log1p": x.log1p(), "softmin": f.softmin(x, -1),
+        kernel = torch.randn(2, 4, 3, device=d, dtype=FP16)
+        return {"bmm": torch.bmm(x, x.transpose(1, 2)), "conv1d": f.conv1d(x, kernel), "amin": x.amin(dim=-1),
+                "cumprod": x.cumprod(-1), "log1p": x.log1p(), "softmin": f.softmin(x, -1),
                 "smooth_l1_loss": f.smooth_l1_loss(x, x.flip(0)), "var_mean": torch.var_mean(x)[0]}
 
     return {k: v.dtype for k, v in device_trace(calls, "cuda", FP16).result.items()}

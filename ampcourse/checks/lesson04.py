@@ -352,7 +352,7 @@ def skipped_steps(fn) -> None:
     task = "Task 3 (skipped_steps)"
     require_callable(task, fn, "skipped_steps")
     logs, answers = _scale_logs(), []
-    for what, initial, scales, want in logs:
+    for what, initial, scales, _ in logs:
         given = list(scales)
         got = call(task, fn, "skipped_steps", initial, given)
         if given != scales:
