@@ -114,13 +114,13 @@ CUDA_OPS = {  # key → (the aten op whose CUDA policy decides, how the task nam
     "amin": ("aten::amin", "torch.amin(x, dim=-1)", "a minimum, like max and amax"),
     "cumprod": ("aten::cumprod", "torch.cumprod(x, dim=-1)", "a running product, like cumsum and prod"),
     "log1p": ("aten::log1p", "torch.log1p(x)", "a logarithm, log(1 + x), like log"),
-    "softmin": ("aten::softmax.int", "F.softmin(x, dim=-1)", "softmax of -x"),
+    "softmin": ("aten::softmax.int", "F.softmin(x, dim=-1)", "softmax of -x, like softmax and log_softmax"),
     "smooth_l1_loss": ("aten::smooth_l1_loss", "F.smooth_l1_loss(x, target)", "a loss, like mse_loss and l1_loss"),
     "var_mean": ("aten::var_mean", "torch.var_mean(x)", "a statistic, like mean and var"),
 }
 RELATIVES = {  # the ops of lesson 03's rule (or tables) that each Task 3 op's family is read from: all agree on CUDA
     "bmm": ("aten::mm", "aten::addmm"), "conv1d": ("aten::conv2d",), "amin": ("max", "amax"),
-    "cumprod": ("cumsum", "prod"), "log1p": ("log",), "softmin": ("softmax",),
+    "cumprod": ("cumsum", "prod"), "log1p": ("log",), "softmin": ("softmax", "log_softmax"),
     "smooth_l1_loss": ("mse_loss", "l1_loss"), "var_mean": ("mean", "var"),
 }
 FAMILY_IS_A_HEURISTIC = {  # per-op lists: close relatives with different CUDA policies (the task text names them)
