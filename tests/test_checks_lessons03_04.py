@@ -90,7 +90,7 @@ def island_turns_autocast_off(f, x):
 
 
 # --- exercise 03, Task 3: predict_cuda_dtypes -------------------------------------------------------------------
-CUDA_RIGHT = {"bmm": FP16, "conv1d": FP16, "gelu": FP16, "cumprod": FP32, "log1p": FP32, "rsqrt": FP32,
+CUDA_RIGHT = {"bmm": FP16, "conv1d": FP16, "amin": FP16, "cumprod": FP32, "log1p": FP32, "softmin": FP32,
               "smooth_l1_loss": FP32, "var_mean": FP16}
 
 
@@ -98,14 +98,36 @@ def cuda_from_probe():
     """A right answer written otherwise: ask the probe for each op's CUDA policy."""
     from ampcourse.autocast_lists import probe
 
-    ops = {"bmm": "aten::bmm", "conv1d": "aten::conv1d", "gelu": "aten::gelu", "cumprod": "aten::cumprod",
-           "log1p": "aten::log1p", "rsqrt": "aten::rsqrt", "smooth_l1_loss": "aten::smooth_l1_loss",
+    ops = {"bmm": "aten::bmm", "conv1d": "aten::conv1d", "amin": "aten::amin", "cumprod": "aten::cumprod",
+           "log1p": "aten::log1p", "softmin": "aten::softmax.int", "smooth_l1_loss": "aten::smooth_l1_loss",
            "var_mean": "aten::var_mean"}
     return {k: FP32 if probe(op, "cuda").policy == "fp32" else FP16 for k, op in ops.items()}
 
 
 def _cuda(**changes):
     return lambda: {**CUDA_RIGHT, **changes}
+
+
+def cuda_from_cpu_probe():
+    """The reviewer's W2: the CPU's lists applied to CUDA."""
+    from ampcourse.autocast_lists import probe
+
+    return {k: FP32 if probe(op, "cpu").policy == "fp32" else FP16 for k, (op, _, _) in lesson03.CUDA_OPS.items()}
+
+
+def cuda_from_device_trace():
+    """A right answer written otherwise: run the calls under simulated CUDA autocast and read the dtypes."""
+    from ampcourse.autocast_lists import device_trace
+
+    def calls(d):
+        x = torch.randn(3, 4, 5, device=d, dtype=FP16)
+        f = torch.nn.functional
+        kernel = torch.randn(2, 4, 3, device=d, dtype=FP16)
+        return {"bmm": torch.bmm(x, x.transpose(1, 2)), "conv1d": f.conv1d(x, kernel), "amin": x.amin(dim=-1),
+                "cumprod": x.cumprod(-1), "log1p": x.log1p(), "softmin": f.softmin(x, -1),
+                "smooth_l1_loss": f.smooth_l1_loss(x, x.flip(0)), "var_mean": torch.var_mean(x)[0]}
+
+    return {k: v.dtype for k, v in device_trace(calls, "cuda", FP16).result.items()}
 
 
 # --- exercise 04, Task 1: amp_step --------------------------------------------------------------------------------
@@ -129,6 +151,43 @@ def step_alternative_style(model, loss_fn, optimizer, scaler, x, y):
     scaler.step(optimizer)
     scaler.update()
     return float(loss)
+
+
+def step_by_hand_zero_and_clip(model, loss_fn, optimizer, scaler, x, y):
+    """The reviewer's C1: gradients cleared by hand, unscale_ then clipping before the step."""
+    for p in model.parameters():
+        p.grad = None
+    with torch.amp.autocast(device_type=x.device.type, dtype=torch.float16):
+        out = model(x)
+        loss = loss_fn(out, y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
+    scaler.step(optimizer)
+    scaler.update()
+    return float(loss.detach())
+
+
+def step_optimizer_step_no_unscale(model, loss_fn, optimizer, scaler, x, y):
+    """The reviewer's W4: optimizer.step() called directly, then update(), which torch refuses."""
+    optimizer.zero_grad()
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    optimizer.step()
+    scaler.update()
+    return loss.item()
+
+
+def step_backward_inside(model, loss_fn, optimizer, scaler, x, y):
+    """The reviewer's W8: backward inside the autocast region."""
+    optimizer.zero_grad()
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
 
 
 def step_explicit_unscale(model, loss_fn, optimizer, scaler, x, y):
@@ -262,6 +321,14 @@ def update_backoff_unrounded(scale, tracker, found_inf, g, b, n):
     return update_right(scale, tracker, found_inf, g, b, n)
 
 
+def update_torch_kernel(scale, tracker, found_inf, g, b, n):
+    """The reviewer's U_C1: GradScaler's own update kernel."""
+    s = torch.tensor([scale], dtype=torch.float32)
+    t = torch.tensor([tracker], dtype=torch.int32)
+    torch._amp_update_scale_(s, t, torch.tensor([1.0 if found_inf else 0.0]), g, b, n)
+    return s.item(), int(t.item())
+
+
 def update_every_step(scale, tracker, found_inf, g, b, n):
     return (scale * b, 0) if found_inf else (scale * g, tracker + 1)
 
@@ -309,6 +376,21 @@ def skipped_numpy(initial, scales):
     return list(np.flatnonzero(np.diff([initial, *scales]) < 0))  # numpy integers
 
 
+def skipped_strict(initial, scales):
+    """The reviewer's S_C2: validates the log, then compares neighbours with itertools.pairwise."""
+    import itertools
+
+    values = [float(initial), *map(float, scales)]
+    if any(not math.isfinite(v) or v < 0 for v in values):
+        raise ValueError("a scale must be finite and >= 0")
+    return [i for i, (b, a) in enumerate(itertools.pairwise(values)) if a < b]
+
+
+def skipped_halving(initial, scales):
+    """The reviewer's S_W3: assumes the default back-off 0.5 (misses the 0.8 back-offs)."""
+    return [i for i, (b, a) in enumerate(_pairs(initial, scales)) if a == b / 2]
+
+
 def skipped_mutates(initial, scales):
     scales.insert(0, initial)
     return [i - 1 for i in range(1, len(scales)) if scales[i] < scales[i - 1]]
@@ -334,6 +416,26 @@ def unscale_torch_kernel(grads, scale):
     return out, bool(found.item())
 
 
+def unscale_float32_reciprocal(grads, scale):
+    """Right too (N2): the reciprocal taken in float32 is the correctly rounded 1/scale, as float64 rounded once."""
+    inv = torch.tensor(scale, dtype=torch.float32).reciprocal()
+    return [g * inv for g in grads], not all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+def unscale_numpy_cat(grads, scale):
+    """The reviewer's X_C3: numpy's float32 reciprocal, one isfinite over the concatenated gradients."""
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    with np.errstate(over="ignore", divide="ignore"):
+        inv = np.float32(1 / np.float64(scale))
+    return [torch.mul(g, float(inv)) for g in grads], bool(torch.logical_not(torch.isfinite(flat)).any())
+
+
+def unscale_checks_after(grads, scale):
+    """The reviewer's X_W6: tests the unscaled results for inf/NaN instead of the incoming gradients."""
+    out = _unscaled(grads, scale)
+    return out, not all(bool(torch.isfinite(g).all()) for g in out)
+
+
 def _unscaled(grads, scale):
     return unscale_right(grads, scale)[0]
 
@@ -345,8 +447,10 @@ WRONG = {
         "grads in bf16": (_dtypes(**{"weight.grad": BF16}), "dtype of its leaf"),
         "relu in fp32": (_dtypes(act=FP32), "no autocast rule"),
         "linear in fp32": (_dtypes(hidden=FP32), "lower-precision list"),
-        "everything bfloat16": (lambda: {k: BF16 for k in RIGHT_DTYPES}, "'loss' is float32"),
-        "float16, the CUDA default": (_dtypes(hidden=FP16, act=FP16, logits=FP16), "'hidden' is bfloat16"),
+        "everything bfloat16": (lambda: {k: BF16 for k in RIGHT_DTYPES}, "'loss' (you said bfloat16)"),
+        "float16, the CUDA default": (_dtypes(hidden=FP16, act=FP16, logits=FP16), "'hidden' (you said float16)"),
+        "three wrong at once (review W2: all named, none answered)": (
+            _dtypes(loss=BF16, act=FP32, **{"weight.grad": BF16}), "3 of 6 wrong"),
         "strings": (_dtypes(loss="float32"), "give a torch dtype"),
         "missing key": (lambda: {"hidden": BF16}, "no entry for"),
         "a list": (lambda: list(RIGHT_DTYPES.values()), "return a dict"),
@@ -363,16 +467,18 @@ WRONG = {
             "torch.cuda.amp spelling": (island_deprecated_cuda_spelling, "autocast was still on")}),
     },
     ("03", "predict_cuda_dtypes"): {
-        "the CPU's lists": (_cuda(cumprod=FP16, log1p=FP16, rsqrt=FP16), "on the CPU it is not"),
-        "every statistic in float32": (_cuda(var_mean=FP32), "a statistic like mean and var, on no CUDA list"),
-        "activations in float32": (_cuda(gelu=FP32), "cheap pointwise activation, on no CUDA list"),
-        "matmuls in float32": (_cuda(bmm=FP32, conv1d=FP32), "a matmul, on CUDA's lower-precision list"),
-        "transcendentals left in float16": (_cuda(log1p=FP16, rsqrt=FP16), "a transcendental pointwise op"),
-        "a loss in float16": (_cuda(smooth_l1_loss=FP16), "a loss, on CUDA's FP32 list"),
+        "the CPU's lists": (_cuda(cumprod=FP16, log1p=FP16, softmin=FP16), "the CPU's lists differ here"),
+        "the CPU's lists, from the probe (review W2)": (cuda_from_cpu_probe, "the CPU's lists differ here"),
+        "every statistic in float32": (_cuda(var_mean=FP32), "like mean and var; its relatives are on no CUDA list"),
+        "a minimum in float32": (_cuda(amin=FP32), "like max and amax; its relatives are on no CUDA list"),
+        "matmuls in float32": (_cuda(bmm=FP32, conv1d=FP32), "its relatives are on CUDA's lower-precision list"),
+        "log1p and softmin left in float16": (_cuda(log1p=FP16, softmin=FP16), "softmax of -x"),
+        "a loss in float16": (_cuda(smooth_l1_loss=FP16), "a loss, like mse_loss and l1_loss; its relatives are on "
+                                                          "CUDA's FP32 list"),
         "everything float16": (lambda: {k: FP16 for k in CUDA_RIGHT}, "4 of 8 wrong"),
-        "everything float32": (lambda: {k: FP32 for k in CUDA_RIGHT}, "4 of 8 wrong"),
+        "everything float32": (lambda: {k: FP32 for k in CUDA_RIGHT}, "a family is a heuristic"),
         "bfloat16 named": (_cuda(bmm=BF16), "give torch.float16 or torch.float32"),
-        "a missing key": (lambda: {k: v for k, v in CUDA_RIGHT.items() if k != "gelu"}, "exactly the keys"),
+        "a missing key": (lambda: {k: v for k, v in CUDA_RIGHT.items() if k != "amin"}, "exactly the keys"),
     },
     ("04", "amp_step"): {
         "forward outside autocast": (_step(forward="outside"), "forward pass `model(x)` ran outside the autocast"),
@@ -389,6 +495,10 @@ WRONG = {
         "update twice (B19)": (_step(update="twice"), "ran twice in one step"),
         "unscale_ twice": (_step(unscale_twice=True), "ran twice in one step"),
         "optimizer.step directly": (_step(stepping="direct"), "called `optimizer.step()` yourself"),
+        "optimizer.step directly, no unscale_ (review E1)": (step_optimizer_step_no_unscale,
+                                                             "called `optimizer.step()` yourself"),
+        "backward inside the autocast region (review W1)": (step_backward_inside,
+                                                            "called backward() inside the autocast region"),
         "backward on the unscaled loss": (_step(backward="unscaled"), "`scaler.scale(loss)` was never called"),
         "a new GradScaler inside the step": (_step(own_scaler=True), "the scaler you were given was never used"),
     },
@@ -419,6 +529,7 @@ WRONG = {
         "a count": (lambda i, s: len(skipped_right(i, s)), "you returned a count"),
         "a flag per step": (lambda i, s: [b > a for b, a in _pairs(i, s)], "return a list of step indices"),
         "modifies the log": (skipped_mutates, "changed the list it was given"),
+        "assumes the back-off halves the scale (review E2)": (skipped_halving, "looked for the scale halving"),
     },
     ("04", "unscale_by_hand"): {
         "divides by the scale": (lambda g, s: ([t / s for t in g], not all(torch.isfinite(t).all() for t in g)),
@@ -438,6 +549,8 @@ WRONG = {
         "found_inf as a tensor of several values": (lambda g, s: (_unscaled(g, s), torch.zeros(2)),
                                                     "found_inf must be a bool"),
         "only the gradients": (lambda g, s: _unscaled(g, s), "return a tuple"),
+        "tests the unscaled results (review E3)": (unscale_checks_after,
+                                                   "tests the incoming (scaled) gradients"),
     },
 }
 
@@ -445,13 +558,19 @@ RIGHT = {
     ("03", "predict_dtypes"): {"the dict": lambda: dict(RIGHT_DTYPES), "read off a run": dtypes_by_running},
     ("03", "fp32_island"): {"enabled=False and .float()": island_right, "torch.amp spelling, .to": island_amp_spelling,
                             "as a decorator": island_decorated},
-    ("03", "predict_cuda_dtypes"): {"the dict": lambda: dict(CUDA_RIGHT), "asked the probe": cuda_from_probe},
+    ("03", "predict_cuda_dtypes"): {"the dict": lambda: dict(CUDA_RIGHT), "asked the probe": cuda_from_probe,
+                                    "read off device_trace": cuda_from_device_trace},
     ("04", "amp_step"): {"the recipe": step_right, "torch.amp.autocast, set_to_none=False, float()":
-                         step_alternative_style, "explicit unscale_, model.zero_grad": step_explicit_unscale},
-    ("04", "update_scale"): {"torch float32": update_right, "numpy float32": update_numpy_style},
-    ("04", "skipped_steps"): {"zip": skipped_right, "a loop": skipped_loop, "numpy integers": skipped_numpy},
+                         step_alternative_style, "explicit unscale_, model.zero_grad": step_explicit_unscale,
+                         "grads cleared by hand, unscale_ and clipping": step_by_hand_zero_and_clip},
+    ("04", "update_scale"): {"torch float32": update_right, "numpy float32": update_numpy_style,
+                             "torch's update kernel": update_torch_kernel},
+    ("04", "skipped_steps"): {"zip": skipped_right, "a loop": skipped_loop, "numpy integers": skipped_numpy,
+                              "validated, pairwise": skipped_strict},
     ("04", "unscale_by_hand"): {"float64 reciprocal": unscale_right, "Python reciprocal": unscale_python_reciprocal,
-                                "torch's kernel": unscale_torch_kernel},
+                                "torch's kernel": unscale_torch_kernel,
+                                "float32 reciprocal (N2)": unscale_float32_reciprocal,
+                                "numpy reciprocal, one isfinite": unscale_numpy_cat},
 }
 
 _named, _passes = grader_fixtures.tests(WRONG, RIGHT)
@@ -512,7 +631,75 @@ def test_task3_ops_are_not_in_the_lessons_tables():
     from ampcourse.autocast_lists import RULE_OPS
 
     assert not set(lesson03.CUDA_OPS) & set(RULE_OPS)
-    assert not {op for op, _, _ in lesson03.CUDA_OPS.values()} & set(RULE_OPS.values())
+    # softmin is decided by softmax (it is softmax of -x): the learner must see that, the key is not in the rule
+    assert {op for op, _, _ in lesson03.CUDA_OPS.values()} & set(RULE_OPS.values()) == {"aten::softmax.int"}
+
+
+def test_task3_ops_have_relatives_in_the_rule_that_all_agree():
+    # Review M1: the lists are per op, a family only a heuristic; the eight ops asked are ones whose relatives in
+    # lesson 03's rule or tables all have the op's own CUDA policy, so the rule decides each unambiguously.
+    from ampcourse.autocast_lists import policy_of
+
+    assert set(lesson03.RELATIVES) == set(lesson03.CUDA_OPS)
+    for key, (op, _, _) in lesson03.CUDA_OPS.items():
+        assert {policy_of(r, "cuda") for r in lesson03.RELATIVES[key]} == {policy_of(op, "cuda")}, key
+
+
+def test_the_heuristic_counterexamples_the_task_names_are_true():
+    # The task text names them: rsqrt, reciprocal, tan, sinh, acos, softplus on CUDA's FP32 list; sqrt, tanh, ...
+    import json
+    from pathlib import Path
+
+    from ampcourse.autocast_lists import policy_of
+
+    text = "".join("".join(c["source"]) for c in json.loads(Path("solutions/03_autocast.ipynb").read_text())["cells"])
+    for policy, ops in lesson03.FAMILY_IS_A_HEURISTIC.items():
+        for op in ops:
+            assert policy_of(op, "cuda") == policy, op
+            assert f"`{op.removeprefix('aten::')}`" in text, op
+
+
+@pytest.mark.parametrize("key", list(RIGHT_DTYPES))
+def test_predict_dtypes_names_a_wrong_key_without_its_answer(key):
+    # Review W2: three tries must not collect all the answers: the message names the key and its rule only.
+    other = {BF16: FP32, FP32: BF16}[RIGHT_DTYPES[key]]
+    with pytest.raises(CheckFailed) as failed:
+        lesson03.predict_dtypes(_dtypes(**{key: other}))
+    text = str(failed.value)
+    assert f"{key!r} (you said {str(other).removeprefix('torch.')})" in text
+    assert str(RIGHT_DTYPES[key]).removeprefix("torch.") not in text.split(":", 1)[1].replace("float32 list", "")
+
+
+def test_predict_cuda_dtypes_names_a_wrong_key_without_its_answer():
+    wrong = {k: FP16 if v == FP32 else FP32 for k, v in CUDA_RIGHT.items()}
+    with pytest.raises(CheckFailed) as failed:
+        lesson03.predict_cuda_dtypes(lambda: wrong)
+    said = str(failed.value).split("wrong — ", 1)[1].split(". The lists", 1)[0]
+    for call, _ in [(v[1], k) for k, v in lesson03.CUDA_OPS.items()]:
+        assert call in said
+    rules = said.replace("you said float16", "").replace("you said float32", "")
+    assert "float32" not in rules and "float16" not in rules
+
+
+def test_skipped_steps_blames_a_mistake_only_when_it_explains_every_log():
+    # Review E2: the halving rule gives [] on the 1.25/0.8 log, as comparing with initial_scale would there;
+    # it must not be told it compared with initial_scale.
+    with pytest.raises(CheckFailed) as failed:
+        lesson04.skipped_steps(skipped_halving)
+    assert "initial_scale" not in str(failed.value).split("]: ", 1)[1]
+
+
+def test_unscale_cases_include_an_inf_made_by_the_unscaling():
+    # Review E3: GradScaler's kernel tests the incoming values; an inf made by unscaling is not found.
+    cases = {what: (grads, scale) for what, grads, scale in lesson04._unscale_cases()}
+    for what in [w for w in cases if "3e38" in w or "2**-130" in w]:
+        grads, scale = cases[what]
+        unscaled, found = lesson04._torch_unscale(grads, scale)
+        assert not found and not all(torch.isfinite(g).all() for g in unscaled), what
+        out, flag = [g.clone() for g in grads], torch.zeros(1)
+        inv = torch.tensor(scale, dtype=torch.float32).double().reciprocal().float()
+        torch._amp_foreach_non_finite_check_and_unscale_(out, flag, inv)
+        assert flag.item() == 0.0 and all(lesson04._same(a, b) for a, b in zip(out, unscaled, strict=True))
 
 
 def test_every_wrong_update_message_is_reachable():

@@ -185,8 +185,9 @@ def raised_message(name: str, err: BaseException) -> str:
         ("No inf checks were recorded prior to update", "`scaler.update()` found no inf check to use: it ran "
                                                         "twice in one step, or before `scaler.step(optimizer)`. Call "
                                                         "it once per step, right after `scaler.step(optimizer)`"),
-        ("but _scale is None", "the scaler was asked to unscale or step (`unscale_`, `step`) but the loss never "
-                               "went through `scaler.scale(loss)`: backward must run on `scaler.scale(loss)`"),
+        ("but _scale is None", "the scaler was asked to unscale, step or update (`unscale_`, `step`, `update`) "
+                               "but the loss never went through `scaler.scale(loss)`: backward must run on "
+                               "`scaler.scale(loss)`"),
         ("is being called after step()", "`scaler.update()` did not run after the previous `scaler.step`: call "
                                          "it once per step, right after `scaler.step(optimizer)`"),
         ("unscale_() has already been called", "`scaler.unscale_(optimizer)` ran twice in one step: call it once, "

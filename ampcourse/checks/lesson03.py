@@ -11,16 +11,16 @@ from . import call, fail, hints, passed, require_callable
 
 NAMES = ("hidden", "act", "logits", "loss", "weight", "weight.grad")
 
-WHY = {
-    "hidden": "`nn.Linear` runs `addmm`, which is on autocast's lower-precision list: its inputs are cast to "
-              "bfloat16 and so is its output.",
-    "act": "`relu` has no autocast rule: it runs in the dtype of its input, which is already bfloat16.",
-    "logits": "the second `nn.Linear` is an `addmm` too: bfloat16.",
-    "loss": "`cross_entropy` is on autocast's FP32 list: autocast casts the bfloat16 logits up and computes "
-            "the loss in float32.",
-    "weight": "autocast never changes parameters: it casts copies for each operation; the weight stays float32.",
-    "weight.grad": "a gradient has the dtype of its leaf tensor: the bfloat16 gradient of the cast copy flows "
-                   "back through the cast and arrives as float32.",
+WHY = {  # the rule that decides each dtype, without the dtype itself (a wrong answer must not be handed the answer)
+    "hidden": "`nn.Linear` runs `addmm`, which is on CPU autocast's lower-precision list: its inputs are cast to "
+              "the region's dtype, and so is its output.",
+    "act": "`relu` has no autocast rule: it runs in the dtype of its input (what did the first Linear return?).",
+    "logits": "the second `nn.Linear` is an `addmm` too, on the lower-precision list like the first.",
+    "loss": "`cross_entropy` is on CPU autocast's FP32 list: autocast casts its input logits up before it runs.",
+    "weight": "autocast never changes parameters: it casts copies for each operation and leaves the weight as "
+              "you created it.",
+    "weight.grad": "a gradient has the dtype of its leaf tensor: the gradient of the cast copy flows back through "
+                   "the cast to the weight itself.",
 }
 
 
@@ -58,8 +58,9 @@ def predict_dtypes(fn) -> None:
     for name in NAMES:
         if not isinstance(got[name], torch.dtype):
             raise fail(task, f"{name!r}: give a torch dtype such as torch.float32, not {got[name]!r}.")
-        if got[name] != truth[name]:
-            raise fail(task, f"{name!r} is {_name(truth[name])}, not {_name(got[name])}: {WHY[name]}")
+    if wrong := [name for name in NAMES if got[name] != truth[name]]:
+        said = " ".join(f"{name!r} (you said {_name(got[name])}): {WHY[name]}" for name in wrong)
+        raise fail(task, f"{len(wrong)} of {len(NAMES)} wrong. {said}")
     passed(task, "all six dtypes right: matmuls in bfloat16, the loss in float32, weights and their "
                  "gradients float32.")
 
@@ -107,15 +108,25 @@ def fp32_island(fn) -> None:
 
 # --- Task 3: predict the CUDA dtypes of ops the lesson did not show -----------------------------------------------
 
-CUDA_OPS = {  # key → (the aten op whose CUDA policy decides, how the task names the call, its family in the rule)
-    "bmm": ("aten::bmm", "torch.bmm(x, w)", "a matmul"),
-    "conv1d": ("aten::conv1d", "F.conv1d(x, w)", "a convolution"),
-    "gelu": ("aten::gelu", "F.gelu(x)", "a cheap pointwise activation"),
+CUDA_OPS = {  # key → (the aten op whose CUDA policy decides, how the task names the call, its relatives in the rule)
+    "bmm": ("aten::bmm", "torch.bmm(x, w)", "a matmul, like the lesson's mm and addmm"),
+    "conv1d": ("aten::conv1d", "F.conv1d(x, w)", "a convolution, like conv2d"),
+    "amin": ("aten::amin", "torch.amin(x, dim=-1)", "a minimum, like max and amax"),
     "cumprod": ("aten::cumprod", "torch.cumprod(x, dim=-1)", "a running product, like cumsum and prod"),
-    "log1p": ("aten::log1p", "torch.log1p(x)", "a transcendental pointwise op, like exp and log"),
-    "rsqrt": ("aten::rsqrt", "torch.rsqrt(x)", "a transcendental pointwise op, like pow"),
-    "smooth_l1_loss": ("aten::smooth_l1_loss", "F.smooth_l1_loss(x, target)", "a loss"),
-    "var_mean": ("aten::var_mean", "torch.var_mean(x)", "a statistic like mean and var"),
+    "log1p": ("aten::log1p", "torch.log1p(x)", "a logarithm, log(1 + x), like log"),
+    "softmin": ("aten::softmax.int", "F.softmin(x, dim=-1)", "softmax of -x, like softmax and log_softmax"),
+    "smooth_l1_loss": ("aten::smooth_l1_loss", "F.smooth_l1_loss(x, target)", "a loss, like mse_loss and l1_loss"),
+    "var_mean": ("aten::var_mean", "torch.var_mean(x)", "a statistic, like mean and var"),
+}
+RELATIVES = {  # the ops of lesson 03's rule (or tables) that each Task 3 op's family is read from: all agree on CUDA
+    "bmm": ("aten::mm", "aten::addmm"), "conv1d": ("aten::conv2d",), "amin": ("max", "amax"),
+    "cumprod": ("cumsum", "prod"), "log1p": ("log",), "softmin": ("softmax", "log_softmax"),
+    "smooth_l1_loss": ("mse_loss", "l1_loss"), "var_mean": ("mean", "var"),
+}
+FAMILY_IS_A_HEURISTIC = {  # per-op lists: close relatives with different CUDA policies (the task text names them)
+    "fp32": ("aten::rsqrt", "aten::reciprocal", "aten::tan", "aten::sinh", "aten::acos", "aten::softplus"),
+    "fallthrough": ("aten::sqrt", "aten::tanh", "aten::sin", "aten::cos", "aten::erf", "aten::exp2",
+                    "aten::sigmoid", "aten::gelu", "aten::silu"),
 }
 
 
@@ -124,8 +135,8 @@ def _cuda_calls(device: str) -> dict[str, torch.Tensor]:
     x = torch.randn(2, 4, 4, device=device, dtype=torch.float16)
     w = torch.randn(2, 4, 4, device=device, dtype=torch.float16)
     return {"bmm": torch.bmm(x, w), "conv1d": F.conv1d(x, torch.randn(3, 4, 2, device=device, dtype=torch.float16)),
-            "gelu": F.gelu(x), "cumprod": torch.cumprod(x, dim=-1), "log1p": torch.log1p(x), "rsqrt": torch.rsqrt(x),
-            "smooth_l1_loss": F.smooth_l1_loss(x, w), "var_mean": torch.var_mean(x)[0]}
+            "amin": torch.amin(x, dim=-1), "cumprod": torch.cumprod(x, dim=-1), "log1p": torch.log1p(x),
+            "softmin": F.softmin(x, dim=-1), "smooth_l1_loss": F.smooth_l1_loss(x, w), "var_mean": torch.var_mean(x)[0]}
 
 
 def cuda_truth() -> dict[str, torch.dtype]:
@@ -146,10 +157,10 @@ def _why_cuda(key: str) -> str:
 
     op, _, family = CUDA_OPS[key]
     policy, cpu = policy_of(op, "cuda"), policy_of(op, "cpu")
-    why = {"fp32": "on CUDA's FP32 list", "lower_precision_fp": "on CUDA's lower-precision list",
-           "fallthrough": "on no CUDA list, so it follows its float16 input"}.get(policy, policy)
-    note = " (on the CPU it is not: the lists differ per device)" if cpu != policy else ""
-    return f"{family}, {why}{note}"
+    lists = {"fp32": "CUDA's FP32 list", "lower_precision_fp": "CUDA's lower-precision list",
+             "fallthrough": "no CUDA list (it follows its input)"}
+    note = " (the CPU's lists differ here)" if cpu != policy else ""
+    return f"{family}; its relatives are on {lists.get(policy, policy)}{note}"
 
 
 def predict_cuda_dtypes(fn) -> None:
@@ -165,10 +176,11 @@ def predict_cuda_dtypes(fn) -> None:
     truth = cuda_truth()
     wrong = [k for k in CUDA_OPS if got[k] != truth[k]]
     if wrong:
-        said = "; ".join(f"{CUDA_OPS[k][1]} → {_name(truth[k])}: {_why_cuda(k)}" for k in wrong[:3])
-        raise fail(task, f"{len(wrong)} of {len(CUDA_OPS)} wrong — {said}{'; …' if len(wrong) > 3 else ''}. "
-                         f"Apply lesson 03's rule by family: {fp32_rule('cuda')}; matmuls and convolutions run in "
-                         "float16, losses in float32.")
+        said = "; ".join(f"{CUDA_OPS[k][1]} (you said {_name(got[k])}): {_why_cuda(k)}" for k in wrong)
+        raise fail(task, f"{len(wrong)} of {len(CUDA_OPS)} wrong — {said}. The lists are per op (a family is a "
+                         "heuristic), but for these eight the relatives in lesson 03's rule all agree: "
+                         f"{fp32_rule('cuda')}; matmuls and convolutions run in float16, losses in float32. "
+                         "Check an op with `ampcourse.autocast_lists.probe('aten::cumprod', 'cuda')`.")
     passed(task, f"all {len(CUDA_OPS)} CUDA dtypes predicted right (the calls ran under this torch's CUDA autocast "
                  "kernels, simulated without a GPU).")
 
@@ -192,11 +204,12 @@ HINTS = {
         '`with torch.autocast(device_type=x.device.type, enabled=False): return f(x.float())`.',
     ],
     'predict_cuda_dtypes': [
-        ('Lesson 03 showed the lists differ per device, and stated the CUDA rule for whole families of ops. '
-         'Which family is each op in: matmul, pointwise activation, reduction, statistic, transcendental, loss?'),
+        ('Lesson 03 showed the lists differ per device and printed the CUDA FP32 rule. The lists name ops one '
+         'by one; for each op below, which op of the rule (or of the lesson\'s tables) is its closest relative?'),
         (f"The lesson's rule, read from the installed torch: {fp32_rule('cuda')}. Matmuls and convolutions run "
-         "in float16, the losses in float32; an op takes the policy of its family's members."),
-        ('bmm, conv1d, gelu, var_mean: float16; cumprod, log1p, rsqrt, smooth_l1_loss: float32. Verify any '
+         "in float16, the losses in float32. Relatives: bmm ~ mm, conv1d ~ conv2d, amin ~ max/amax, cumprod ~ "
+         "cumsum/prod, log1p ~ log, softmin = softmax(-x), smooth_l1_loss ~ mse_loss, var_mean ~ mean/var."),
+        ('bmm, conv1d, amin, var_mean: float16; cumprod, log1p, softmin, smooth_l1_loss: float32. Verify any '
          "with `ampcourse.autocast_lists.probe('aten::cumprod', 'cuda')`."),
     ],
 }

@@ -33,10 +33,14 @@ def _setup(device):
     scaler.load_state_dict({"scale": SCALE, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 1000,
                             "_growth_tracker": 999})
     autocast_seen: list[bool] = []
+    backward_seen: list[bool] = []  # autocast on when backward reached the loss? (the caller's autocast state)
 
     def loss_fn(logits, target):
         autocast_seen.append(torch.is_autocast_enabled(device.type))
-        return F.cross_entropy(logits, target)
+        loss = F.cross_entropy(logits, target)
+        if loss.requires_grad:
+            loss.register_hook(lambda grad: backward_seen.append(torch.is_autocast_enabled(device.type)))
+        return loss
 
     forward_seen: list[tuple[int, bool, torch.dtype]] = []  # (layer index, autocast on?, its output dtype)
     for index in (0, 2):  # every Linear: a forward that leaves any layer outside autocast is seen
@@ -45,7 +49,7 @@ def _setup(device):
                 (index, torch.is_autocast_enabled(device.type), output.dtype)))
     x = torch.randn(6, 8, device=device)
     y = torch.randint(0, 3, (6,), device=device)
-    return model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen
+    return model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen, backward_seen
 
 
 def _true_grads(model, x, y):
@@ -61,7 +65,7 @@ def amp_step(fn) -> None:
     task = "Task 1 (amp_step)"
     require_callable(task, fn, "amp_step")
     device = pick_device()
-    model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen = _setup(device)
+    model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen, backward_seen = _setup(device)
     initial = copy.deepcopy(model)  # the FP32 reference starts from the same weights
     for layer in initial:
         layer._forward_hooks.clear()
@@ -70,6 +74,10 @@ def amp_step(fn) -> None:
         returned = call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
     except CheckFailed:
         calls = [e for e in log if e != "zero_grad"]
+        if "optimizer.step (direct)" in calls:
+            raise fail(task, "you called `optimizer.step()` yourself, so the scaler recorded no inf check and torch "
+                             "refused the `scaler.update()` after it. Call `scaler.step(optimizer)`: it unscales the "
+                             "gradients and skips the step when they contain inf/NaN.") from None
         if "scale" not in calls and "scaler.step" in calls:
             raise fail(task, "`scaler.scale(loss)` was never called, so torch's `scaler.step` refused to run: "
                              "backward must run on the scaled loss, `scaler.scale(loss).backward()`.") from None
@@ -103,6 +111,11 @@ def amp_step(fn) -> None:
     if not autocast_seen[0]:
         raise fail(task, "the loss was computed outside the autocast region. PyTorch's recipe puts the forward "
                          "pass *and* the loss inside `with torch.autocast(...)`, and only `backward()` outside.")
+    if any(backward_seen):
+        raise fail(task, "you called backward() inside the autocast region. The autograd engine runs the backward "
+                         "ops under the autocast state of the caller, so backward ops on autocast's lists are "
+                         "recast (lesson 03's linalg.inv example). Leave the `with` block first: "
+                         "`scaler.scale(loss).backward()` goes after it.")
     if "optimizer.step (direct)" in order:
         raise fail(task, "you called `optimizer.step()` yourself. Call `scaler.step(optimizer)`: it unscales the "
                          "gradients and skips the step when they contain inf/NaN.")
@@ -328,6 +341,9 @@ def _skip_mistakes(initial: float, scales: list[float]) -> list[tuple[list[int],
          "(initial_scale for step 0)."),
         ([i for i in range(1, len(scales)) if scales[i] < scales[i - 1]],
          "step 0 can be skipped too: compare scales[0] with initial_scale."),
+        ([i for i, (b, a) in enumerate(zip(before, scales, strict=True)) if a == b * 0.5],
+         "you looked for the scale halving (backoff_factor 0.5, the default); a scaler may back off by any factor "
+         "below 1 (one log here uses 0.8): any decrease of the scale means a skipped step."),
     ]
 
 
@@ -335,7 +351,8 @@ def skipped_steps(fn) -> None:
     """Task 3: ``skipped_steps(initial_scale, scales)``: which steps GradScaler skipped, read from the scale log."""
     task = "Task 3 (skipped_steps)"
     require_callable(task, fn, "skipped_steps")
-    for what, initial, scales, want in _scale_logs():
+    logs, answers = _scale_logs(), []
+    for what, initial, scales, _ in logs:
         given = list(scales)
         got = call(task, fn, "skipped_steps", initial, given)
         if given != scales:
@@ -346,14 +363,18 @@ def skipped_steps(fn) -> None:
         if not isinstance(got, (list, tuple)) or not all(
                 isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in got):
             raise fail(task, f"return a list of step indices (ints); you returned {got!r}.")
-        got = [int(i) for i in got]
+        answers.append([int(i) for i in got])
+    for (what, initial, scales, want), got in zip(logs, answers, strict=True):
         if got == want:
             continue
         context = f"for {what} (scales {[f'{s:g}' for s in scales]}) you said {got}, the skipped steps were {want}"
-        for wrong, message in _skip_mistakes(initial, scales):
-            if got == wrong:
+        # A mistake is named only when it explains the answers on *every* log: one log's coincidence (a
+        # different rule that happens to give the same list there) must not blame a mistake the answer did not make.
+        for k, (_, message) in enumerate(_skip_mistakes(initial, scales)):
+            if all(a == _skip_mistakes(i, sc)[k][0] for (_, i, sc, _), a in zip(logs, answers, strict=True)):
                 raise fail(task, f"{context}: {message}")
-        raise fail(task, f"{context}. A step was skipped exactly when the scale went down at its update().")
+        raise fail(task, f"{context}. A step was skipped exactly when the scale went down at its update() (except "
+                         "at a collapsed scale of 0, which a back-off leaves at 0).")
     passed(task, f"the skipped steps of {len(_scale_logs())} scale logs read right — including an overflow right "
                  "after a growth, a back-off to an earlier scale, a scale below 1 and a run where every step is "
                  "skipped (an inf or NaN that the scale did not cause).")
@@ -390,7 +411,16 @@ def _unscale_cases() -> list[tuple[str, list[torch.Tensor], float]]:
             ("an inf in the first gradient", planted(0, (1, 2), float("inf")), 2.0**16),
             ("a NaN in the first gradient", planted(0, (2, 1), float("nan")), 2.0**16),
             ("a -inf in the first gradient", planted(0, (0, 0), -float("inf")), 2.0**16),
-            ("an inf in the second gradient only", planted(1, 3, float("inf")), 2.0**16)]
+            ("an inf in the second gradient only", planted(1, 3, float("inf")), 2.0**16),
+            # GradScaler's kernel tests the *incoming* (scaled) values: an inf made by the unscaling is not found
+            ("clean gradients holding 3e38, scale 0.5 (unscaled, 3e38 × 2 is inf in float32)",
+             planted(0, (3, 3), 3e38), 0.5),
+            ("clean gradients, scale 2**-130 (its float32 reciprocal is inf)", clean, 2.0**-130)]
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equal values, a NaN equal to a NaN (an inf reciprocal makes ``0 × inf``)."""
+    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 def unscale_by_hand(fn) -> None:
@@ -409,6 +439,11 @@ def unscale_by_hand(fn) -> None:
         if not isinstance(got_inf, bool):
             raise fail(task, f"found_inf must be a bool (you returned {type(got_inf).__name__}).")
         if got_inf != want_inf:
+            if not want_inf and not all(torch.isfinite(t).all() for t in want):
+                raise fail(task, f"{what}: you said found_inf=True, but the gradients you were given are all "
+                                 "finite. GradScaler tests the incoming (scaled) gradients, in the same pass that "
+                                 "unscales them, not the unscaled results: found_inf says whether backward "
+                                 "overflowed, so an inf made by the unscaling itself is not found.")
             if want_inf and "NaN" in what:
                 raise fail(task, f"{what}: you missed it. A NaN is as fatal as an inf: test with "
                                  "`torch.isfinite`, which is False for both.")
@@ -421,22 +456,21 @@ def unscale_by_hand(fn) -> None:
                              "holds an inf or a NaN.")
         if want_inf:
             continue  # the step is skipped: GradScaler's unscaled values do not matter then
-        if all(torch.equal(a, b) for a, b in zip(got_grads, grads, strict=True)):
-            raise fail(task, f"{what}: the gradients came back unchanged: divide them by the scale.")
-        if all(torch.equal(a, b * scale) for a, b in zip(got_grads, grads, strict=True)):
+        if all(_same(a, b) for a, b in zip(got_grads, grads, strict=True)):
+            raise fail(task, f"{what}: the gradients came back unchanged: unscale them (multiply by 1 / scale).")
+        if all(_same(a, b * scale) for a, b in zip(got_grads, grads, strict=True)):
             raise fail(task, f"{what}: you multiplied the gradients by the scale; they already are scaled: "
                              "unscaling divides by it (multiplies by its reciprocal).")
-        if any(not torch.equal(a, b) for a, b in zip(got_grads, want, strict=True)):
+        if any(not _same(a, b) for a, b in zip(got_grads, want, strict=True)):
             division = [t / scale for t in grads]
-            if all(torch.equal(a, b) for a, b in zip(got_grads, division, strict=True)):
-                raise fail(task, f"{what}: you divided by the scale; GradScaler multiplies by its float32 "
-                                 "reciprocal, `1 / scale` computed in float64 and rounded to float32 (on CPU and CUDA; "
-                                 "on MPS it takes the reciprocal in float32) — for a scale that is not a power of two "
-                                 "the results differ in the last bit.")
+            if all(_same(a, b) for a, b in zip(got_grads, division, strict=True)):
+                raise fail(task, f"{what}: you divided by the scale; GradScaler multiplies by the reciprocal, "
+                                 "inv_scale = float32(1 / scale), and a product with the reciprocal can differ "
+                                 "from a quotient in the last bit (for a scale that is not a power of two).")
             raise fail(task, f"{what}: the unscaled gradients differ from GradScaler's: multiply each by "
                              "inv_scale = float32(1 / scale).")
     passed(task, "unscaled gradients bit-identical to GradScaler's (float32 reciprocal of the scale), inf and NaN "
-                 "both found.")
+                 "both found in the incoming gradients, an inf made by the unscaling itself not.")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -471,11 +505,11 @@ HINTS = {
          'scales)) if a < b].'),
     ],
     'unscale_by_hand': [
-        ('Two results: the gradients divided by the scale, and a flag. Which values should raise the flag?'
-         ' (Lesson 04: what makes scaler.step skip?)'),
-        ('GradScaler does not divide: it multiplies by inv_scale, the reciprocal computed in float64 and '
-         'rounded to float32 (on CPU and CUDA; on MPS in float32). The flag is True when any gradient holds '
-         'an inf *or* a NaN, of either sign.'),
+        ('Two results: the gradients with the scale taken out, and a flag. Which values should raise the flag,'
+         ' and are they tested before or after unscaling? (Lesson 04: what makes scaler.step skip?)'),
+        ('GradScaler does not divide: it multiplies by inv_scale = float32(1 / scale), the reciprocal rounded to '
+         'float32 once. The flag is True when any incoming (still scaled) gradient holds an inf *or* a NaN, of '
+         'either sign; an inf the unscaling makes is not counted.'),
         ('inv = torch.tensor(scale, dtype=torch.float64).reciprocal().float(); return [g * inv for g in '
          'grads], not all(torch.isfinite(g).all() for g in grads).'),
     ],

@@ -280,7 +280,8 @@ def _count(n: int, word: str) -> str:
 
 def reciprocal_overflows(scale: float) -> bool:
     """Whether GradScaler's ``inv_scale`` for this scale is inf: ``1 / scale`` computed in float64 and rounded
-    to float32 (``torch/amp/grad_scaler.py``, ``unscale_``), inf for a scale of 0 or below about 2^-128."""
+    to float32 (``torch/amp/grad_scaler.py``, ``unscale_``), inf for a scale of 0 or at or below about 2^-128
+    (``reciprocal_overflows(2**-128)`` is True: 2^128 is past float32's largest value)."""
     return math.isinf(torch.tensor(scale, dtype=torch.float64).reciprocal().float().item())
 
 
@@ -291,7 +292,7 @@ def interpret(data: DynamicsData) -> str:
     up, down = data.growths * math.log2(g), data.backoffs * math.log2(1 / b)
     start, final = trace.scales[0], trace.final_scale
     if reciprocal_overflows(data.min_scale):
-        where = "to exactly 0" if data.min_scale == 0 else "below 2^-128"
+        where = "to exactly 0" if data.min_scale == 0 else "to 2^-128 or below"
         return (f"Collapsed: the scale fell {where}, where GradScaler's float32 1/scale is inf — the first clean "
                 "step there unscales every gradient to inf or NaN (0 × inf) and writes it into every weight: "
                 "training is destroyed, not paused.")
