@@ -259,22 +259,40 @@ SCALED_MM_OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, E4M3, E5M2
 
 def _check_scaled_mm_contract(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, out_dtype: Any,
                               use_fast_accum: Any) -> torch.dtype:
-    """``torch._scaled_mm``'s contract for per-tensor scales (torch 2.13's ``_check_scaled_mm_sizes`` and
-    ``_scaled_mm_out_cpu_emulated``); returns the output dtype (``a.dtype`` when ``out_dtype`` is None)."""
+    """``torch._scaled_mm``'s contract for per-tensor scales, as CUDA enforces it, on every device; returns the
+    output dtype (``a.dtype`` when ``out_dtype`` is None).
+
+    From torch 2.13's meta registration (``_check_scaled_mm_sizes`` in ``torch/_meta_registrations.py``: 2-D FP8
+    operands, tensorwise scales float32) and CUDA's ``_scaled_mm_out_cuda`` (``aten/src/ATen/native/cuda/
+    Blas.cpp``: row-major ``a``, column-major ``b``, k and n multiples of 16, not two E5M2 operands, and a bias
+    only with a bf16/fp16/FP8 output, in bf16 or fp16 matching it). The CPU kernel accepts some of what CUDA
+    refuses (a float32 bias with a float32 output, float64 scales, two E5M2 operands): held to CUDA's rules
+    here, an answer that runs on a CPU runs on a GPU too. The layout rules apply to CUDA tensors only (the
+    course's check names a row-major ``b`` itself). Row-wise and block scales are not part of it: this course's
+    FP8 matrix products are per-tensor.
+    """
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise TypeError(f"{name} must be a 2-D tensor (got {getattr(t, 'shape', type(t).__name__)})")
         if t.dtype not in FORMATS.values():
             raise TypeError(f"{name} must be a float8_e4m3fn or float8_e5m2 tensor, as torch._scaled_mm takes it "
                             f"(got {t.dtype}): cast it with .to(torch.float8_e4m3fn) first")
+    if a.dtype == b.dtype == E5M2:
+        raise ValueError("a and b are both float8_e5m2: CUDA's torch._scaled_mm refuses that (\"Multiplication of "
+                         "two Float8_e5m2 matrices is not supported\"); make at least one operand float8_e4m3fn")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: a's columns must equal b's rows")
     for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, as torch._scaled_mm takes it (got {type(t).__name__})")
-        if t.numel() != 1 or t.dtype != torch.float32:
-            raise ValueError(f"{name} must be a float32 tensor with one element (a per-tensor scale), as "
-                             f"torch._scaled_mm wants it (got {t.dtype} with {t.numel()} elements)")
+        if t.numel() != 1:
+            raise ValueError(f"{name} must have one element, a per-tensor scale (got {t.numel()} elements, shape "
+                             f"{tuple(t.shape)}): this emulation and the course's tasks scale per tensor")
+        if t.dtype != torch.float32:
+            raise ValueError(f"{name} must be a float32 tensor (got {t.dtype}): torch refuses other per-tensor "
+                             "scales (\"For tensorwise scaling, both scale_a and scale_b must be float (fp32) "
+                             "tensors\", its meta registration; CUDA's kernel alike), even where a CPU build "
+                             "accepts them")
     if a.device.type == "cuda":  # the CUDA kernels' layout rules (torch's _check_scaled_mm_sizes)
         if not (a.stride(1) == 1 and a.stride(0) >= a.shape[1]):
             raise ValueError(f"a must be row-major on CUDA (got stride {a.stride()}): pass x8.contiguous()")
@@ -284,20 +302,28 @@ def _check_scaled_mm_contract(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: 
         if a.shape[1] % 16 or b.shape[1] % 16:
             raise ValueError(f"on CUDA the sizes k and n must be multiples of 16 (got a {tuple(a.shape)}, "
                              f"b {tuple(b.shape)})")
-    if bias is not None:
-        if (not isinstance(bias, torch.Tensor) or bias.numel() != b.shape[1]
-                or bias.dtype not in (torch.float32, torch.bfloat16, torch.float16)):
-            raise ValueError(f"bias must be None or a float32/bfloat16/float16 tensor of {b.shape[1]} elements "
-                             f"(got {getattr(bias, 'shape', type(bias).__name__)})")
     if not isinstance(use_fast_accum, bool):
         raise TypeError(f"use_fast_accum must be True or False (got {use_fast_accum!r})")
-    if out_dtype is None:
-        return a.dtype
-    if not isinstance(out_dtype, torch.dtype):
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
         raise TypeError(f"out_dtype must be a torch.dtype such as torch.float32 (got {out_dtype!r})")
-    if out_dtype not in SCALED_MM_OUT_DTYPES:
+    if out_dtype is not None and out_dtype not in SCALED_MM_OUT_DTYPES:
         raise ValueError(f"out_dtype must be one of {[str(d) for d in SCALED_MM_OUT_DTYPES]} (got {out_dtype})")
-    return out_dtype
+    out = a.dtype if out_dtype is None else out_dtype
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.numel() != b.shape[1]:
+            raise ValueError(f"bias must be None or a tensor of {b.shape[1]} elements, one per output column (got "
+                             f"{tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__})")
+        if out == torch.float32:
+            raise ValueError("a bias needs a bf16 or fp16 output: CUDA's torch._scaled_mm refuses a bias with "
+                             "out_dtype=torch.float32 (\"Bias is not supported when out_dtype is set to "
+                             "Float32\"); add it to the float32 result afterwards instead")
+        if bias.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"bias must be a bfloat16 or float16 tensor, as CUDA's torch._scaled_mm wants it "
+                             f"(got {bias.dtype})")
+        if out in (torch.bfloat16, torch.float16) and bias.dtype != out:
+            raise ValueError(f"with out_dtype={out} the bias must be {out} too, as CUDA's torch._scaled_mm "
+                             f"wants it (got {bias.dtype})")
+    return out
 
 
 def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -307,8 +333,9 @@ def emulated_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
 
     ``(a · scale_a) @ (b · scale_b) (+ bias)`` from the exact FP8 values in FP32, then cast to ``out_dtype`` —
     which defaults to ``a.dtype`` (FP8), as ``torch._scaled_mm``'s does: pass ``out_dtype=torch.float32``. It
-    holds its inputs to ``_scaled_mm``'s contract, so an answer that works here works there: FP8 operands,
-    one-element float32 scales, on CUDA a row-major ``a`` and a column-major ``b`` with k, n multiples of 16.
+    holds its inputs to ``_scaled_mm``'s contract as CUDA enforces it, so an answer that works here works there:
+    FP8 operands (not both E5M2), one-element float32 scales, a bias only with a bf16/fp16/FP8 output (bf16 or
+    fp16, matching it), on CUDA a row-major ``a`` and a column-major ``b`` with k, n multiples of 16.
     This is torch 2.13's own CPU fallback (``_scaled_mm_out_cpu_emulated``); only the summation order may
     differ. The parameters are ``torch._scaled_mm``'s, in its order; ``scale_result`` divides an FP8 output;
     ``use_fast_accum`` (a CUDA accumulator mode) changes nothing here.

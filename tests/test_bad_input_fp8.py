@@ -27,7 +27,11 @@ def test_emulated_scaled_mm_refuses_a_keyword_scaled_mm_does_not_take():
 def test_emulated_scaled_mm_applies_bias_and_refuses_int8_output():
     a, b, sa, sb = _operands()
     plain = fp8.emulated_scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
-    assert torch.equal(fp8.emulated_scaled_mm(a, b, sa, sb, bias=torch.ones(16), out_dtype=torch.float32), plain + 1)
+    one = torch.ones(16, dtype=torch.bfloat16)
+    with_bias = fp8.emulated_scaled_mm(a, b, sa, sb, bias=one, out_dtype=torch.bfloat16)
+    assert torch.equal(with_bias, (plain + 1).bfloat16())
+    with pytest.raises(ValueError, match="Bias is not supported when out_dtype is set to Float32"):
+        fp8.emulated_scaled_mm(a, b, sa, sb, bias=one.float(), out_dtype=torch.float32)
     with pytest.raises(ValueError, match="out_dtype must be one of"):
         fp8.emulated_scaled_mm(a, b, sa, sb, out_dtype=torch.int8)
 

@@ -197,6 +197,148 @@ def fmt_with_ampcourse(amax_history, smallest):
     return None, None
 
 
+
+# ----------------------------------------------------------- the second review's answers (issue 21, lesson 10)
+def w1_bf16(x, d):
+    """The scale computed and applied in bf16: 448 / 2.5 = 179.2 rounds to 179."""
+    m = torch.finfo(d).max
+    xb = x.bfloat16()
+    s = m / xb.abs().max()
+    return (xb * s).clamp(-m, m).to(d), s.float()
+
+
+def r1_strict(x, d):
+    """Right, stricter: validates its input, amax as the infinity norm, torch.clip."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError("x must be a float tensor")
+    if d not in (E4M3, E5M2):
+        raise ValueError("fp8_dtype must be float8_e4m3fn or float8_e5m2")
+    fi = torch.finfo(d)
+    a = torch.linalg.vector_norm(x.float(), ord=float("inf"))
+    s = torch.tensor(fi.max, dtype=torch.float32) / a
+    return torch.clip(x.float() * s, min=-fi.max, max=fi.max).to(d), s
+
+
+def _cast8(t):
+    s = torch.finfo(E4M3).max / t.abs().max().float()
+    return (t.float() * s).clamp(-448, 448).to(E4M3), s
+
+
+def w2_rowwise(x, w):
+    """Row-wise scales: this CPU's torch._scaled_mm runs them, but the task asks for per-tensor scaling."""
+    sx = 448 / x.abs().amax(dim=1, keepdim=True).float()
+    sw = 448 / w.abs().amax(dim=1, keepdim=True).float()
+    x8, w8 = (x * sx).clamp(-448, 448).to(E4M3), (w * sw).clamp(-448, 448).to(E4M3)
+    return torch._scaled_mm(x8, w8.t(), scale_a=1 / sx, scale_b=(1 / sw).t(), out_dtype=torch.float32)
+
+
+def w2_f64scale(x, w):
+    """float64 one-element scales: this CPU build runs them, torch's tensorwise rule and CUDA refuse them."""
+    x8, sx = _cast8(x)
+    w8, sw = _cast8(w)
+    return torch._scaled_mm(x8, w8.t(), scale_a=(1 / sx).double(), scale_b=(1 / sw).double(),
+                            out_dtype=torch.float32)
+
+
+def w2_bias_zero(x, w):
+    """A zero float32 bias with a float32 output: harmless on a CPU, refused by CUDA."""
+    x8, sx = _cast8(x)
+    w8, sw = _cast8(w)
+    return torch._scaled_mm(x8, w8.t(), scale_a=1 / sx, scale_b=1 / sw, bias=torch.zeros(w.shape[0]),
+                            out_dtype=torch.float32)
+
+
+def w2_bias_added(x, w):
+    """A bias nobody asked for."""
+    x8, sx = _cast8(x)
+    w8, sw = _cast8(w)
+    return torch._scaled_mm(x8, w8.t(), scale_a=1 / sx, scale_b=1 / sw,
+                            bias=torch.full((w.shape[0],), 2e-3), out_dtype=torch.float32)
+
+
+def r2_fastaccum(x, w):
+    """Right, written otherwise: the weight transposed before the cast (still column-major), fast accumulation."""
+    sx = (torch.finfo(E4M3).max / x.abs().amax()).float()
+    sw = (torch.finfo(E4M3).max / w.abs().amax()).float()
+    x8 = torch.clamp(x * sx, -448, 448).to(E4M3)
+    wt8 = torch.clamp(w.t() * sw, -448, 448).to(E4M3)
+    return torch._scaled_mm(x8, wt8, scale_a=sx.reciprocal(), scale_b=sw.reciprocal(), out_dtype=torch.float32,
+                            use_fast_accum=True)
+
+
+def r2_strict(x, w):
+    """Right, stricter: validates the shapes, one-element (1,) scales."""
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError("x must be (m, k) and weight (n, k)")
+    x8, sx = _cast8(x)
+    w8, sw = _cast8(w)
+    return torch._scaled_mm(x8, w8.T, scale_a=(1.0 / sx).reshape(1), scale_b=(1.0 / sw).reshape(1),
+                            out_dtype=torch.float32)
+
+
+def _delayed_with(factor):
+    """delayed_cast with the headroom factor ``factor(margin)`` instead of 2**margin."""
+    def delayed_cast(x, h, d, m):
+        if not h:
+            raise ValueError("history is empty")
+        top = torch.finfo(d).max
+        p = max(h)
+        s = top / (p * factor(m)) if p else 1.0
+        return (x * s).clamp(-top, top).to(d), s, h[1:] + [float(x.abs().max())]
+    return delayed_cast
+
+
+def r3_deque(x, h, d, m):
+    """Right, written otherwise: numpy max, math.ldexp for the margin, a deque, the infinity norm as amax."""
+    import collections
+
+    import numpy as np
+
+    if len(h) == 0:
+        raise ValueError("empty history")
+    q = collections.deque(h, maxlen=len(h))
+    p = float(np.max(h))
+    s = math.ldexp(torch.finfo(d).max / p, -m) if p > 0 else 1.0
+    y = torch.clamp(x.float() * s, min=-torch.finfo(d).max, max=torch.finfo(d).max).to(d)
+    q.append(float(torch.linalg.vector_norm(x, float("inf"))))
+    return y, s, list(q)
+
+
+def _fmt_spans(e4m3_span, e5m2_span):
+    """fp8_format comparing the spread with given spans (the review's rounded 2^15, 2^29, 2^30)."""
+    def fp8_format(h, sm):
+        p = max(h)
+        if p / sm <= e4m3_span:
+            return E4M3, 448 / p
+        if p / sm <= e5m2_span:
+            return E5M2, 57344 / p
+        return None, None
+    return fp8_format
+
+
+def w4_e5m2_with_subnormals(h, sm):
+    """E4M3 by its normal range, but E5M2 counting its subnormals."""
+    p = max(h)
+    if sm * (448 / p) >= torch.finfo(E4M3).tiny:
+        return E4M3, 448 / p
+    if sm * (57344 / p) >= torch.finfo(E5M2).tiny * torch.finfo(E5M2).eps:
+        return E5M2, 57344 / p
+    return None, None
+
+
+def r4_torch(h, sm):
+    """Right, written otherwise: float64 torch arithmetic, compared in log2, input validated."""
+    if not h or sm <= 0:
+        raise ValueError("amax_history must not be empty and smallest must be positive")
+    peak = torch.tensor(h, dtype=torch.float64).max()
+    for d in (E4M3, E5M2):
+        fi = torch.finfo(d)
+        s = fi.max / peak
+        if torch.log2(sm * s) >= math.log2(fi.tiny):
+            return d, float(s)
+    return None, None
+
+
 WRONG = {
     ("10", "scaled_cast"): {
         "scale inverted": (cast(invert=True), "your scale is inverted"),
@@ -209,6 +351,7 @@ WRONG = {
         "x scaled in place": (cast(inplace=True), "changed x in place"),
         "scaled in bfloat16": (cast(low=torch.bfloat16), "scaled x in torch.bfloat16"),
         "returns only the tensor": (lambda x, d: x.to(d), "should return a tuple of 2"),
+        "scale computed in bf16 (review 2, finding 8)": (w1_bf16, "your scale was computed in bf16"),
     },
     ("10", "fp8_linear"): {
         "_scaled_mm scales inverted": (linear(invert=True), "pass 1 / scale"),
@@ -223,7 +366,11 @@ WRONG = {
         "E5M2 for the forward pass": (linear(fmt=E5M2), "forward operand to E5M2"),
         "out_dtype omitted (review 4)": (linear(out_dtype=None), "you left out out_dtype"),
         "bf16 output (review 4)": (linear(out_dtype=torch.bfloat16), "the task asks for an FP32 output"),
-        "float64 scales (review 4)": (linear(scale_dtype=torch.float64), "must be a float32 tensor with one"),
+        "float64 scales (review 4)": (linear(scale_dtype=torch.float64), "must be float32 (torch's own rule"),
+        "float64 scales, the second review's (finding 3)": (w2_f64scale, "this CPU build lets float64 through"),
+        "row-wise scales (review 2, finding 3)": (w2_rowwise, "the task asks for per-tensor scaling"),
+        "a zero float32 bias (review 2, finding 2)": (w2_bias_zero, "the task has no bias"),
+        "a bias added (review 2, finding 7)": (w2_bias_added, "the task has no bias"),
         "row-major second operand (review 11)": (linear(contiguous=True), "not w_fp8.t().contiguous()"),
         "no FP8 at all": (linear(fp8=False), "torch._scaled_mm was never called"),
         "rescaled after _scaled_mm": (linear_rescaled_afterwards, "scale_a=1"),
@@ -243,6 +390,10 @@ WRONG = {
         "new amax prepended": (delayed(prepend=True), "at the front"),
         "all-zero history divides by zero": (delayed_naive_zero, "all-zero history"),
         "empty history accepted": (delayed_no_empty_check, "an empty history should raise ValueError"),
+        "2*margin, guarded at margin 0 (review 2, finding 6)": (
+            _delayed_with(lambda m: 2 * m if m else 1), "2**margin, not 2*margin (margin = 3"),
+        "2*margin, divides by zero at margin 0 (review 2, finding 6)": (
+            _delayed_with(lambda m: 2 * m), "with margin 0 and a non-zero history your scale divided by zero"),
     },
     ("10", "fp8_format"): {
         "E5M2 always (the role rule)": (fmt(prefer=(E5M2,)), "fits E4M3's normal range"),
@@ -255,6 +406,11 @@ WRONG = {
         "the other format's max": (fmt(other_max=True), "the other format's max"),
         "a string, not a dtype": (lambda h, s: ("e4m3", 448 / max(h)), "return torch.float8_e4m3fn"),
         "only the dtype": (lambda h, s: E4M3, "should return a tuple of 2"),
+        "spans rounded to 2^15 and 2^30 (review 2, finding 1)": (_fmt_spans(2**15, 2**30), "not 2^15"),
+        "spans rounded to 2^15 and 2^29 (review 2, finding 1)": (_fmt_spans(2**15, 2**29), "not 2^15"),
+        "E5M2's span rounded to 2^29": (_fmt_spans(448 / 2**-6, 2**29), "not 2^29"),
+        "E5M2's subnormals counted (review 2, finding 1)": (w4_e5m2_with_subnormals,
+                                                            "with E5M2 the smallest value would be subnormal"),
     },
 }
 
@@ -272,20 +428,25 @@ RIGHT = {
         "finfo, tensor scale, clamp": cast(),
         "torchao's float8 helpers": cast_torchao,
         "python floats, no clamp": cast_python_floats,
+        "validated input, infinity norm, torch.clip": r1_strict,
     },
     ("10", "fp8_linear"): {
         "task-1 casts, keyword arguments": linear(),
         "positional arguments, scales from amax / 448": linear_positional,
         "torchao's float8 helpers": linear_torchao,
+        "weight transposed before the cast, fast accumulation": r2_fastaccum,
+        "validated shapes, (1,)-shaped scales": r2_strict,
     },
     ("10", "delayed_cast"): {
         "list arithmetic": delayed(),
         "torch scale, deque, history rolled in place": delayed_tensor_inplace,
+        "numpy max, math.ldexp, infinity norm": r3_deque,
     },
     ("10", "fp8_format"): {
         "smallest · scale against finfo.tiny": fmt(),
         "spread against max / tiny": fmt_by_spread,
         "ampcourse.fp8's limits": fmt_with_ampcourse,
+        "float64 torch arithmetic compared in log2": r4_torch,
     },
 }
 

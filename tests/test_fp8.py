@@ -142,14 +142,15 @@ def test_emulated_scaled_mm_is_the_same_arithmetic():
     sa, sb = torch.tensor(0.5), torch.tensor(0.25)
     emulated = fp8.emulated_scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
     assert torch.allclose(emulated, (a.float() * 0.5) @ (b.float() * 0.25).t())
-    bias = torch.arange(16.0)
-    with_bias = fp8.emulated_scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.float32)
-    assert torch.allclose(with_bias, emulated + bias)
+    bias = torch.arange(16.0, dtype=torch.bfloat16)  # CUDA takes a bias only with a bf16/fp16 output, matching it
+    with_bias = fp8.emulated_scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.bfloat16)
+    assert with_bias.dtype == torch.bfloat16
+    assert torch.equal(with_bias, (emulated + bias.float()).bfloat16())
     if fp8.fp8_matmul_available("cpu"):  # torch's own (oneDNN on AMX, its emulation elsewhere)
         real = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
         assert torch.allclose(real, emulated, rtol=1e-5, atol=1e-5)
-        real_bias = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.float32)
-        assert torch.allclose(real_bias, with_bias, rtol=1e-5, atol=1e-5)
+        real_bias = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.bfloat16)
+        assert torch.allclose(real_bias.float(), with_bias.float(), rtol=1e-2, atol=1e-2)
 
 
 def test_emulated_scaled_mm_defaults_to_the_operand_dtype_as_scaled_mm_does():
@@ -160,12 +161,25 @@ def test_emulated_scaled_mm_defaults_to_the_operand_dtype_as_scaled_mm_does():
 
 
 @pytest.mark.parametrize(("change", "error", "words"), [
-    ({"scale_a": torch.tensor(1.0, dtype=torch.float64)}, ValueError, "scale_a must be a float32 tensor with one"),
-    ({"scale_b": torch.ones(2)}, ValueError, "scale_b must be a float32 tensor with one element"),
+    ({"scale_a": torch.tensor(1.0, dtype=torch.float64)}, ValueError,
+     r"scale_a must be a float32 tensor \(got torch.float64\): torch refuses other per-tensor scales"),
+    ({"scale_b": torch.ones(2)}, ValueError, "scale_b must have one element, a per-tensor scale"),
+    ({"scale_b": torch.ones(16, 1)}, ValueError, r"scale_b must have one element.*shape \(16, 1\)"),
     ({"a": torch.ones(16, 16)}, TypeError, "a must be a float8_e4m3fn or float8_e5m2 tensor"),
     ({"out_dtype": torch.int8}, ValueError, "out_dtype must be one of"),
     ({"out_dtype": torch.float64}, ValueError, "out_dtype must be one of"),
-    ({"bias": torch.ones(3)}, ValueError, "bias must be None or a float32/bfloat16/float16 tensor of 16"),
+    ({"bias": torch.ones(3), "out_dtype": torch.bfloat16}, ValueError, "bias must be None or a tensor of 16"),
+    ({"bias": torch.zeros(16), "out_dtype": torch.float32}, ValueError,
+     "Bias is not supported when out_dtype is set to Float32"),
+    ({"bias": torch.zeros(16, dtype=torch.bfloat16), "out_dtype": torch.float32}, ValueError,
+     "a bias needs a bf16 or fp16 output"),
+    ({"bias": torch.zeros(16), "out_dtype": torch.bfloat16}, ValueError, "bias must be a bfloat16 or float16"),
+    ({"bias": torch.zeros(16, dtype=torch.float16), "out_dtype": torch.bfloat16}, ValueError,
+     "with out_dtype=torch.bfloat16 the bias must be torch.bfloat16 too"),
+    ({"bias": torch.zeros(16, dtype=torch.bfloat16), "out_dtype": torch.float16}, ValueError,
+     "with out_dtype=torch.float16 the bias must be torch.float16 too"),
+    ({"a": torch.ones(16, 16).to(E5M2), "b": torch.ones(16, 16).to(E5M2)}, ValueError,
+     "Multiplication of two Float8_e5m2 matrices is not supported"),
     ({"use_fast_accum": 1}, TypeError, "use_fast_accum must be True or False"),
 ])
 def test_emulated_scaled_mm_holds_answers_to_scaled_mm_contract(change, error, words):
@@ -173,6 +187,19 @@ def test_emulated_scaled_mm_holds_answers_to_scaled_mm_contract(change, error, w
     args = {"a": a, "b": a.t(), "scale_a": torch.tensor(1.0), "scale_b": torch.tensor(1.0)} | change
     with pytest.raises(error, match=words):
         fp8.emulated_scaled_mm(**args)
+
+
+@pytest.mark.parametrize(("bias_dtype", "out_dtype"), [
+    (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16), (torch.bfloat16, E4M3),
+    (torch.float16, E4M3), (torch.bfloat16, None)])
+def test_emulated_scaled_mm_takes_the_biases_cuda_takes(bias_dtype, out_dtype):
+    """CUDA's rules (Blas.cpp, _scaled_mm_out_cuda): a bf16/fp16 bias with a bf16/fp16/FP8 output, matching a
+    bf16 or fp16 output; one E5M2 operand with one E4M3 is fine."""
+    a = torch.randn(16, 16, generator=torch.Generator().manual_seed(4)).to(E4M3)
+    one = torch.tensor(1.0)
+    out = fp8.emulated_scaled_mm(a, a.t(), one, one, bias=torch.ones(16, dtype=bias_dtype), out_dtype=out_dtype)
+    assert out.dtype == (out_dtype or E4M3)
+    assert fp8.emulated_scaled_mm(a.to(E5M2), a.t(), one, one, out_dtype=torch.float32).dtype == torch.float32
 
 
 def test_emulated_scaled_mm_refuses_unknown_keywords():
@@ -214,7 +241,8 @@ def _cuda_fp8():
 @pytest.mark.skipif(not _cuda_fp8(), reason="needs a CUDA GPU with FP8 Tensor Cores")
 def test_emulated_scaled_mm_matches_and_refuses_like_cuda_scaled_mm():
     """On FP8 Tensor Cores: the same result as torch._scaled_mm for a valid call (FP32 out, no fast accumulation),
-    and each call CUDA refuses (row-major b, float64 scales, k not a multiple of 16) is refused by the emulation."""
+    and each call CUDA refuses (row-major b, float64 scales, k not a multiple of 16, a bias with an FP32 output,
+    a float32 bias, two E5M2 operands) is refused by the emulation."""
     g = torch.Generator().manual_seed(5)
     x = torch.randn(32, 64, generator=g).cuda()
     w = (torch.randn(48, 64, generator=g) * 1e-3).cuda()
@@ -229,6 +257,10 @@ def test_emulated_scaled_mm_matches_and_refuses_like_cuda_scaled_mm():
         "row-major b": ((x8, w8.t().contiguous()), kwargs),
         "float64 scales": ((x8, w8.t()), kwargs | {"scale_a": (1 / sx).double(), "scale_b": (1 / sw).double()}),
         "k not a multiple of 16": ((x8[:, :40], w8[:, :40].t()), kwargs),
+        "a bias with an FP32 output": ((x8, w8.t()), kwargs | {"bias": torch.zeros(48, device="cuda").bfloat16()}),
+        "a float32 bias": ((x8, w8.t()), kwargs | {"bias": torch.zeros(48, device="cuda"),
+                                                   "out_dtype": torch.bfloat16}),
+        "two E5M2 operands": ((x8.float().to(E5M2), w8.float().to(E5M2).t()), kwargs),
     }
     for label, (args, kw) in bad.items():
         with pytest.raises((RuntimeError, ValueError)):

@@ -96,6 +96,12 @@ def scaled_cast(fn) -> None:
             raise fail(TASK1, f"for {name} you used the other format's max ({other:g}). Read it from the dtype: "
                               "torch.finfo(fp8_dtype).max.")
         if not _close(scale, top / amax):
+            for low, short in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+                rounded = (float(top / x.to(low).abs().max()), float(torch.tensor(top / amax).to(low)))
+                if any(_close(scale, r, 1e-6) for r in rounded):
+                    raise fail(TASK1, f"your scale was computed in {short} ({low}: x or its amax cast to {short} "
+                                      f"first): {short} rounds max / amax = {top / amax:.6g} to {scale:.6g}. "
+                                      "Compute amax and the scale in float32.")
             raise fail(TASK1, f"for {name} the scale should be max / amax = {top:g} / {amax:g} = {top / amax:.6g}; "
                               f"yours is {scale:.6g}.")
         if not isinstance(x_fp8, torch.Tensor) or x_fp8.dtype != dtype:
@@ -173,6 +179,28 @@ def _operand_mistake(operand: torch.Tensor, t: torch.Tensor, other: torch.Tensor
             "per-tensor scale of task 1.")
 
 
+def _task2_arguments(c: dict) -> None:
+    """The mistakes of this task that show in _scaled_mm's arguments, named before its contract is checked (the
+    contract would refuse some of them with a reason that is not the mistake)."""
+    a, b = c["a"], c["b"]
+    if any(isinstance(t, torch.Tensor) and t.dtype == E5M2 for t in (a, b)):
+        raise fail(TASK2, "you cast a forward operand to E5M2: this task's operands (activations, weights) use "
+                          "E4M3, whose extra mantissa bit halves the rounding error.")
+    if c["bias"] is not None:
+        raise fail(TASK2, "the task has no bias: fp8_linear returns x @ weight.T only, so call torch._scaled_mm "
+                          "without bias= (and on CUDA a bias is refused with out_dtype=torch.float32 anyway).")
+    for key in ("scale_a", "scale_b"):
+        t = c[key]
+        if isinstance(t, torch.Tensor) and t.numel() != 1:
+            raise fail(TASK2, f"{key} has {t.numel()} elements (shape {tuple(t.shape)}): the task asks for "
+                              "per-tensor scaling, one scale per tensor from its amax over all its values — not "
+                              "one per row. Pass a one-element float32 tensor, 1 / scale.")
+        if isinstance(t, torch.Tensor) and t.dtype != torch.float32:
+            raise fail(TASK2, f"{key} is a {t.dtype} tensor: a per-tensor scale of torch._scaled_mm must be "
+                              "float32 (torch's own rule for tensorwise scales, which CUDA enforces; this CPU "
+                              "build lets float64 through). Pass (1 / scale).float().")
+
+
 def fp8_linear(fn) -> None:
     """``fp8_linear(x, weight) -> x @ weight.T`` through per-tensor E4M3 scales and ``torch._scaled_mm``."""
     fn = require_callable(TASK2, fn, "fp8_linear")
@@ -180,17 +208,18 @@ def fp8_linear(fn) -> None:
     real = torch._scaled_mm if fp8.fp8_matmul_available("cpu") else fp8.emulated_scaled_mm
     calls = []
 
-    def spy(*args, **kwargs):  # records the call, holds it to _scaled_mm's contract on every CPU, then runs it
+    def spy(*args, **kwargs):  # records the call, names the task's mistakes, holds it to CUDA's contract, runs it
         try:
             bound = _bind(*args, **kwargs)
         except TypeError as err:
             raise fail(TASK2, f"torch._scaled_mm was called with arguments it does not take ({err}).") from None
         calls.append(bound)
+        _task2_arguments(bound)
         try:
             fp8._check_scaled_mm_contract(bound["a"], bound["b"], bound["scale_a"], bound["scale_b"], bound["bias"],
                                           bound["out_dtype"], bound["use_fast_accum"])
         except (TypeError, ValueError) as err:
-            raise fail(TASK2, f"torch._scaled_mm refuses this call: {err}.") from None
+            raise fail(TASK2, f"torch._scaled_mm's contract (as CUDA enforces it) refuses this call: {err}.") from None
         return real(bound["a"], bound["b"], scale_a=bound["scale_a"], scale_b=bound["scale_b"], bias=bound["bias"],
                     scale_result=bound["scale_result"], out_dtype=bound["out_dtype"],
                     use_fast_accum=bound["use_fast_accum"])
@@ -202,9 +231,6 @@ def fp8_linear(fn) -> None:
                           "torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=..., scale_b=..., out_dtype=torch.float32).")
     c = calls[0]
     a, b = c["a"], c["b"]
-    if E5M2 in (a.dtype, b.dtype):
-        raise fail(TASK2, "you cast a forward operand to E5M2: this task's operands (activations, weights) use "
-                          "E4M3, whose extra mantissa bit halves the rounding error.")
     if c["out_dtype"] is None:
         raise fail(TASK2, "you left out out_dtype: torch._scaled_mm then returns its result in the operands' FP8 "
                           "dtype. Pass out_dtype=torch.float32.")
@@ -273,6 +299,7 @@ def _task3_steps() -> list[tuple[torch.Tensor, list[float], torch.dtype, int]]:
         (base * 12.0, [0.0, 5.0, 2.0, 0.0], E4M3, 2),  # above max(history), within the margin's headroom of 2^2
         (base * 3.0, [0.0, 0.0, 0.0], E4M3, 0),  # nothing recorded yet: scale 1
         (base * 0.0, [2.0, 1.0], E5M2, 1),  # an all-zero tensor: its amax, 0.0, is recorded
+        (base * 20.0, [4.0, 3.0, 1.0, 2.0], E4M3, 3),  # margin 3: 2**3 = 8, not 2 * 3 = 6 (0, 1, 2 cannot tell)
     ]
 
 
@@ -302,7 +329,14 @@ def delayed_cast(fn) -> None:
                                   f"Engine starts; yours is {scale:.6g}.")
             want = 1.0
         else:
-            x_fp8, scale, new_history = _delayed_step(fn, x, history, dtype, margin)
+            try:
+                x_fp8, scale, new_history = _delayed_step(fn, x, history, dtype, margin)
+            except CheckFailed as failed:
+                if margin == 0 and ("ZeroDivisionError" in str(failed) or "division by zero" in str(failed)):
+                    raise fail(TASK3, "with margin 0 and a non-zero history your scale divided by zero: the "
+                                      "headroom factor is 2**margin, not 2*margin (or margin) — 2**0 = 1, no "
+                                      "headroom.") from None
+                raise
             want = top / max(before) / 2**margin
         if want != 1.0 or max(before):
             if amax and (_close(scale, top / amax / 2**margin) or _close(scale, top / amax)):
@@ -316,6 +350,10 @@ def delayed_cast(fn) -> None:
                 raise fail(TASK3, f"no margin: with margin = {margin} the scale must be max / max(history) / "
                                   "2**margin, so a tensor that grows a little since the last steps does not "
                                   "saturate.")
+            if margin > 2 and _close(scale, top / max(before) / (2 * margin)):
+                raise fail(TASK3, f"your margin divides by 2*margin = {2 * margin}: the headroom factor is "
+                                  f"2**margin, not 2*margin (margin = {margin} binades: 2**{margin} = "
+                                  f"{2**margin}; the two agree only for margins 1 and 2).")
             if margin and _close(scale, top / max(before) * 2**margin):
                 raise fail(TASK3, "the margin is applied the wrong way (scale multiplied by 2**margin): it must "
                                   "leave headroom, scale = max / max(history) / 2**margin.")
@@ -368,7 +406,7 @@ def delayed_cast(fn) -> None:
     else:
         raise fail(TASK3, f"an empty history should raise ValueError (there is no window to scale from); yours "
                           f"returned {type(result).__name__}.")
-    passed(TASK3, "scale from max(history) with the margin (0, 1 and 2; an x above the history but within the "
+    passed(TASK3, "scale from max(history) with the margin (0, 1, 2 and 3; an x above the history but within the "
                   "margin's headroom), computed before the history is updated; scale 1 for an all-zero history, "
                   "ValueError for an empty one; E5M2's overflow clamped; the history rolled by one with the amax of "
                   "x (0.0 for an all-zero x).")
@@ -391,8 +429,11 @@ def format_for(amax_history: list[float], smallest: float) -> tuple[torch.dtype 
 
 def _task4_cases() -> list[tuple[str, list[float], float]]:
     """(what it is, history, smallest). Spreads (max(history) / smallest) of 2^10, 2^12 (a gradient that fits
-    E4M3), 2^20, 2^16 (fits E4M3 only with its subnormals), 2^40 (fits neither), and exactly E4M3's normal span
-    448 / 2^-6 = 28672 (fits: the smallest value lands on the smallest normal; every number here is exact)."""
+    E4M3), 2^20, 2^16 (fits E4M3 only with its subnormals), 2^40 (fits neither), exactly E4M3's normal span
+    448 / 2^-6 = 28672 (fits: the smallest value lands on the smallest normal; every number there is exact); then
+    both boundaries from either side: 30000 (just past E4M3's span, below the rounded 2^15), 2^29.5 (inside E5M2's
+    span 57344 / 2^-14 ≈ 2^29.81, above the rounded 2^29), exactly E5M2's span, and 2^31 (fits E5M2 only with its
+    subnormals: neither)."""
     return [
         ("activations", [2.5, 3.0, 2.0], 3.0 * 2.0**-10),
         ("a gradient with a narrow spread", [0.0035, 0.004, 0.003], 0.004 * 2.0**-12),
@@ -400,6 +441,10 @@ def _task4_cases() -> list[tuple[str, list[float], float]]:
         ("E4M3's subnormal range", [1.0, 0.5], 2.0**-16),
         ("a spread neither format holds", [8.0, 6.0], 8.0 * 2.0**-40),
         ("exactly E4M3's normal span", [1.0, 7.0, 0.5], 2.0**-12),  # 7 / 2^-12 = 448 / 2^-6 = 28672, exactly
+        ("a spread just past E4M3's normal span", [1.0], 1 / 30000),  # 28672 < 30000 < 2^15: E5M2
+        ("a spread just inside E5M2's normal span", [1.0], 2.0**-29.5),  # 2^29 < 2^29.5 < 2^29.81: E5M2
+        ("exactly E5M2's normal span", [57344.0, 3.0], 2.0**-14),  # scale 1: smallest on E5M2's smallest normal
+        ("a spread E5M2 holds only with its subnormals", [1.0], 2.0**-31),  # 2^-31 · 57344 ≈ 2^-15.2: (None, None)
     ]
 
 
@@ -418,6 +463,23 @@ def fp8_format(fn) -> None:
             raise fail(TASK4, f"fp8_format returned {dtype!r} as the format: return torch.float8_e4m3fn, "
                               "torch.float8_e5m2 or None.")
         if dtype != want_dtype:
+            if dtype == E4M3 and want_dtype == E5M2 and spans[E4M3] < spread <= 2.0**15:
+                raise fail(TASK4, f"{what}: a spread of {spread:.6g} is past E4M3's normal span, exactly 448 / 2^-6 "
+                                  f"= {spans[E4M3]:g} = 2^{math.log2(spans[E4M3]):.2f}, not 2^15: a rounded span "
+                                  "lets the smallest values go subnormal. Compare smallest · scale with "
+                                  "torch.finfo(dtype).tiny, or the spread with max / tiny exactly.")
+            if dtype is None and want_dtype == E5M2 and 2.0**29 < spread <= spans[E5M2]:
+                raise fail(TASK4, f"{what}: a spread of 2^{math.log2(spread):.2f} fits E5M2's normal span, exactly "
+                                  f"57344 / 2^-14 = {spans[E5M2]:.0f} = 2^{math.log2(spans[E5M2]):.2f}, not 2^29: "
+                                  "a rounded span turns away tensors E5M2 holds. Compare smallest · scale with "
+                                  "torch.finfo(dtype).tiny.")
+            if dtype == E5M2 and want_dtype is None:
+                e5m2 = fp8.fp8_limits(E5M2)
+                if smallest * (e5m2.max / peak) >= e5m2.smallest_subnormal:
+                    raise fail(TASK4, f"{what}: with E5M2 the smallest value would be subnormal (below 2^-14): it "
+                                      "keeps fewer mantissa bits. Count only E5M2's normal range, max / smallest "
+                                      f"normal = 2^{math.log2(spans[E5M2]):.2f}; this spread fits neither format: "
+                                      "return (None, None).")
             if want_dtype is None:
                 raise fail(TASK4, f"{what}: a spread of 2^{math.log2(spread):.0f} fits neither format's normal "
                                   f"range (E5M2 holds {spans[E5M2]:.3g}, 2^{math.log2(spans[E5M2]):.1f}): return "
@@ -439,6 +501,10 @@ def fp8_format(fn) -> None:
                 raise fail(TASK4, f"{what}: a spread of 2^{math.log2(spread):.0f} is wider than E4M3's normal range "
                                   f"(2^{math.log2(spans[E4M3]):.1f}): its smallest values would be subnormal or "
                                   "flush to 0. Use E5M2 (range) when E4M3 does not fit.")
+            if dtype is None:
+                want_name = fp8.fp8_limits(want_dtype).name
+                raise fail(TASK4, f"{what}: a spread of 2^{math.log2(spread):.2f} fits {want_name}'s normal range "
+                                  f"(2^{math.log2(spans[want_dtype]):.2f}): return it, not (None, None).")
             raise fail(TASK4, f"{what}: the format should be {want_dtype}; yours is {dtype}.")
         if want_dtype is None:
             if scale is not None:
@@ -462,8 +528,9 @@ def fp8_format(fn) -> None:
                               "amax then saturates. The scale maps max(history) onto the format's max.")
         raise fail(TASK4, f"{what}: the scale should be max / max(history) = {want_scale:.6g}; yours is "
                           f"{scale:.6g}.")
-    passed(TASK4, "E4M3 whenever the spread fits its normal range (2^14.8, boundary included, gradients too), E5M2 "
-                  "when only its 2^29.8 fit, (None, None) when neither does; scale = max / max(history).")
+    passed(TASK4, "E4M3 whenever the spread fits its normal range (exactly 28672 = 2^14.81, boundary included, "
+                  "gradients too), E5M2 when only its 2^29.81 fits (both boundaries tried from either side, "
+                  "subnormals not counted), (None, None) when neither does; scale = max / max(history).")
 
 
 __all__ = ["LINEAR_BOUND", "CheckFailed", "delayed_cast", "format_for", "fp8_format", "fp8_linear", "scaled_cast"]

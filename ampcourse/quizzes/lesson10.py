@@ -8,7 +8,8 @@ from ..quiz import Question
 
 
 def _e4m3_of_1000() -> int:
-    """The option index of what this torch's cast of 1000.0 to float8_e4m3fn gives (448 since torch 2.x saturates)."""
+    """The option index of what this torch's cast of 1000.0 to float8_e4m3fn gives: 448 where the eager cast
+    saturates (torch 2.12 and newer), NaN in torch 2.11 and older (torchao's ``to_fp8_saturated`` note)."""
     value = torch.tensor(1000.0).to(torch.float8_e4m3fn).float().item()
     return 2 if value == 448.0 else 1 if math.isnan(value) else 0
 
@@ -25,7 +26,10 @@ def questions() -> list[Question]:
             "Which tensors does torchao's default recipe cast to E5M2?",
             ["the weights", "the output gradients", "the inputs"],
             answer=1,
-            why="Gradients need range (many binades) more than precision; inputs and weights use E4M3.",
+            why="Its tensorwise default puts output gradients in E5M2 and inputs and weights in E4M3: with one "
+                "scale per large gradient tensor, whose spread moves from step to step, range is the safe bet. "
+                "That is a recipe's choice, not a rule: where a gradient's spread fits E4M3, E4M3 is more accurate "
+                "(the lesson's six backward products), and torchao's rowwise recipes use E4M3 for gradients too.",
         ),
         Question(
             "Your FP8 linear's outputs are all about 10⁸ times too large. You passed scale_a=scale_x to "
@@ -64,6 +68,7 @@ def questions() -> list[Question]:
             answer=_e4m3_of_1000(),
             why="float8_e4m3fn has no inf. The installed torch's cast gives "
                 f"{torch.tensor(1000.0).to(torch.float8_e4m3fn).float().item():g} (computed when this quiz was "
-                "made); torch 2.x saturates to 448, older releases gave NaN. E5M2 would give inf above its max.",
+                "made); torch 2.12 and newer saturate to 448, torch 2.11 and older gave NaN. E5M2 has inf: a value "
+                "that rounds past its max, 57344, becomes inf.",
         ),
     ]
