@@ -321,6 +321,21 @@ def test_paired_verdict_is_the_one_rule():
         capstone.paired_verdict([0.9, 0.8], [0.9, math.nan])
 
 
+def test_noise_interval_coverage_is_students_t():
+    """2 standard errors: P(|T| <= 2), closed forms for 1, 2 and 4 degrees of freedom (exercise 09's '82–88 %')."""
+    assert capstone.noise_interval_coverage(2) == pytest.approx(2 * math.atan(2) / math.pi, abs=1e-6)
+    assert capstone.noise_interval_coverage(3) == pytest.approx(2 / math.sqrt(6), abs=1e-6)
+    t = 2.0
+    df4 = 2 * 0.375 * (t / math.sqrt(1 + t * t / 4)) * (1 - t * t / (12 * (1 + t * t / 4)))
+    assert capstone.noise_interval_coverage(5) == pytest.approx(df4, abs=1e-6)
+    assert round(capstone.noise_interval_coverage(3), 2) == 0.82
+    assert round(capstone.noise_interval_coverage(5), 2) == 0.88
+    with pytest.raises(ValueError, match="n_seeds must be at least 2"):
+        capstone.noise_interval_coverage(1)
+    with pytest.raises(TypeError, match="n_seeds must be an int"):
+        capstone.noise_interval_coverage(3.0)
+
+
 def test_verdict_validates_its_tolerance():
     def fake(accuracy):
         return type("R", (), {"final_accuracy": accuracy})()

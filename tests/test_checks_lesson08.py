@@ -370,6 +370,15 @@ def hook_raises(process_group, bucket):
     return bucket.buffer().to(torch.bfloat16).all_reduce()
 
 
+def hook_returns_the_bfloat16_tensor(process_group, bucket):
+    """Review 08-09: the future holds the all-reduced bfloat16 tensor, not the float32 buffer."""
+    import torch.distributed as dist
+
+    compressed = bucket.buffer().to(torch.bfloat16).div_(process_group.size())
+    future = dist.all_reduce(compressed, group=process_group, async_op=True).get_future()
+    return future.then(lambda f: f.value()[0])
+
+
 def torch_bf16_compress_hook(process_group, bucket):
     """Right: torch's own hook."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
@@ -405,6 +414,42 @@ def train_manual_all_reduce(model, loss_fn, optimizer, scaler, batches, accum_st
         for p in model.parameters():
             torch.distributed.all_reduce(p.grad)
             p.grad /= torch.distributed.get_world_size()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_manual_all_reduce_instead_of_ddps(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    """Review 08-09: the whole window under no_sync(), then a manual per-parameter all-reduce (DDP did none)."""
+    import torch.distributed as dist
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        with model.no_sync():
+            for x, y in window:
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_no_sync_around_the_window(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    """Review 08-09: the whole window, last backward included, under no_sync()."""
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        with model.no_sync():
+            for x, y in window:
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
@@ -548,6 +593,10 @@ WRONG = {
                                                "first backward added its gradients to the previous window's"),
         "a second, manual all-reduce on top of DDP's": (train_manual_all_reduce,
                                                          "called `torch.distributed.all_reduce` itself"),
+        "whole window under no_sync(), manual per-parameter all-reduce": (
+            train_manual_all_reduce_instead_of_ddps, "you replaced DDP's bucketed all-reduce with per-parameter"),
+        "whole window under no_sync() (one-process pre-run)": (
+            train_no_sync_around_the_window, "so the ranks would train different models"),
         "clips before unscale_": (train_clips_first, "you clipped before `unscale_`"),
         "loss not divided by the window length": (train_not_divided, "did not divide each micro-batch loss"),
         "steps after every micro-batch": (train_steps_every_micro_batch, "stepped after every micro-batch"),
@@ -577,6 +626,8 @@ WRONG = {
                                                     "read the tensor before its all-reduce completed"),
         "divides by the world size twice": (hook_divides_twice, "0.5× the true ones"),
         "raises": (hook_raises, "AttributeError"),
+        "future holds the bfloat16 tensor": (hook_returns_the_bfloat16_tensor,
+                                             "future holds the bfloat16 tensor that was all-reduced"),
     },
 }
 RIGHT = {

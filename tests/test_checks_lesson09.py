@@ -252,6 +252,77 @@ def strict_rule(fp32, amp):
     return "amp better" if statistics.mean(d) > 0 else "amp worse"
 
 
+def t_test_rule(fp32, amp):
+    """Review 08-09: a proper two-sided 95 % paired t-test (t critical values for df = 1..9)."""
+    crit = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+    d = [a - f for a, f in zip(amp, fp32, strict=True)]
+    n = len(d)
+    m = statistics.fmean(d)
+    se = statistics.stdev(d) / math.sqrt(n)
+    if abs(m) <= crit.get(n - 1, 2.0) * se:
+        return "within noise"
+    return "amp better" if m > 0 else "amp worse"
+
+
+def two_standard_deviations(fp32, amp):
+    d = [a - f for f, a in zip(fp32, amp, strict=True)]
+    m = statistics.fmean(d)
+    return "within noise" if abs(m) <= 2 * statistics.stdev(d) else ("amp better" if m > 0 else "amp worse")
+
+
+def imports_the_course_rule(fp32, amp):
+    """Review 08-09: the course's function imported inside the answer and called."""
+    from ampcourse.capstone import paired_verdict
+    return paired_verdict(fp32, amp)
+
+
+def calls_the_course_rule_from_the_notebook(fp32, amp):
+    return capstone.paired_verdict(fp32, amp)
+
+
+def squares_no_sqrt(fp32, amp):
+    """Right (review 08-09): mean² ≤ 4·var / n, no square root."""
+    if len(fp32) != len(amp):
+        raise ValueError("paired by seed: same length")
+    n = len(fp32)
+    d = [amp[i] - fp32[i] for i in range(n)]
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / (n - 1)
+    if mean * mean <= 4 * var / n:
+        return "within noise"
+    return "amp better" if mean > 0 else "amp worse"
+
+
+def test_no_two_wrong_verdict_rules_agree_on_every_case():
+    from ampcourse.checks.lesson09 import VERDICT_CASES, WRONG_RULES
+
+    table = {name: [rule(f, a) for f, a, _ in VERDICT_CASES] for name, (rule, _) in WRONG_RULES.items()}
+    right = [capstone.paired_verdict(f, a) for f, a, _ in VERDICT_CASES]
+    names = list(table)
+    for i, first in enumerate(names):
+        assert table[first] != right, first
+        for second in names[i + 1:]:
+            assert table[first] != table[second], (first, second)
+
+
+def test_no_verdict_case_sits_on_the_two_standard_deviations_boundary():
+    from ampcourse.checks.lesson09 import VERDICT_CASES
+
+    for f, a, what in VERDICT_CASES:
+        d = [y - x for x, y in zip(f, a, strict=True)]
+        std = statistics.stdev(d)
+        assert std == 0 or abs(abs(statistics.fmean(d)) / (2 * std) - 1) > 0.05, what
+
+
+def test_verdict_failures_do_not_print_the_rule_in_full():
+    from ampcourse.capstone import VERDICT_RULE
+
+    for answer, _ in WRONG[("09", "amp_verdict")].values():
+        with pytest.raises(CheckFailed) as failed:
+            lesson09.amp_verdict(answer)
+        assert VERDICT_RULE not in str(failed.value)
+
+
 def t_statistic_with_guard(fp32, amp):
     """Right, written otherwise: numpy, a t statistic, identical runs handled before dividing."""
     d = np.asarray(amp) - np.asarray(fp32)
@@ -367,7 +438,14 @@ WRONG = {
         "strict <": (strict_rule, "compare with `≤`, not `<`"),
         "t statistic, identical runs divide 0 by 0": (t_statistic_unguarded, "0 / 0 is nan"),
         "any difference counts": (lambda f, a: "amp better" if sum(a) > sum(f) else "amp worse",
-                                  "The rule: pair the runs by seed"),
+                                  "pair the runs by seed and judge the mean difference"),
+        "a 95 % t-test (review 08-09)": (t_test_rule, "a t-test's critical value"),
+        "2 standard deviations, not errors": (two_standard_deviations, "2 standard deviations of the differences"),
+        "the course's own function": (capstone.paired_verdict, "this is ampcourse.capstone.paired_verdict"),
+        "imports and calls the course's function (review 08-09)": (imports_the_course_rule,
+                                                                   "this is ampcourse.capstone.paired_verdict"),
+        "calls the course's function through the module": (calls_the_course_rule_from_the_notebook,
+                                                           "this is ampcourse.capstone.paired_verdict"),
         "bad label": (lambda f, a: "same", "return 'within noise'"),
     },
 }
@@ -384,7 +462,7 @@ RIGHT = {
     },
     ("09", "amp_verdict"): {
         "torch, paired, 2 SE": verdict(),
-        "the course's own function": capstone.paired_verdict,
+        "mean² against 4·var / n (review 08-09)": squares_no_sqrt,
         "numpy t statistic with a guard": t_statistic_with_guard,
     },
 }

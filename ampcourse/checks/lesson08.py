@@ -223,6 +223,11 @@ def amp_precheck(task: str, fn: Callable, config: RunConfig = CONFIG) -> None:
     if log.count("scaler.step") == config.n_micro:
         raise fail(task, f"the optimizer stepped after every micro-batch ({config.n_micro} steps): step once per "
                          f"window of {config.accum_steps} micro-batches, after accumulating their gradients.")
+    if manual and wrapped.allreduces == 0:
+        raise fail(task, f"your function called `torch.distributed.all_reduce` itself ({len(manual)} times) and "
+                         "DDP all-reduced nothing: you replaced DDP's bucketed all-reduce with per-parameter ones. "
+                         "Run the last micro-batch of each window outside `no_sync()` (its backward all-reduces "
+                         "the accumulated gradients, averaged) and drop yours.")
     if manual:
         raise fail(task, f"your function called `torch.distributed.all_reduce` itself ({len(manual)} times), on top "
                          "of DDP's own all-reduce: DDP already averages the gradients during the backward of the "
@@ -320,10 +325,15 @@ def analyse(task: str, config: RunConfig, done: dict[int, dict[str, Any]], refer
         raise fail(task, f"DDP all-reduced the gradients {records['allreduces']} times for {windows} windows: you "
                          f"forgot `no_sync()`. Run forward and backward of all but the last micro-batch of a window "
                          "inside `with model.no_sync():`, so the gradients are all-reduced once per window.")
-    if records["allreduces"] < windows or len({r["hash"] for r in done.values()}) > 1:
-        raise fail(task, f"only {records['allreduces']} gradient all-reduces for {windows} windows, and the ranks "
-                         "ended with different parameters: the last micro-batch of each window must run outside "
-                         "`no_sync()`, so its backward all-reduces the accumulated gradients.")
+    diverged = len({r["hash"] for r in done.values()}) > 1
+    if records["allreduces"] < windows or diverged:
+        # One record (the in-process pre-run) cannot show ranks diverging; it only shows what would make them.
+        outcome = ("and the ranks ended with different parameters" if diverged else
+                   "so the ranks would train different models" if len(done) == 1 else
+                   "so the ranks trained on unsynchronised gradients")
+        raise fail(task, f"only {records['allreduces']} gradient all-reduces for {windows} windows, {outcome}: "
+                         "the last micro-batch of each window must run outside `no_sync()`, so its backward "
+                         "all-reduces the accumulated gradients.")
     for k, step in enumerate(steps):
         expected, true_norm = _reference_step(config, step["params"], k)
         seen = torch.tensor(step["grads"], dtype=torch.float64)
@@ -640,6 +650,7 @@ def bf16_hook(fn) -> None:
     true = [p.grad.detach().clone() for p in reference.parameters()]
     sent: list[torch.dtype] = []
     problems: list[BaseException | str] = []
+    held: list[Any] = []
 
     def guarded(state, bucket):
         """Runs the learner's hook; anything that would break DDP's C++ reducer is recorded instead."""
@@ -654,7 +665,13 @@ def bf16_hook(fn) -> None:
             future = torch.futures.Future()
             future.set_result(bucket.buffer())
             return future
-        return result
+
+        def seen(future):  # what the learner's future holds, passed on to DDP unchanged
+            value = future.value()
+            held.append(value[0] if isinstance(value, list) and value else value)
+            return value
+
+        return result.then(seen)
 
     model = make()
     with one_process_group():
@@ -689,6 +706,11 @@ def bf16_hook(fn) -> None:
                          "(the check's all-reduce, like a real one with `async_op=True`, finishes later; until then "
                          "the tensor's contents are undefined). Copy the result back only after `work.wait()`, or "
                          "in a `.then(...)` callback of `work.get_future()`.")
+    if held and isinstance(held[0], torch.Tensor) and held[0].dtype != torch.float32:
+        raise fail(task, f"your hook's future holds the {str(held[0].dtype).removeprefix('torch.')} tensor that "
+                         "was all-reduced, not the bucket's float32 buffer. DDP happens to copy it into the "
+                         "gradients (it only checks the shape), but the task — and torch's own compression hooks "
+                         "— copy the result back into `bucket.buffer()` and return that buffer.")
     if any(g is None or g.dtype != torch.float32 for g in grads):
         raise fail(task, "after backward the gradients are not float32: copy the all-reduced values back into the "
                          "bucket's (float32) buffer and return that buffer from the future.")

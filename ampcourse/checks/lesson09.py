@@ -11,6 +11,7 @@ the record it returns (``stepped``, ``grad_norm``, ``loss``) is compared with wh
 
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 import warnings
@@ -525,10 +526,17 @@ VERDICT_CASES = [  # (fp32 accuracies per seed, amp accuracies per seed, what th
     ([0.9721, 0.9805, 0.9777, 0.9777, 0.9749], [0.9721, 0.9805, 0.9777, 0.9777, 0.9749],
      "identical accuracies on every seed (every difference 0, standard error 0)"),
     ([0.90, 0.92, 0.94, 0.96], [0.93, 0.95, 0.97, 0.999], "AMP 3 to 4 points higher on every seed"),
-    ([0.95, 0.95, 0.95], [0.953, 0.951, 0.952], "AMP 0.1 to 0.3 points higher on every seed"),
+    # d = 0.35, 0.1, 0.2 points: t = mean / SE ≈ 2.98, between 2 and a t-test's 4.30 (df 2); and |mean| is clear of
+    # 2 standard deviations (0.217 vs 0.252 points), so the "2 std" rule is not decided by float rounding here
+    ([0.95, 0.95, 0.95], [0.9535, 0.951, 0.952], "AMP 0.1 to 0.35 points higher on every seed"),
     ([0.95, 0.96, 0.94], [0.951, 0.961, 0.97], "AMP higher on every seed, by 0.1, 0.1 and 3 points"),
     ([0.95, 0.96, 0.94], [0.96, 0.972, 0.939], "AMP 1 point higher on two seeds, 0.1 lower on the third"),
+    # 5 seeds, t ≈ 3.28: above a t-test's 2.78 (df 4), below 2·√5 ≈ 4.47 (where "2 standard deviations" starts)
+    ([0.962, 0.955, 0.970, 0.948, 0.966], [0.965, 0.956, 0.972, 0.952, 0.9665],
+     "AMP 0.05 to 0.4 points higher on five seeds, unevenly"),
 ]
+# Two-sided 95 % critical values of Student's t, df = 1..9 (a t-test a learner may write instead of the rule).
+T_CRITICAL_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 ANSWERS = ("within noise", "amp better", "amp worse")
 
 
@@ -610,6 +618,11 @@ WRONG_RULES: dict[str, tuple[Callable, str]] = {
         _noise_rule(lambda f, a, mean, std, pstd, n: 0.01),
         "you used a fixed threshold (1 point): whether a difference is noise depends on how much the per-seed "
         "differences vary, so measure that — the standard error of their mean"),
+    "t critical value": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: T_CRITICAL_95.get(n - 1, 2.0) * std / math.sqrt(n)),
+        "you used a t-test's critical value (4.30 for 3 seeds, 2.78 for 5) instead of 2. The course fixes the "
+        "rule at 2 standard errors — a t-test is a sound rule too, but not this task's: at 3–5 seeds 2 standard "
+        "errors are about an 82–88 % interval (`capstone.noise_interval_coverage`), a deliberate, lighter bar"),
     "sign reversed": (
         _reversed,
         "the sign is reversed — a positive mean of amp − fp32 means AMP is better"),
@@ -624,13 +637,31 @@ def amp_verdict(fn) -> None:
     mistake only when it agrees with that mistaken rule on every case, otherwise the message names the case and
     the rule.
     """
+    from .. import capstone
     from ..capstone import paired_verdict
 
     task = "Task 3 (amp_verdict)"
     require_callable(task, fn, "amp_verdict")
+    course = "this is ampcourse.capstone.paired_verdict, the course's rule; write your own (the task is the rule)."
+    unwrapped = getattr(fn, "__wrapped__", fn)
+    referenced = inspect.getclosurevars(unwrapped).globals.values() if inspect.isfunction(unwrapped) else ()
+    if fn is paired_verdict or unwrapped is paired_verdict or any(v is paired_verdict for v in referenced):
+        raise fail(task, course)
+    used: list[int] = []
+
+    def spy(*args, **kwargs):
+        used.append(1)
+        return paired_verdict(*args, **kwargs)
+
     answers = []
     for fp32, amp, what in VERDICT_CASES:
-        got = call(task, fn, "amp_verdict", list(fp32), list(amp))
+        capstone.paired_verdict = spy  # an import inside the answer's body picks this up
+        try:
+            got = call(task, fn, "amp_verdict", list(fp32), list(amp))
+        finally:
+            capstone.paired_verdict = paired_verdict
+        if used:
+            raise fail(task, course)
         if not isinstance(got, str) or got not in ANSWERS:
             raise fail(task, f"return 'within noise', 'amp better' or 'amp worse' (for {what} you returned "
                              f"{got!r}).")
@@ -646,7 +677,8 @@ def amp_verdict(fn) -> None:
     for rule, why in WRONG_RULES.values():
         if all(rule(fp32, amp) == got for (fp32, amp, _), got in zip(VERDICT_CASES, answers, strict=True)):
             raise fail(task, f"{context}: {why}.")
-    raise fail(task, f"{context}. The rule: {VERDICT_RULE}.")
+    raise fail(task, f"{context}. Pair the runs by seed and judge the mean difference against its standard error "
+                     "(the hint below; its last tier states the rule).")
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---

@@ -38,8 +38,10 @@ def questions() -> list[Question]:
              "nothing can be said from 5 seeds"],
             answer=1,
             why="The two runs of a seed share its luck; the per-seed differences cancel it. The noise of their mean is "
-                "its standard error (std of the differences / √5), here 0, so a consistent 0.5-point gain is real "
-                "— FP32's spread between seeds is the noise of one run, not of a paired difference.",
+                "its standard error (std of the differences / √5), here 0, so by the rule a consistent 0.5-point "
+                "gain is 'amp better' — the rule's verdict, not a proof: a spread of 0 over 5 seeds is weak "
+                "evidence that the noise is 0 (accuracies move in steps of 1/359), so more seeds would confirm it "
+                "— and FP32's spread between seeds is the noise of one run, not of a paired difference.",
             kind="diagnosis",
         ),
     ]
