@@ -315,7 +315,8 @@ def _walk(obj, depth=0):
 
 def _same_tensors(state, want: dict) -> bool:
     return (isinstance(state, dict) and set(want) <= set(state)
-            and all(isinstance(state[k], torch.Tensor) and torch.equal(state[k].cpu(), v.cpu()) for k, v in want.items()))
+            and all(isinstance(state[k], torch.Tensor) and torch.equal(state[k].cpu(), v.cpu())
+                    for k, v in want.items()))
 
 
 def _what_file_holds(path, saved_model: dict, saved_scaler: dict) -> dict[str, str | None]:
