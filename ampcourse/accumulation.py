@@ -445,10 +445,11 @@ def clip_demo(scale: float = 2.0**16, max_norm: float = 1.0, *, clip_value: floa
     then shrinks to ``lr × max_norm / S`` (at S = 2^16, almost nothing), whatever the true norm; an adaptive
     optimizer (Adam, AdamW) divides the gradient by its own running size, which cancels the shrink as long as the
     shrunk gradients (about max_norm / (S × √N) per element, N weights) stay well above its ``eps`` (1e-8): then
-    the wrong order changes the update little and the loss shows nothing; at a million weights and S = 2^16 they
-    reach eps and the update shrinks too (:func:`clip_by_optimizer` measures both).
+    the wrong order changes the update little and the loss shows nothing; at a million weights (S = 2^16,
+    max_norm = 1) they reach eps and the update shrinks too (:func:`clip_by_optimizer` measures both).
     What holds for every optimizer: the norm ``clip_grad_norm_`` returns is S × the true norm, and the clip
-    fires on (almost) every step, so ``max_norm`` means nothing.
+    fires whenever S × the norm exceeds ``max_norm`` (at a usual scale: every step), so ``max_norm`` means
+    nothing.
 
     Example:
         >>> d = clip_demo()
