@@ -132,13 +132,13 @@ def saver(with_scaler=True, with_optimizer=True, params_only=False, scale_only=F
     return save_checkpoint
 
 
-def loader(strict=True, optimizer_too=True, scale_by="state_dict"):
+def loader(strict=True, optimizer_too=True, scale_by="state_dict", scaler_too=True):
     def load_checkpoint(path, model, optimizer, scaler):
         state = torch.load(path)
         model.load_state_dict(state["model"], strict=strict)
         if "optimizer" in state and optimizer_too:
             optimizer.load_state_dict(state["optimizer"])
-        if "scaler" in state:
+        if "scaler" in state and scaler_too:
             scaler.load_state_dict(state["scaler"])
         if "scale" in state and scale_by == "state_dict":  # the review's answer: the scale, tracker reset to 0
             scaler.load_state_dict({**scaler.state_dict(), "scale": state["scale"], "_growth_tracker": 0})
@@ -307,6 +307,7 @@ WRONG = {
         # review 0506 E3: saved, but the load only rebinds local names
         "whole objects saved, names rebound": ((save_objects, load_by_rebinding), "you pickled the whole scaler"),
         "scaler loaded into a new GradScaler": ((saver(), load_into_new_scaler), "only rebinds a local name"),
+        "scaler saved, never loaded": ((saver(), loader(scaler_too=False)), "was never called on that object"),
         "optimizer rebuilt, then loaded": ((saver(), load_into_rebuilt_optimizer),
                                            "call `optimizer.load_state_dict(...)` on the optimizer you were given"),
     },

@@ -350,9 +350,10 @@ def _not_loaded(task: str, kind: str, how: str, method: str):
     whole = (f" You pickled the whole {kind}; loading it makes a *new* object — copy its state over with "
              f"`{kind}.{method}(saved.state_dict())`, or better save `{kind}.state_dict()`." if how == "object" else "")
     return fail(task, f"your checkpoint holds the {kind}'s state, but the `{kind}` passed to load_checkpoint did not "
-                      f"get it: assigning to the name inside the function (`{kind} = ...`, a new object or the loaded "
-                      f"one) only rebinds a local name — the caller's object is unchanged. Call "
-                      f"`{kind}.{method}(...)` on the object you were given.{whole}")
+                      f"get it: `{kind}.{method}(...)` was never called on that object — perhaps on another one: "
+                      f"assigning to the name inside the function (`{kind} = ...`, a new object or the loaded one) "
+                      f"only rebinds a local name, the caller's object is unchanged. Call `{kind}.{method}(...)` on "
+                      f"the object you were given.{whole}")
 
 
 def checkpoint(save_fn, load_fn) -> None:
@@ -414,9 +415,9 @@ def checkpoint(save_fn, load_fn) -> None:
     if not same_params and holds["optimizer"]:
         raise fail(task, "the resumed run drifted from the uninterrupted one although model and scaler match, and "
                          "your checkpoint holds an optimizer state: the optimizer passed to load_checkpoint never got "
-                         "it (SGD momentum lost). Assigning a new or loaded optimizer to the name inside the function "
-                         "only rebinds a local name; call `optimizer.load_state_dict(...)` on the optimizer you were "
-                         "given.")
+                         "it (SGD momentum lost) — it was not loaded, or loaded into another object (assigning a new "
+                         "or loaded optimizer to the name inside the function only rebinds a local name). Call "
+                         "`optimizer.load_state_dict(...)` on the optimizer you were given.")
     if not same_params:
         raise fail(task, "the resumed run drifted from the uninterrupted one although model and scaler match: the "
                          "optimizer's state (SGD momentum) was not restored. Save `optimizer.state_dict()` too, and "
