@@ -443,10 +443,13 @@ def clip_demo(scale: float = 2.0**16, max_norm: float = 1.0, *, clip_value: floa
     scaler.step(opt); scaler.update()``. Wrong: ``clip_grad_norm_`` before ``unscale_`` — it sees S × the norm,
     clips to ``max_norm`` in *scaled* units, and ``scaler.step`` then divides by S. With SGD the update
     then shrinks to ``lr × max_norm / S`` (at S = 2^16, almost nothing), whatever the true norm; an adaptive
-    optimizer (Adam, AdamW) divides the gradient by its own running size, which cancels the shrink, so there the
-    wrong order changes the update little and the loss shows nothing (:func:`clip_by_optimizer` measures both).
+    optimizer (Adam, AdamW) divides the gradient by its own running size, which cancels the shrink as long as the
+    shrunk gradients (about max_norm / (S × √N) per element, N weights) stay well above its ``eps`` (1e-8): then
+    the wrong order changes the update little and the loss shows nothing; at a million weights (S = 2^16,
+    max_norm = 1) they reach eps and the update shrinks too (:func:`clip_by_optimizer` measures both).
     What holds for every optimizer: the norm ``clip_grad_norm_`` returns is S × the true norm, and the clip
-    fires on (almost) every step, so ``max_norm`` means nothing.
+    fires whenever S × the norm exceeds ``max_norm`` (at a usual scale: every step), so ``max_norm`` means
+    nothing.
 
     Example:
         >>> d = clip_demo()
@@ -516,39 +519,59 @@ class ClipByOptimizer:
     """Clipping before and after ``unscale_``, for SGD and for AdamW (see :func:`clip_by_optimizer`).
 
     Attributes (each a dict keyed by optimizer name, ``"SGD"`` and ``"AdamW"``):
-        first_update: ``(right, wrong)`` ‖parameter change‖ of the first step.
+        first_update: ``(right, wrong)`` ‖update‖ the first step asked for: the optimizer replayed in float64 on
+            the gradients it really stepped with (an FP32 parameter difference this small is rounding noise).
         update_ratio: wrong / right first-step update.
+        moved: ``(right, wrong)`` share of the FP32 weights whose value the first step changed at all.
+        grad_rms: ``(right, wrong)`` root-mean-square per element of the gradients the first step used — what
+            AdamW compares with its ``eps`` (1e-8).
         final_loss: ``(right, wrong)`` FP32 loss after ``steps`` steps.
         fired: ``(right, wrong)`` fraction of the steps on which the clip fired.
         norm_ratio: the median, over the steps, of the norm ``clip_grad_norm_`` returned in the wrong order
-            divided by the true (unscaled) norm of the same step.
+            divided by the norm of an FP32 reference gradient (no autocast, no scaling) at the same weights.
+        n_params: the model's parameter count.
     """
 
     scale: float
     max_norm: float
+    lr: float
     steps: int
     first_update: dict[str, tuple[float, float]]
     update_ratio: dict[str, float]
+    moved: dict[str, tuple[float, float]]
+    grad_rms: dict[str, tuple[float, float]]
     final_loss: dict[str, tuple[float, float]]
     fired: dict[str, tuple[float, float]]
     norm_ratio: dict[str, float]
+    n_params: int
 
     def table(self) -> Table:
         rows = [{"optimizer": name, "update right": self.first_update[name][0],
                  "update wrong": self.first_update[name][1], "ratio": self.update_ratio[name],
+                 "moved wrong": self.moved[name][1],
                  "loss right": self.final_loss[name][0], "loss wrong": self.final_loss[name][1],
                  "fired right": self.fired[name][0], "fired wrong": self.fired[name][1]}
                 for name in self.first_update]
         formats = {key: "{:.3g}" for key in rows[0] if key != "optimizer"}
-        formats.update({"fired right": "{:.0%}", "fired wrong": "{:.0%}"})
-        return Table(rows, formats=formats, title=f"S = {self.scale:g}, max_norm = {self.max_norm:g}: right = unscale_ "
-                                                  "then clip, wrong = clip first; update: the first step's, "
-                                                  f"ratio = wrong / right; loss after {self.steps} steps; fired: "
-                                                  "share of steps clipped")
+        formats.update({"fired right": "{:.0%}", "fired wrong": "{:.0%}", "moved wrong": "{:.0%}"})
+        return Table(rows, formats=formats, title=f"S = {self.scale:g}, max_norm = {self.max_norm:g}, "
+                                                  f"{self.n_params} weights: right = unscale_ then clip, wrong = "
+                                                  "clip first; update: the first step's (float64), ratio = wrong / "
+                                                  "right; moved: share of weights the first step changed; loss after "
+                                                  f"{self.steps} steps; fired: share of steps clipped")
 
 
 OPTIMIZERS = {"SGD": lambda params, lr: torch.optim.SGD(params, lr=lr),
               "AdamW": lambda params, lr: torch.optim.AdamW(params, lr=lr)}
+
+
+def _intended_update(make: Callable, lr: float, start: list[torch.Tensor], grads: list[torch.Tensor]) -> float:
+    """‖update‖ of one fresh-optimizer step from ``start`` with ``grads``, computed in float64."""
+    params = [p.detach().double().clone().requires_grad_(True) for p in start]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.double()
+    make(params, lr).step()
+    return float(torch.cat([(p.detach() - s.double()).flatten() for p, s in zip(params, start, strict=True)]).norm())
 
 
 def clip_by_optimizer(scale: float = 2.0**16, max_norm: float = 1.0, *, lr: float = 1e-2, steps: int = 50,
@@ -556,10 +579,13 @@ def clip_by_optimizer(scale: float = 2.0**16, max_norm: float = 1.0, *, lr: floa
     """Train ``steps`` full-batch AMP steps with ``clip_grad_norm_`` after ``unscale_`` (right) and before it
     (wrong), with SGD and with AdamW, from the same start.
 
-    SGD's update is the gradient × lr, so the wrong order shrinks it by about S. AdamW divides by the
-    gradient's running RMS, which the shrink cancels: its update barely changes and its loss shows nothing. Both
-    show the symptom: the norm the wrong order's ``clip_grad_norm_`` returns is S × the true one, and the clip
-    fires on every step.
+    SGD's update is the gradient × lr, so the wrong order shrinks it by about S (to at most lr × max_norm / S).
+    AdamW divides each gradient by its running RMS, and that cancels the shrink — as long as the shrunk gradients
+    stay well above AdamW's ``eps`` (1e-8), which it adds to that RMS. Clipped to ``max_norm`` in scaled units,
+    they are about max_norm / (S × √N) per element for N weights: here (161 weights, S = 2^16, max_norm = 1) about
+    1e-6, and AdamW's update barely changes, so its loss shows nothing; at a million weights the same setting
+    gives about 1.5e-8, comparable with eps, and AdamW's update shrinks too. What every optimizer shows: the norm
+    the wrong order's ``clip_grad_norm_`` returns is S × the true one, and the clip fires on every step.
 
     Example:
         >>> r = clip_by_optimizer(steps=5)
@@ -572,38 +598,50 @@ def clip_by_optimizer(scale: float = 2.0**16, max_norm: float = 1.0, *, lr: floa
     steps = _as_steps("steps", steps, minimum=1)
     seed = as_int("seed", seed, minimum=0)
     problem = make_problem(32, seed)
-    first, final, fired, ratios = {}, {}, {}, {}
+    first, moved, rms, final, fired, ratios = {}, {}, {}, {}, {}, {}
     for name, make in OPTIMIZERS.items():
         runs = []
         for unscale_first in (True, False):
             model = problem.new_model()
-            optimizer = make(model.parameters(), lr)
+            params = list(model.parameters())
+            optimizer = make(params, lr)
             scaler = torch.amp.GradScaler("cpu", init_scale=scale, growth_interval=10**6)
-            updates, clipped, norm_ratio = [], 0, []
+            stepped: list[list[torch.Tensor]] = []  # the gradients the optimizer really steps with
+            hook = optimizer.register_step_pre_hook(
+                lambda opt, args, kwargs, stepped=stepped, params=params: stepped.append(
+                    [p.grad.detach().clone() for p in params]))
+            start = [p.detach().clone() for p in params]
+            clipped, norm_ratio, first_moved = 0, [], None
             for _ in range(steps):
                 before = _flat_params(model)
                 optimizer.zero_grad(set_to_none=True)
+                reference = torch.autograd.grad(amp_loss(model, *problem.data, False), params)  # FP32, unscaled
                 scaler.scale(amp_loss(model, *problem.data, True)).backward()
                 if unscale_first:
                     scaler.unscale_(optimizer)
-                true_norm = float(_flat_grads(model).norm()) / (1.0 if unscale_first else scaler.get_scale())
                 returned = float(nn.utils.clip_grad_norm_(model.parameters(), max_norm))
                 clipped += returned > max_norm
-                norm_ratio.append(returned / true_norm)
+                norm_ratio.append(returned / float(_flat(reference).norm()))
                 scaler.step(optimizer)
                 scaler.update()
-                updates.append(float((_flat_params(model) - before).norm()))
+                if first_moved is None:
+                    first_moved = float((_flat_params(model) != before).float().mean())
+            hook.remove()
             with torch.no_grad():
                 loss = float(amp_loss(model, *problem.data, False))
-            runs.append((updates[0], loss, clipped / steps, statistics.median(norm_ratio)))
+            grads = stepped[0]
+            runs.append((_intended_update(make, lr, start, grads), first_moved,
+                         float(_flat(grads).pow(2).mean().sqrt()), loss, clipped / steps,
+                         statistics.median(norm_ratio)))
         (right, wrong) = runs
-        first[name] = (right[0], wrong[0])
-        final[name] = (right[1], wrong[1])
-        fired[name] = (right[2], wrong[2])
-        ratios[name] = wrong[3]
-    return ClipByOptimizer(scale=scale, max_norm=max_norm, steps=steps, first_update=first,
-                           update_ratio={k: v[1] / v[0] for k, v in first.items()}, final_loss=final, fired=fired,
-                           norm_ratio=ratios)
+        first[name], moved[name], rms[name] = (right[0], wrong[0]), (right[1], wrong[1]), (right[2], wrong[2])
+        final[name] = (right[3], wrong[3])
+        fired[name] = (right[4], wrong[4])
+        ratios[name] = wrong[5]
+    return ClipByOptimizer(scale=scale, max_norm=max_norm, lr=lr, steps=steps, first_update=first,
+                           update_ratio={k: v[1] / v[0] for k, v in first.items()}, moved=moved, grad_rms=rms,
+                           final_loss=final, fired=fired, norm_ratio=ratios,
+                           n_params=sum(p.numel() for p in problem.new_model().parameters()))
 
 
 # ------------------------------------------------------------------------------------------ multi-model

@@ -50,7 +50,7 @@ from .tables import Table
 from .validate import as_int, as_positive
 
 __all__ = [
-    "CLEAR_DIFFERENCE", "ProductComparison", "compare_products", "has_bf16_hardware", "mkldnn_fp32_precision",
+    "CLEAR_DIFFERENCE", "judge", "ProductComparison", "compare_products", "has_bf16_hardware", "mkldnn_fp32_precision",
     "mlp_problem", "native_stderr_silenced", "train_step_fn",
     "ActivationReport", "BenchmarkError", "Comparison", "DATASHEET_PEAKS", "MODES", "MatmulResult", "MemorySummary",
     "StepResult", "Timing", "achieved_flops", "available_modes", "benchmark_step", "cast_cost", "compare_precisions",
@@ -977,6 +977,24 @@ def benchmark_step(mode: str, *, width: int, depth: int, batch: int, device: tor
     return row.result(warmup)
 
 
+#: One threshold for every timed comparison in lesson 06 (steps, products, the sweep): a speed ratio counts as a
+#: difference when it is beyond 10 % *and* every round points the same way; otherwise it is noise.
+CLEAR_DIFFERENCE = 1.10
+
+
+def judge(ratio: float, rounds: Sequence[float], noisy: bool, noise_threshold: float) -> str:
+    """The one verdict rule of lesson 06. ``ratio``: how many times faster (> 1) the thing is than its baseline;
+    ``rounds``: the same ratio per interleaved round; ``noisy``: the rounds disagree by more than
+    ``noise_threshold``. Returns "faster", "slower", "no clear difference" or a "no verdict: …" sentence."""
+    if noisy:
+        return f"no verdict: the rounds disagree by more than {noise_threshold:.0%} (a busy machine), rerun"
+    if ratio > CLEAR_DIFFERENCE and min(rounds) > 1:
+        return "faster"
+    if ratio < 1 / CLEAR_DIFFERENCE and max(rounds) < 1:
+        return "slower"
+    return "no clear difference"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Rows from :func:`compare_precisions`; ``baseline`` is the eager fp32 row of the same run.
@@ -1026,6 +1044,18 @@ class Comparison:
         if base is None or row.timing is None:
             return None
         return base.timing.median / row.timing.median
+
+    def verdict(self, row: StepResult) -> str:
+        """The row against eager fp32 by :func:`judge` (its step time in each round against fp32's in the same
+        round); no verdict when either row's rounds disagreed (see :attr:`noisy`)."""
+        base = self.baseline
+        if row.timing is None:
+            return f"not run: {row.error}"
+        if base is None:
+            return "no verdict: no fp32 row to compare with"
+        rows = (base.round_medians or (base.timing.median,), row.round_medians or (row.timing.median,))
+        rounds = tuple(b / r for b, r in zip(*rows, strict=True))
+        return judge(self.speedup(row), rounds, row in self.noisy or base in self.noisy, self.noise_threshold)
 
     def activation_ratio(self, row: StepResult) -> float | None:
         base = self.baseline
@@ -1211,13 +1241,13 @@ class Bf16Sweep:
         """The points whose rounds disagree by more than ``noise_threshold`` (a busy machine: rerun)."""
         return tuple(p for p in self.points if p.spread > self.noise_threshold)
 
-    def pays_off_from(self, margin: float = 0.05) -> int | None:
-        """The smallest width from which the AMP step was faster by more than ``margin`` (median ratio
-        > 1 + margin) at every larger width measured, or ``None`` if it was not at the largest width."""
-        margin = as_positive("margin", margin)
+    def pays_off_from(self) -> int | None:
+        """The smallest width from which the AMP step was faster by :func:`judge`'s rule (median ratio beyond
+        :data:`CLEAR_DIFFERENCE`, every round > 1) at every larger width measured, or ``None`` if it was not
+        at the largest width."""
         width = None
         for point in reversed(self.points):
-            if point.speedup <= 1 + margin:
+            if judge(point.speedup, point.ratios, False, self.noise_threshold) != "faster":
                 break
             width = point.width
         return width
@@ -1235,21 +1265,24 @@ class Bf16Sweep:
         return out
 
     def verdict(self) -> str:
-        """What this machine said, in words (machine-dependent: show it in a cell nbval ignores)."""
+        """What this machine said, in words (machine-dependent: show it in a cell nbval ignores). No verdict when
+        a width's rounds disagreed (:attr:`noisy`); with one width measured, no trend."""
         if not self.points:
             return "nothing was measured"
+        if self.noisy:
+            return (f"no verdict: the rounds disagreed by more than {self.noise_threshold:.0%} at width(s) "
+                    f"{', '.join(str(p.width) for p in self.noisy)} — the machine was busy; rerun.")
         start = self.pays_off_from()
+        rule = f"> {CLEAR_DIFFERENCE:.2f}× the fp32 speed in every round"
         if start is None:
-            text = (f"{self.mode} did not pay off (> 1.05× the fp32 speed) at the largest width measured here "
+            text = (f"{self.mode} did not pay off ({rule}) at the largest width measured here "
                     f"({self.points[-1].width}); its best: {max(p.speedup for p in self.points):.2f}× the fp32 speed.")
         elif start == self.points[0].width:
-            text = f"{self.mode} paid off at every width measured here, from {start}."
+            text = f"{self.mode} paid off ({rule}) at every width measured here, from {start}."
         else:
-            text = f"{self.mode} paid off from width {start} up; below it, not."
-        if self.noisy:
-            text += (f" Warning: the rounds disagreed by more than {self.noise_threshold:.0%} at width(s) "
-                     f"{', '.join(str(p.width) for p in self.noisy)} — the machine was busy; rerun before you believe "
-                     "those rows.")
+            text = f"{self.mode} paid off ({rule}) from width {start} up; below it, not."
+        if len(self.points) == 1:
+            text += " Only one width was measured (the sweep stopped early): too few to see where it starts to pay off."
         return text
 
 
@@ -1395,11 +1428,6 @@ def cast_cost(model: torch.nn.Module, dtype: torch.dtype, *, device: torch.devic
     return time_fn(lambda: [w.to(dtype) for w in weights], warmup=warmup, repeats=repeats, device=device)
 
 
-#: One threshold for every timed comparison of two products in lesson 06: a throughput ratio counts as a
-#: difference when it is beyond 10 % *and* every round points the same way; otherwise it is noise.
-CLEAR_DIFFERENCE = 1.10
-
-
 @dataclass(frozen=True)
 class ProductComparison:
     """Matrix products timed in interleaved rounds (see :func:`compare_products`)."""
@@ -1416,8 +1444,13 @@ class ProductComparison:
         return tuple((a.flops / ta) / (b.flops / tb) for ta, tb in zip(self.round_seconds[label],
                                                                          self.round_seconds[baseline], strict=True))
 
+    def achieved(self, label: str) -> float:
+        """FLOP/s at the median of the product's round times (the statistic :meth:`ratio` compares)."""
+        return achieved_flops(self.results[label].flops, statistics.median(self.round_seconds[label]))
+
     def ratio(self, label: str, baseline: str) -> float:
-        return statistics.median(self.ratios(label, baseline))
+        """``achieved(label) / achieved(baseline)``: the two FLOP/s that :meth:`line` prints, divided."""
+        return self.achieved(label) / self.achieved(baseline)
 
     def noisy(self, label: str, baseline: str) -> bool:
         """Whether the rounds' ratios disagree by more than ``noise_threshold`` (a busy machine: rerun)."""
@@ -1426,20 +1459,13 @@ class ProductComparison:
 
     def verdict(self, label: str, baseline: str) -> str:
         """"faster", "slower" or "no clear difference" (beyond :data:`CLEAR_DIFFERENCE` and in every round), or,
-        when the rounds disagree by more than ``noise_threshold``, no verdict."""
-        rounds = self.ratios(label, baseline)
-        if self.noisy(label, baseline):
-            return (f"no verdict: the rounds disagree by more than {self.noise_threshold:.0%} (a busy machine), "
-                    "rerun")
-        if statistics.median(rounds) > CLEAR_DIFFERENCE and min(rounds) > 1:
-            return "faster"
-        if statistics.median(rounds) < 1 / CLEAR_DIFFERENCE and max(rounds) < 1:
-            return "slower"
-        return "no clear difference"
+        when the rounds disagree by more than ``noise_threshold``, no verdict (:func:`judge`)."""
+        return judge(self.ratio(label, baseline), self.ratios(label, baseline), self.noisy(label, baseline),
+                     self.noise_threshold)
 
     def line(self, label: str, baseline: str) -> str:
         rounds = self.ratios(label, baseline)
-        return (f"{label}: {format_flops(self.results[label].achieved)}, {self.ratio(label, baseline):.2f}× "
+        return (f"{label}: {format_flops(self.achieved(label))}, {self.ratio(label, baseline):.2f}× "
                 f"{baseline}'s throughput (rounds {min(rounds):.2f}–{max(rounds):.2f})"
                 + ("  <- noisy: rerun" if self.noisy(label, baseline) else ""))
 

@@ -186,7 +186,28 @@ def test_clip_before_unscale_depends_on_the_optimizer_but_the_symptom_does_not()
     assert 0.5 < r.update_ratio["AdamW"] < 2
     for name in ("SGD", "AdamW"):
         assert r.fired[name][1] == 1.0
-        assert abs(r.norm_ratio[name] / r.scale - 1) < 0.01
+        assert abs(r.norm_ratio[name] / r.scale - 1) < 0.01  # against an FP32 reference gradient
     assert "AdamW" in str(r.table())
+
+
+def test_clip_by_optimizer_reports_the_intended_update_and_the_eps_condition():
+    """Review 0506 M2: the FP32 parameter difference of a 1.5e-7 update is rounding noise (it exceeded the bound
+    lr × max_norm / S); the first update is replayed in float64 and stays within it, most weights do not move.
+    M1: AdamW cancels the shrink only while the gradients per element (max_norm / (S √N)) stay above eps."""
+    import math
+
+    from ampcourse.accumulation import clip_by_optimizer
+
+    r = clip_by_optimizer(scale=2.0**16, max_norm=1.0, steps=2)
+    assert r.first_update["SGD"][1] <= r.lr * r.max_norm / r.scale * (1 + 1e-6)
+    assert r.first_update["SGD"][1] > 0.9 * r.lr * r.max_norm / r.scale  # the clip fired: norm max_norm / S
+    assert r.moved["SGD"][1] < 0.5 and r.moved["SGD"][0] == 1.0
+    per_element = r.max_norm / (r.scale * math.sqrt(r.n_params))
+    assert r.n_params == 161
+    assert r.grad_rms["AdamW"][1] == pytest.approx(per_element, rel=0.01)
+    # a scale so large that the shrunk gradients sit below eps: AdamW's update shrinks too
+    tiny = clip_by_optimizer(scale=2.0**16, max_norm=1e-3, steps=1)
+    assert tiny.grad_rms["AdamW"][1] < 1e-8
+    assert tiny.update_ratio["AdamW"] < 0.5
     with pytest.raises(ValueError, match="steps"):
         clip_by_optimizer(steps=0)

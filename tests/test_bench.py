@@ -344,9 +344,42 @@ def test_bf16_sweep_verdict_and_noise_flag_from_known_times():
     noisy = bench.SweepPoint(128, 4, 8, fp32=(1.0, 2.0, 1.0), low=(1.0, 1.0, 1.0))
     sweep = bench.Bf16Sweep("bf16", "cpu", (slow, noisy, fast), rounds=3, noise_threshold=0.25)
     assert sweep.pays_off_from() == 512 and sweep.noisy == (noisy,)
-    assert "paid off from width 512" in sweep.verdict() and "Warning" in sweep.verdict()
+    # review 0506 M4: a noisy width means no verdict at all
+    assert sweep.verdict().startswith("no verdict") and "128" in sweep.verdict()
+    clean = bench.Bf16Sweep("bf16", "cpu", (slow, fast), rounds=3, noise_threshold=0.25)
+    assert "paid off (> 1.10× the fp32 speed in every round) from width 512" in clean.verdict()
     never = bench.Bf16Sweep("bf16", "cpu", (slow,), rounds=3, noise_threshold=0.25)
     assert never.pays_off_from() is None and "did not pay off" in never.verdict()
+    assert "Only one width was measured" in never.verdict()
+    # the one rule: 1.08× in every round is no clear difference, so it does not pay off
+    marginal = bench.SweepPoint(1024, 4, 8, fp32=(1.08, 1.08, 1.08), low=(1.0, 1.0, 1.0))
+    assert bench.Bf16Sweep("bf16", "cpu", (slow, marginal), rounds=3, noise_threshold=0.25).pays_off_from() is None
+
+
+def test_compare_precisions_verdict_uses_the_one_rule():
+    """Review 0506 M3: the step comparison's verdict is judge's (CLEAR_DIFFERENCE, every round the same way, no
+    verdict when a row's rounds disagree), not thresholds of its own."""
+    def row(mode, medians):
+        return bench.StepResult(mode, False, 8, 1, 2, "cpu", timing=bench.Timing(tuple(medians), 0),
+                                round_medians=tuple(medians))
+
+    base = row("fp32", (2.0, 2.0, 2.0, 2.0))
+    steady = bench.Comparison((base, row("bf16", (1.0, 1.0, 1.0, 1.0)), row("fp16", (1.9, 1.9, 1.9, 1.9)),
+                               row("tf32", (4.0, 4.0, 4.0, 4.0))), rounds=4)
+    assert steady.verdict(steady.row("bf16")) == "faster"
+    assert steady.verdict(steady.row("fp16")) == "no clear difference"  # 1.05×: within CLEAR_DIFFERENCE
+    assert steady.verdict(steady.row("tf32")) == "slower"
+    busy = bench.Comparison((base, row("bf16", (1.0, 3.0, 1.0, 1.0))), rounds=4)
+    assert busy.warning and busy.verdict(busy.row("bf16")).startswith("no verdict")
+    skipped = bench.StepResult("tf32", False, 8, 1, 2, "cpu", error="CUDA only")
+    assert bench.Comparison((base, skipped)).verdict(skipped) == "not run: CUDA only"
+
+
+def test_compare_products_prints_the_flops_its_ratio_divides():
+    """Review 0506 nit: the FLOP/s printed and the ratio printed come from the same statistic."""
+    c = bench.compare_products({"a": (32, 32, 32, "fp32"), "b": (31, 31, 31, "fp32")}, rounds=4, repeats=1)
+    assert c.ratio("a", "b") == pytest.approx(c.achieved("a") / c.achieved("b"))
+    assert bench.format_flops(c.achieved("a")) in c.line("a", "b")
 
 
 def test_docstring_examples():

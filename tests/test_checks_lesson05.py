@@ -63,11 +63,23 @@ def epoch(divide="own", update_inside=False, unscale_each=False, step_each=False
     return train_epoch
 
 
-def clipped(order="right", clip=True, how="norm", zero_grad=True):
+def clipped(order="right", clip=True, how="norm", zero_grad=True, dtype=torch.float16, own_scaler=False,
+            float_loss=False):
     def clipped_step(model, loss_fn, optimizer, scaler, x, y, max_norm):
+        if own_scaler:  # review 0506 E4: a GradScaler of its own, the given one never used
+            scaler = torch.amp.GradScaler(x.device.type)
         if zero_grad:
             optimizer.zero_grad(set_to_none=True)
-        scaler.scale(_forward(model, loss_fn, x, y)).backward()
+        if dtype is None:
+            loss = loss_fn(model(x), y)
+        elif float_loss:  # autocast around the model only, the loss in float32: also right
+            with torch.autocast(device_type=x.device.type, dtype=dtype):
+                out = model(x)
+            loss = loss_fn(out.float(), y)
+        else:
+            with torch.autocast(device_type=x.device.type, dtype=dtype):
+                loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
         if order == "right":
             scaler.unscale_(optimizer)
         if clip and how == "norm":
@@ -94,6 +106,9 @@ def clipped(order="right", clip=True, how="norm", zero_grad=True):
         elif clip and how == "per parameter":
             for p in model.parameters():
                 torch.nn.utils.clip_grad_norm_([p], max_norm / 2)
+        elif clip and how == "per parameter, max_norm":  # review 0506 M5: each parameter to max_norm itself
+            for p in model.parameters():
+                torch.nn.utils.clip_grad_norm_([p], max_norm)
         if order == "clip then unscale":
             scaler.unscale_(optimizer)
         if order == "twice":
@@ -117,13 +132,13 @@ def saver(with_scaler=True, with_optimizer=True, params_only=False, scale_only=F
     return save_checkpoint
 
 
-def loader(strict=True, optimizer_too=True, scale_by="state_dict"):
+def loader(strict=True, optimizer_too=True, scale_by="state_dict", scaler_too=True):
     def load_checkpoint(path, model, optimizer, scaler):
         state = torch.load(path)
         model.load_state_dict(state["model"], strict=strict)
         if "optimizer" in state and optimizer_too:
             optimizer.load_state_dict(state["optimizer"])
-        if "scaler" in state:
+        if "scaler" in state and scaler_too:
             scaler.load_state_dict(state["scaler"])
         if "scale" in state and scale_by == "state_dict":  # the review's answer: the scale, tracker reset to 0
             scaler.load_state_dict({**scaler.state_dict(), "scale": state["scale"], "_growth_tracker": 0})
@@ -133,6 +148,40 @@ def loader(strict=True, optimizer_too=True, scale_by="state_dict"):
 
 
 load_checkpoint = loader()
+
+
+# review 0506 E3: the state is saved, but load_checkpoint only rebinds its local names
+def save_objects(path, model, optimizer, scaler):
+    torch.save({"model": model, "optimizer": optimizer, "scaler": scaler}, path)
+
+
+def load_by_rebinding(path, model, optimizer, scaler):
+    state = torch.load(path, weights_only=False)
+    model, optimizer, scaler = state["model"], state["optimizer"], state["scaler"]  # noqa: F841
+
+
+def load_into_new_scaler(path, model, optimizer, scaler):
+    state = torch.load(path)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scaler = torch.amp.GradScaler(next(model.parameters()).device.type)
+    scaler.load_state_dict(state["scaler"])
+
+
+def load_into_rebuilt_optimizer(path, model, optimizer, scaler):
+    state = torch.load(path)
+    model.load_state_dict(state["model"])
+    scaler.load_state_dict(state["scaler"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer.load_state_dict(state["optimizer"])
+
+
+def load_objects_properly(path, model, optimizer, scaler):
+    """Whole objects pickled, their state copied into the given ones: also right."""
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict(state["model"].state_dict())
+    optimizer.load_state_dict(state["optimizer"].state_dict())
+    scaler.load_state_dict(state["scaler"].state_dict())
 
 
 def save_other_keys(path, model, optimizer, scaler):
@@ -203,9 +252,11 @@ DIAGNOSE_MISTAKES = {
     "absolute tolerance": (absolute_tolerance, "relative tolerance"),
     "stepped == true norm called right": (lambda t, s, m, sc: "right" if abs(s - t) <= 0.05 * t else
                                           diagnose_right(t, s, m, sc), "nothing clipped"),
+    # review 0506 W2: another absolute tolerance; the message must not quote 0.05
+    "absolute tolerance 1e-3": (lambda t, s, m, sc: "right" if abs(s - min(t, m)) < 1e-3 else
+                                ("clipped before unscale_" if abs(s - m / sc) < 1e-3 else "not clipped"),
+                                "an absolute tolerance (abs(a - b) < a fixed number)"),
 }
-
-
 
 
 WRONG = {
@@ -237,17 +288,28 @@ WRONG = {
         "no clipping": (clipped(clip=False), "above max_norm"),
         "no zero_grad (stale gradients)": (clipped(zero_grad=False), "call `optimizer.zero_grad()` at the start"),
         "rescales small gradients up to max_norm": (clipped(how="normalise"), "instead of capping them"),
+        # review 0506 E2, E4, M5
+        "no autocast": (clipped(dtype=None), "forward pass ran outside autocast"),
+        "bfloat16 autocast": (clipped(dtype=torch.bfloat16), "not in float16"),
+        "a GradScaler of its own": (clipped(own_scaler=True), "never scaled a loss"),
+        "each parameter clipped to max_norm": (clipped(how="per parameter, max_norm"), "clipped each parameter"),
     },
     ("05", "checkpoint"): {
         "model but not the scaler": ((saver(with_scaler=False), load_checkpoint), "you saved the model but not"),
         "no optimizer state": ((saver(with_optimizer=False), load_checkpoint), "optimizer's state"),
-        "optimizer saved, never loaded": ((saver(), loader(optimizer_too=False)), "optimizer's state"),
+        "optimizer saved, never loaded": ((saver(), loader(optimizer_too=False)), "never got it"),
         # review r2 #4: the scale alone, growth tracker reset: bit-identical parameters, so it used to pass
         "scale only, growth tracker reset": ((saver(with_scaler=False, scale_only=True), load_checkpoint),
                                              "_growth_tracker"),
         "scale only, through update(new_scale)": ((saver(with_scaler=False, scale_only=True),
                                                    loader(scale_by="update")), "growth tracker"),
         "parameters only (buffers lost)": ((saver(params_only=True), loader(strict=False)), "buffers"),
+        # review 0506 E3: saved, but the load only rebinds local names
+        "whole objects saved, names rebound": ((save_objects, load_by_rebinding), "you pickled the whole scaler"),
+        "scaler loaded into a new GradScaler": ((saver(), load_into_new_scaler), "only rebinds a local name"),
+        "scaler saved, never loaded": ((saver(), loader(scaler_too=False)), "was never called on that object"),
+        "optimizer rebuilt, then loaded": ((saver(), load_into_rebuilt_optimizer),
+                                           "call `optimizer.load_state_dict(...)` on the optimizer you were given"),
     },
     ("05", "diagnose_clipping"): DIAGNOSE_MISTAKES,
 }
@@ -262,10 +324,12 @@ RIGHT = {
         "clip_grad_norm_ with foreach": clipped(how="foreach"),
         "get_total_norm + clip_grads_with_norm_": clipped(how="split"),
         "clipping written out": clipped(how="manual"),
+        "autocast around the model, float32 loss": clipped(float_loss=True),
     },
     ("05", "checkpoint"): {
         "one dict of state_dicts": (saver(), load_checkpoint),
         "a tuple, weights_only load": (save_other_keys, load_other_keys),
+        "whole objects, their state copied in": (save_objects, load_objects_properly),
     },
     ("05", "diagnose_clipping"): {
         "relative tolerance": diagnose_right,

@@ -28,6 +28,34 @@ def _ratio(seen, true):
     return grad_norm(seen) / grad_norm(true)
 
 
+def _record_forward_dtypes(model: torch.nn.Module, device) -> tuple[list, list]:
+    """Hook every Linear: the dtype each forward really produced (None: autocast was off). Returns (dtypes,
+    hook handles)."""
+    dtypes: list[torch.dtype | None] = []
+
+    def hook(module, inputs, output):
+        dtypes.append(output.dtype if torch.is_autocast_enabled(device.type) else None)
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    return dtypes, handles
+
+
+def _require_float16_autocast(task: str, forward_dtypes: list) -> None:
+    if forward_dtypes and any(d is None for d in forward_dtypes):
+        raise fail(task, "a forward pass ran outside autocast: run each micro-batch's forward pass and loss inside "
+                         "`with torch.autocast(device_type=x.device.type, dtype=torch.float16)`.")
+    if forward_dtypes and any(d != torch.float16 for d in forward_dtypes):
+        raise fail(task, "autocast ran, but not in float16 (the CPU's default is bfloat16): pass "
+                         "`dtype=torch.float16`, as the exercise asks.")
+
+
+def _require_given_scaler(task: str, calls: list[str]) -> None:
+    if "scale" not in calls:
+        raise fail(task, "the `scaler` you were given never scaled a loss: use it (`scaler.scale(loss).backward()`, "
+                         "`scaler.step(optimizer)`, `scaler.update()`) rather than a GradScaler of your own — the "
+                         "caller's scaler carries the scale from one step to the next.")
+
+
 # --- Task 1: accumulation with a remainder ----------------------------------------------------------------
 
 def _run_epoch(fn, task, device, n_micro, accum):
@@ -43,9 +71,7 @@ def _run_epoch(fn, task, device, n_micro, accum):
     scaler = SpyScaler(log, device.type, init_scale=SCALE, growth_interval=10_000)
     batches = micro_batches(device, n_micro)
     params_before_each_step = []
-    forward_dtypes: list[torch.dtype | None] = []
-    model[0].register_forward_hook(lambda module, inputs, output: forward_dtypes.append(
-        output.dtype if torch.is_autocast_enabled(device.type) else None))
+    forward_dtypes, _ = _record_forward_dtypes(model, device)
 
     original_step = optimizer.step
 
@@ -67,8 +93,9 @@ def _run_epoch(fn, task, device, n_micro, accum):
                              "unscale_ before update(). Unscale once per window, just before the optimizer "
                              "step.") from None
         raise
-    for m in params_before_each_step:
-        m[0]._forward_hooks.clear()
+    for m in params_before_each_step:  # the copies carry the hooks: drop them before the references run
+        for module in m.modules():
+            module._forward_hooks.clear()
     return log, optimizer, batches, params_before_each_step, forward_dtypes
 
 
@@ -93,16 +120,8 @@ def _check_epoch(fn, task, device, n_micro, accum) -> None:
     windows = [batches[i:i + accum] for i in range(0, n_micro, accum)]
     steps = optimizer.grads_at_step
     calls = [e for e in log if e != "zero_grad"]
-    if forward_dtypes and any(d is None for d in forward_dtypes):
-        raise fail(task, "a forward pass ran outside autocast: run each micro-batch's forward pass and loss inside "
-                         "`with torch.autocast(device_type=x.device.type, dtype=torch.float16)`.")
-    if forward_dtypes and any(d != torch.float16 for d in forward_dtypes):
-        raise fail(task, "autocast ran, but not in float16 (the CPU's default is bfloat16): pass "
-                         "`dtype=torch.float16`, as the exercise asks.")
-    if "scale" not in calls:
-        raise fail(task, "the `scaler` you were given never scaled a loss: use it (`scaler.scale(loss).backward()`, "
-                         "`scaler.step(optimizer)`, `scaler.update()`) rather than a GradScaler of your own — the "
-                         "caller's scaler carries the scale from one epoch to the next.")
+    _require_float16_autocast(task, forward_dtypes)
+    _require_given_scaler(task, calls)
     if 0 < calls.count("scale") == len(steps) < n_micro:
         raise fail(task, f"{calls.count('scale')} backward passes for {n_micro} micro-batches: you summed a window's "
                          "losses and ran one backward. Accumulation exists so that only one micro-batch's activations "
@@ -187,6 +206,7 @@ def _clip_case(fn, task, device, divisor):
     max_norm = grad_norm(true) / divisor
     for p in model.parameters():  # dirty state: last step's gradients, still in .grad
         p.grad = torch.full_like(p, 100.0 * SCALE)
+    forward_dtypes, handles = _record_forward_dtypes(model, device)
     try:
         call(task, fn, "clipped_step", model, F.cross_entropy, optimizer, scaler, x, y, max_norm)
     except CheckFailed:
@@ -194,6 +214,11 @@ def _clip_case(fn, task, device, divisor):
             raise fail(task, "you called `scaler.unscale_(optimizer)` twice in one step: torch refuses. Unscale once, "
                              "then clip; `scaler.step` knows the gradients are already unscaled.") from None
         raise
+    finally:
+        for handle in handles:
+            handle.remove()
+    _require_float16_autocast(task, forward_dtypes)
+    _require_given_scaler(task, log)
     if "optimizer.step (direct)" in log:
         raise fail(task, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`, which "
                          "skips the step if the gradients hold inf/NaN.")
@@ -215,6 +240,19 @@ def clipped_step(fn) -> None:
     require_callable(task, fn, "clipped_step")
     device = pick_device()
     log, seen, true, max_norm = _clip_case(fn, task, device, divisor=4)  # the clip must fire
+    total = grad_norm(seen)
+    if total > 1.05 * max_norm:
+        per_parameter = [grad_norm([g]) for g in seen]
+        if max(per_parameter) <= 1.01 * max_norm and any(n >= 0.99 * max_norm for n in per_parameter):
+            raise fail(task, f"each parameter's gradient has norm at most max_norm = {max_norm:.3g}, but together "
+                             f"they have norm {total:.3g}: you clipped each parameter separately (`clip_grad_norm_` "
+                             "called once per parameter). Clip them all at once, "
+                             "`clip_grad_norm_(model.parameters(), max_norm)`: one factor for the total norm.")
+        largest = max(g.abs().max().item() for g in seen)
+        if abs(largest - max_norm) <= 0.01 * max_norm:
+            raise fail(task, f"no gradient value exceeds max_norm = {max_norm:.3g}, but the total norm is {total:.3g}: "
+                             "`clip_grad_value_` caps single values, not the norm: clip the *total* norm with "
+                             "`clip_grad_norm_(model.parameters(), max_norm)`.")
     require_clipped(task, seen, max_norm, SCALE, log)
     if cosine(seen, true) < 0.99:
         raise fail(task, "the clipped gradients point in another direction than the true ones: "
@@ -264,6 +302,60 @@ def _differs(a: dict, b: dict) -> list[str]:
     return [name for name in a if not torch.equal(a[name], b[name])]
 
 
+def _walk(obj, depth=0):
+    """Everything in a loaded checkpoint: the object, and (a few levels down) what its dicts, lists hold."""
+    yield obj
+    if depth < 4 and isinstance(obj, dict):
+        for value in obj.values():
+            yield from _walk(value, depth + 1)
+    elif depth < 4 and isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _walk(value, depth + 1)
+
+
+def _same_tensors(state, want: dict) -> bool:
+    return (isinstance(state, dict) and set(want) <= set(state)
+            and all(isinstance(state[k], torch.Tensor) and torch.equal(state[k].cpu(), v.cpu())
+                    for k, v in want.items()))
+
+
+def _what_file_holds(path, saved_model: dict, saved_scaler: dict) -> dict[str, str | None]:
+    """What the learner's checkpoint file holds, by kind: None (not there), "state" (a state_dict) or "object" (the
+    whole model / optimizer / scaler pickled). Tells "not saved" from "saved, but not loaded into this object"."""
+    found: dict[str, str | None] = {"model": None, "optimizer": None, "scaler": None}
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # noqa: BLE001 - unreadable: say nothing about what it holds
+        return found
+    for item in _walk(content):
+        if isinstance(item, torch.nn.Module) and _same_tensors(item.state_dict(), saved_model):
+            found["model"] = "object"
+        elif isinstance(item, torch.optim.Optimizer):
+            found["optimizer"] = "object"
+        elif isinstance(item, torch.amp.GradScaler) and item.state_dict() == saved_scaler:
+            found["scaler"] = "object"
+        elif isinstance(item, dict):
+            if found["model"] is None and _same_tensors(item, saved_model):
+                found["model"] = "state"
+            if found["optimizer"] is None and {"state", "param_groups"} <= set(item):
+                found["optimizer"] = "state"
+            if found["scaler"] is None and saved_scaler and all(
+                    not isinstance(item.get(k), torch.Tensor) and item.get(k) == v for k, v in saved_scaler.items()):
+                found["scaler"] = "state"
+    return found
+
+
+def _not_loaded(task: str, kind: str, how: str, method: str):
+    """The state is in the file, but the object passed to load_checkpoint did not receive it."""
+    whole = (f" You pickled the whole {kind}; loading it makes a *new* object — copy its state over with "
+             f"`{kind}.{method}(saved.state_dict())`, or better save `{kind}.state_dict()`." if how == "object" else "")
+    return fail(task, f"your checkpoint holds the {kind}'s state, but the `{kind}` passed to load_checkpoint did not "
+                      f"get it: `{kind}.{method}(...)` was never called on that object — perhaps on another one: "
+                      f"assigning to the name inside the function (`{kind} = ...`, a new object or the loaded one) "
+                      f"only rebinds a local name, the caller's object is unchanged. Call `{kind}.{method}(...)` on "
+                      f"the object you were given.{whole}")
+
+
 def checkpoint(save_fn, load_fn) -> None:
     """Task 3: ``save_checkpoint(path, model, optimizer, scaler)`` / ``load_checkpoint(path, ...)`` resume exactly."""
     task = "Task 3 (checkpoint)"
@@ -288,7 +380,10 @@ def checkpoint(save_fn, load_fn) -> None:
         resumed = _objects(device)
         _train(*resumed, micro_batches(device, 2, size=8, seed=9), device)  # scale 4096, tracker 0
         call(task, load_fn, "load_checkpoint", path, *resumed)
+        holds = _what_file_holds(path, saved_model, saved_scaler)
     loaded = resumed[2].state_dict()
+    if loaded != saved_scaler and holds["scaler"]:
+        raise _not_loaded(task, "scaler", holds["scaler"], "load_state_dict")
     if loaded.get("scale") != saved_scaler["scale"]:
         raise fail(task, f"after loading, the scaler's scale is {resumed[2].get_scale():g}, but it was "
                          f"{saved_scaler['scale']:g} when you saved: you saved the model but not the scaler. Put "
@@ -304,6 +399,8 @@ def checkpoint(save_fn, load_fn) -> None:
     now = resumed[0].state_dict()
     params = {name for name, _ in first[0].named_parameters()}
     wrong = _differs(saved_model, now)
+    if wrong and holds["model"]:
+        raise _not_loaded(task, "model", holds["model"], "load_state_dict")
     if any(name not in params for name in wrong) and not any(name in params for name in wrong):
         raise fail(task, f"after loading, the parameters match but the model's buffers ({', '.join(wrong)}: the "
                          "BatchNorm running statistics) do not: you saved only the parameters. Save "
@@ -315,6 +412,12 @@ def checkpoint(save_fn, load_fn) -> None:
     _train(*resumed, batches[6:], device)
     same_params = all(torch.equal(a, b) for a, b in zip(straight[0].state_dict().values(),
                                                         resumed[0].state_dict().values(), strict=True))
+    if not same_params and holds["optimizer"]:
+        raise fail(task, "the resumed run drifted from the uninterrupted one although model and scaler match, and "
+                         "your checkpoint holds an optimizer state: the optimizer passed to load_checkpoint never got "
+                         "it (SGD momentum lost) — it was not loaded, or loaded into another object (assigning a new "
+                         "or loaded optimizer to the name inside the function only rebinds a local name). Call "
+                         "`optimizer.load_state_dict(...)` on the optimizer you were given.")
     if not same_params:
         raise fail(task, "the resumed run drifted from the uninterrupted one although model and scaler match: the "
                          "optimizer's state (SGD momentum) was not restored. Save `optimizer.state_dict()` too, and "
@@ -380,9 +483,9 @@ def diagnose_clipping(fn) -> None:
         far = not 0.01 < max_norm < 100
         near = abs(stepped - min(true_norm, max_norm)) <= 0.05  # what a fixed tolerance would say
         if far and ((got == "right" and near) or (want == "right" and not near)):
-            raise fail(task, f"{context}. These norms are far from 1, so a fixed tolerance (abs(a - b) < 0.05) "
-                             "says 'close' to everything small and 'different' to everything large: compare with a "
-                             "relative tolerance, abs(a - b) <= 0.05 * b.")
+            raise fail(task, f"{context}. These norms are far from 1, so an absolute tolerance (abs(a - b) < a fixed "
+                             "number) says 'close' to everything small and 'different' to everything large: compare "
+                             "with a relative tolerance, abs(a - b) <= 0.05 * b.")
         if want == "right" and true_norm < max_norm:
             raise fail(task, f"{context}. When the true norm is already below max_norm, clipping leaves the gradients "
                              "alone: stepping with the true norm is right.")

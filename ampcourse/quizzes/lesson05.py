@@ -17,9 +17,11 @@ def questions() -> list[Question]:
              "torch raises an error"],
             answer=1,
             why="The gradients are still multiplied by S, so the norm clip_grad_norm_ returns is S times the true "
-                "one and the clip fires on every step. With SGD that shrinks the update to almost nothing; with "
-                "AdamW its normalisation cancels the shrink, so the loss hides the bug — but the threshold means "
-                "nothing.",
+                "one and the clip fires on every step (all 50 of the lesson's run). With SGD that shrinks the update "
+                "to almost nothing. AdamW's normalisation cancels the shrink while the shrunk gradients, about "
+                "max_norm / (S × √N) per element, stay well above its eps (1e-8): on the lesson's small model the "
+                "loss hides the bug; with millions of weights they reach eps and AdamW's update shrinks too. Either "
+                "way the threshold means nothing.",
         ),
         Question(
             "Two losses, two optimizers, one scaler. How many times per iteration do you call scaler.update()?",
