@@ -47,9 +47,6 @@ def _sanitize_file_from_anywhere(config) -> None:
                 return
 
 
-GUARD = "__import__('ampcourse.grading', fromlist=['grading'])"
-
-
 def _guard(item, expression: str):
     """Evaluate a grader guard call in nbval's kernel (as ``user_expressions``: no input transformer sees it)."""
     import ast
@@ -72,13 +69,15 @@ def _guard(item, expression: str):
 def _with_guard(item, runtest, modules, first):
     """Before the notebook's first cell, remember the grader's state; before each check cell, undo what answer
     cells did to it (a patched check module, a rebound ``check``, an input transformer: see
-    ``ampcourse.grading.guard_reset``) and say so, so a forged pass does not count quietly."""
+    ``ampcourse.grading.guard_reset``, sent as source) and say so, so a forged pass does not count quietly."""
+    from ampcourse.grading import guard_expression  # the guard's source, from this process: see its docstring
+
     def run():
         if first:
             _guard(item, "__import__('ampcourse.checks') and None")
-            _guard(item, f"{GUARD}.guard_install(get_ipython(), {modules!r})")
+            _guard(item, guard_expression(f"guard_install(shell, {modules!r})"))
         elif "check" in item.cell.metadata.get("tags", []):
-            undone = _guard(item, f"{GUARD}.guard_reset(get_ipython())")
+            undone = _guard(item, guard_expression("guard_reset(shell)"))
             if undone is None or undone:
                 import warnings
 

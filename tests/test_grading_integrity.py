@@ -207,3 +207,47 @@ def test_grade_help_gives_the_real_default_timeout(capsys):
     except SystemExit:
         pass
     assert f"default: {grading.DEFAULT_TIMEOUT})" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
+
+
+# Audit r3 re-check (#14): forgeries that once passed quietly. Each answer cell is wrong and forges its own check; one
+# notebook (one kernel) holds them all, since each check's reset undoes only what came before it.
+FORGED_LESSON = "def tensor_bytes(f):\n    print('✓')\n\namp_forward = choose_recipe = tensor_bytes\n"
+REWRITES = {
+    "def tensor_bytes": (  # the guard's own function and the check module's functions replaced
+        "tensor_bytes = lambda t: 0\nimport ampcourse.grading as g, ampcourse.checks.lesson00 as c\n"
+        "g.guard_reset = lambda s: []\nc.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')\n",
+        ["the check module ampcourse.checks.lesson00"]),
+    "def amp_forward": (  # the shell's transform_cell replaced; the checks' helper `call` answers "equal" to anything
+        "amp_forward = lambda model, x: None\nip = get_ipython(); _o = ip.transform_cell\n"
+        "ip.transform_cell = lambda raw: 'pass\\n' if 'check.' in raw else _o(raw)\n"
+        "import ampcourse.checks as p\nclass A(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
+        "p.call = lambda *a, **k: A(0)\n",
+        ["shell.transform_cell", "ampcourse.checks.call"]),
+    "def choose_recipe": (  # forged checks first on the package's path; run_code clears the check's error
+        "choose_recipe = lambda cc: None\nimport ampcourse.checks as p\np.__path__.insert(0, FORGED)\n"
+        "ip = get_ipython(); _rc = ip.run_code\nasync def _run(code_obj, result=None, *, async_=False):\n"
+        "    await _rc(code_obj, result, async_=async_)\n    if result is not None:\n"
+        "        result.error_in_exec = None\n    return False\nip.run_code = _run\n",
+        ["ampcourse.checks.__path__", "shell.run_code"]),
+}
+
+
+def test_forgeries_of_the_guard_the_shell_and_the_check_package_are_undone_and_reported(tmp_path, figures):
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    (forged / "lesson00.py").write_text(FORGED_LESSON)
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    nb = authoring.read(SOLUTION)
+    for cell in nb.cells:
+        for start, (extra, _) in REWRITES.items():
+            if cell.cell_type == "code" and start in cell.source:
+                cell.source += "\n" + extra.replace("FORGED", repr(str(forged)))
+    shutil.copy(SOLUTION, tmp_path / "solutions" / "forged.ipynb")
+    nbformat.write(nb, tmp_path / "exercises" / "forged.ipynb")
+    result = grading.grade_one(tmp_path / "exercises" / "forged.ipynb", tmp_path, timeout=120)
+    figures("grade on forgeries of the guard, the shell and the check package:\n" + grading.format_table([result]))
+    assert [c.status for c in result.checks] == ["failed"] * 3, result
+    for (_, undone), task in zip(REWRITES.values(), ("Task 1", "Task 2", "Task 3"), strict=True):
+        note = next((n for n in result.notes if n.startswith(task)), "")
+        assert all(what in note for what in undone), (task, result.notes)
