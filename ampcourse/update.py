@@ -306,7 +306,7 @@ def build_after_pull(root: Path, old_head: str, backup: str = "") -> list[str]:
 
 
 def _to_merge(backup: Path | None) -> str:
-    return (" to merge your answers into it (until then `grade` and `build` warn that an update was interrupted)"
+    return (" to merge your answers into it (until then `grade` warns and `build` refuses)"
             if backup is not None else " (or `python -m ampcourse build`) to bring the exercises up to date")
 
 
