@@ -354,10 +354,12 @@ _KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _course_mod
 _KERNEL_CODE: list[str] = []
 
 
-def guard_expression(call: str) -> str:
+def guard_expression(call: str, nonce: str) -> str:
     """A ``user_expressions`` entry that defines the guard functions afresh in the kernel, from this process's
     source, and evaluates ``call`` (``"guard_install(shell, {...})"`` or ``"guard_reset(shell)"``). Their state
-    lives in the kernel between calls (``sys.modules['_ampcourse_grader_guard']``)."""
+    lives in the kernel between calls (``sys.modules['_ampcourse_grader_guard']``). The value is
+    ``(sha256 of nonce, result)``: a reply without it (an answer cell replaced the shell's ``user_expressions``,
+    say) did not come from the guard (:func:`guard_value`)."""
     import inspect
 
     if not _KERNEL_CODE:
@@ -367,9 +369,30 @@ def guard_expression(call: str) -> str:
              "types.ModuleType('_ampcourse_grader_guard'))).setdefault('state', {})",
              f"GUARDED_METHODS = {GUARDED_METHODS!r}"]
             + [inspect.getsource(f) for f in _KERNEL_SIDE]))
-    code = _KERNEL_CODE[0] + f"\n_result = {call}\n"
+    code = _KERNEL_CODE[0] + f"\n_result = (__import__('hashlib').sha256(_nonce.encode()).hexdigest(), {call})\n"
     return (f"(lambda ns: (__import__('builtins').exec({code!r}, ns), ns['_result'])[1])"
-            "({'shell': __import__('IPython').get_ipython()})")
+            f"({{'shell': __import__('IPython').get_ipython(), '_nonce': {nonce!r}}})")
+
+
+def guard_value(reply: dict, nonce: str):
+    """The guard's result from its ``user_expressions`` reply entry, or None when the guard did not run (an
+    error) or the reply is not its own (the nonce's digest is missing)."""
+    import ast
+    import hashlib
+
+    if reply.get("status") != "ok":
+        return None
+    try:
+        digest, value = ast.literal_eval(reply.get("data", {}).get("text/plain", "None"))
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return value if digest == hashlib.sha256(nonce.encode()).hexdigest() else None
+
+
+def new_nonce() -> str:
+    import secrets
+
+    return secrets.token_hex(16)
 
 
 def _guard_modules(template) -> dict[str, str]:
@@ -528,18 +551,11 @@ def _failed_all(notebook: Path, root: Path, why: str) -> list[CheckResult]:
             for i, c in enumerate(template.cells) if "check" in tags(c)]
 
 
-def _guard(kernel: Kernel, timeout: float, expression: str):
-    """Evaluate a guard call in the kernel; its value, or None when it could not run."""
-    run = kernel.run("", timeout, user_expressions={"g": expression})
-    value = run.user_expressions.get("g", {})
-    if run.status != "ok" or value.get("status") != "ok":
-        return None
-    import ast
-
-    try:
-        return ast.literal_eval(value.get("data", {}).get("text/plain", "None"))
-    except (ValueError, SyntaxError):
-        return None
+def _guard(kernel: Kernel, timeout: float, call: str):
+    """Run a guard call in the kernel (:func:`guard_expression`); its value, or None when it could not run."""
+    nonce = new_nonce()
+    run = kernel.run("", timeout, user_expressions={"g": guard_expression(call, nonce)})
+    return guard_value(run.user_expressions.get("g", {}), nonce) if run.status == "ok" else None
 
 
 def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOUT) -> ExerciseResult:
@@ -566,7 +582,7 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
     results: list[CheckResult] = []
     problems: list[str] = []
     done: list[str] = []  # cells that ran fine: replayed after a restart
-    install = guard_expression(f"guard_install(shell, {modules!r})")
+    install = f"guard_install(shell, {modules!r})"
 
     def prepare() -> None:
         # Load the check package first: it guards every check cell's torch state (ampcourse.checks.state).
@@ -579,7 +595,7 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
         for index, cell in enumerate(cells):
             if cell.cell_type != "code" or not cell.source.strip():
                 continue
-            undone = _guard(kernel, timeout, guard_expression("guard_reset(shell)")) if (
+            undone = _guard(kernel, timeout, "guard_reset(shell)") if (
                 index in checks and modules) else []
             if undone is None:
                 undone = ["the grader's state (it could not check it)"]

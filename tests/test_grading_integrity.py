@@ -8,7 +8,9 @@
 * 5: a notebook of the learner's own in exercises/ is listed once as "not a course exercise", not graded 0/0.
 """
 
+import hashlib
 import queue
+import re
 import shutil
 
 import nbformat
@@ -34,7 +36,9 @@ class FakeClient:
         content = {"status": status}
         expressions = kwargs.get("user_expressions") or {}
         if status == "ok" and expressions:
-            value = "'installed'" if "guard_install" in expressions["g"] else "[]"
+            nonce = re.search(r"'_nonce': '([0-9a-f]+)'", expressions["g"]).group(1)  # the guard's reply
+            value = repr((hashlib.sha256(nonce.encode()).hexdigest(),
+                          "installed" if "guard_install" in expressions["g"] else []))
             content["user_expressions"] = {"g": {"status": "ok", "data": {"text/plain": value}}}
         if status == "error":
             content.update(ename="CheckFailed", evalue="wrong", traceback=[])
@@ -251,3 +255,18 @@ def test_forgeries_of_the_guard_the_shell_and_the_check_package_are_undone_and_r
     for (_, undone), task in zip(REWRITES.values(), ("Task 1", "Task 2", "Task 3"), strict=True):
         note = next((n for n in result.notes if n.startswith(task)), "")
         assert all(what in note for what in undone), (task, result.notes)
+
+
+def test_a_replaced_user_expressions_is_noted_not_trusted(tmp_path):
+    """The guard runs through the shell's ``user_expressions``; a cell that replaces it (to answer "nothing to undo")
+    cannot give the nonce's digest, so the grader says it could not check its state instead of staying quiet."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    nb = authoring.read(SOLUTION)
+    cell = next(c for c in nb.cells if "def tensor_bytes" in c.source)
+    cell.source += ("\nip = get_ipython()\nip.user_expressions = lambda e: {k: {'status': 'ok', 'data': "
+                    "{'text/plain': '[]'}, 'metadata': {}} for k in e}\n")
+    shutil.copy(SOLUTION, tmp_path / "solutions" / "ue.ipynb")
+    nbformat.write(nb, tmp_path / "exercises" / "ue.ipynb")
+    result = grading.grade_one(tmp_path / "exercises" / "ue.ipynb", tmp_path, timeout=120)
+    assert any(n.startswith("Task 1") and "could not check it" in n for n in result.notes), result.notes
