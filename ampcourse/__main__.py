@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "grade":
         from .grading import grade as run_grade
+        from .update import interrupted_warning
+
+        warning = interrupted_warning()
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
 
         try:
             table, code = run_grade(args.notebooks, timeout=args.timeout)
@@ -72,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
             if stale:
                 print("run: python -m ampcourse build   (it keeps your answers, and backs up exercises/ first)")
             return 1 if stale else 0
-        from .update import _interrupted_update
+        from .update import interrupted_warning
 
-        if _interrupted_update(authoring.ROOT) is not None:
-            return _fail("an earlier `./course update` was stopped before it finished: run `./course update` again "
-                         "(it first puts your backed-up notebooks back), or `./course update --restore`")
+        warning = interrupted_warning(authoring.ROOT)
+        if warning:  # a build now would merge against the wrong templates: the update finishes the job
+            return _fail(f"{warning}; it puts them back and merges them (or `./course update --restore`)")
         try:
             lines = authoring.build().lines()
         except OSError as err:

@@ -18,9 +18,10 @@ A task's answer is found by where it is, not by cell ids (:func:`ampcourse.autho
 code cells between the task's text and its check, the one defining the stub's function. A kernel reply
 other than "ok" or "error" (ipykernel's "aborted" after an error) means the cell did not run: it is sent
 again once, then reported, never counted as passed. Before each check the grader undoes what answer cells
-did to it (patched check modules, a rebound ``check``, input/AST transformers, event callbacks; see
-:func:`guard_reset`) and notes it: grading cannot be fooled *quietly*, but it is not a sandbox. Only a
-notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
+did to it (patched check modules and course helpers, a rebound ``check``, input/AST transformers, event
+callbacks, the shell's and kernel's methods; see :func:`guard_reset`) and notes it. The forgeries the audits
+tried are caught that way, but it is not a sandbox: one cell written to forge a pass can still get one
+(README). Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
 doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
 
 Grading reads the *saved* notebooks: save in JupyterLab first (Ctrl+S).
@@ -193,13 +194,25 @@ def _reason(run: CellRun, timeout: float) -> str:
 # --- the grader's own state in the kernel: what an answer cell must not change ---------------------------------
 #
 # ``grade`` runs the learner's cells and the course's checks in one kernel, so an answer cell could patch the
-# checks (``check.tensor_bytes = lambda f: None``), rebind ``check``, or install an IPython input/AST transformer
-# or event callback that rewrites the check cell. Before each check the grader puts all of that back (evaluated
-# as ``user_expressions``, which no input transformer sees) and reports what it had to undo. This stops the
-# quiet forgeries; it is not a sandbox (README: grading is not tamper-proof).
+# checks (``check.tensor_bytes = lambda f: None``) or the helpers they call (``ampcourse.checks.call``), rebind
+# ``check``, put a folder of forged checks first on ``ampcourse.checks.__path__``, install an IPython input/AST
+# transformer or event callback that rewrites the check cell, or replace the shell's or the kernel's methods
+# (``transform_cell``, ``run_code``, ``do_execute``, ``session.send``) to hide an error. Before each check the
+# grader puts all of that back and reports what it had to undo. The guard functions below never run from an
+# importable module in the kernel (an answer cell could replace them there): the grader sends their source,
+# from its own process, with every call (as ``user_expressions``, which no input transformer sees; see
+# :func:`guard_expression`). The check modules are re-executed from their files, whatever ``__path__`` says.
+# This stops the quiet forgeries the audits tried; it is not a sandbox (README: one cell can still forge a pass).
 
 CHECK_IMPORT = re.compile(r"^\s*from\s+ampcourse\.checks\s+import\s+(lesson\d+)\s+as\s+(\w+)", re.M)
 _GUARD: dict = {}
+# What an answer cell could replace to hide a failing check: ``{attribute path from the shell: method names}``.
+GUARDED_METHODS = {
+    "shell": ("transform_cell", "transform_ast", "run_cell", "run_cell_async", "_run_cell", "run_code",
+              "run_ast_nodes", "should_run_async", "showtraceback", "_showtraceback", "user_expressions"),
+    "shell.kernel": ("do_execute", "execute_request", "send_response"),
+    "shell.kernel.session": ("send", "serialize"),
+}
 
 
 def _transformer_lists(shell) -> dict:
@@ -209,9 +222,42 @@ def _transformer_lists(shell) -> dict:
             "AST transformers": [(shell, "ast_transformers")]}
 
 
+def _guarded_objects(shell) -> dict:
+    """``{"shell.kernel": object}`` for each :data:`GUARDED_METHODS` owner the shell has."""
+    out = {}
+    for where in GUARDED_METHODS:
+        obj = shell
+        for attr in where.split(".")[1:]:
+            obj = getattr(obj, attr, None)
+        if obj is not None:
+            out[where] = obj
+    return out
+
+
+def _method_slots(shell) -> dict:
+    """``{(owner path, method, where): value}`` for every guarded method: on the instance and on each class of its
+    MRO (None where not defined), so a patch on the instance or on a class is seen and undone."""
+    slots = {}
+    for where, obj in _guarded_objects(shell).items():
+        for name in GUARDED_METHODS[where]:
+            slots[(where, name, "instance")] = vars(obj).get(name, None) if hasattr(obj, "__dict__") else None
+            for cls in type(obj).__mro__:
+                slots[(where, name, cls)] = cls.__dict__.get(name, None)
+    return slots
+
+
+def _course_modules() -> dict:
+    """``{name: (module, {attribute: callable})}`` for every loaded ``ampcourse`` module but the grader's."""
+    return {name: (module, {k: v for k, v in vars(module).items() if callable(v)})
+            for name, module in list(sys.modules.items())
+            if module is not None and (name == "ampcourse" or name.startswith("ampcourse."))
+            and name != "ampcourse.grading"}
+
+
 def guard_install(shell, modules: dict[str, str]) -> str:
-    """In the kernel, before any learner cell: remember the shell's transformers and event callbacks and the
-    check modules (``{name bound in the check cells: module}``), imported now."""
+    """In the kernel, before any learner cell: remember the shell's transformers, event callbacks and methods,
+    the course's modules and their functions, and the check modules (``{name bound in the check cells:
+    module}``), imported now, with the files they came from."""
     import importlib
 
     _GUARD.clear()
@@ -221,7 +267,10 @@ def guard_install(shell, modules: dict[str, str]) -> str:
     _GUARD["events"] = {name: list(callbacks) for name, callbacks in shell.events.callbacks.items()}
     _GUARD["modules"] = {name: importlib.import_module(f"ampcourse.checks.{module}")
                          for name, module in modules.items()}
-    _GUARD["functions"] = {name: dict(vars(module)) for name, module in _GUARD["modules"].items()}
+    _GUARD["files"] = {name: module.__file__ for name, module in _GUARD["modules"].items()}
+    _GUARD["path"] = list(sys.modules["ampcourse.checks"].__path__)
+    _GUARD["course"] = _course_modules()
+    _GUARD["slots"] = _method_slots(shell)
     return "installed"
 
 
@@ -243,7 +292,7 @@ def _undo(current: list, saved: list) -> bool:
 
 def guard_reset(shell) -> list[str]:
     """In the kernel, right before a check: undo every change to the grader's state; return what was undone."""
-    import importlib
+    import importlib.util
 
     undone = []
     if shell.input_transformer_manager is not _GUARD["manager"]:
@@ -257,22 +306,93 @@ def guard_reset(shell) -> list[str]:
     for name, callbacks in shell.events.callbacks.items():
         if _undo(callbacks, _GUARD["events"].get(name, [])):
             undone.append(f"IPython '{name}' callbacks")
+    objects = _guarded_objects(shell)
+    for (where, name, slot), value in _GUARD["slots"].items():
+        owner = objects.get(where) if slot == "instance" else slot
+        if owner is None or (slot == "instance" and not hasattr(owner, "__dict__")):
+            continue
+        now = (vars(owner) if slot == "instance" else owner.__dict__).get(name, None)
+        if now is not value:
+            if value is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+            undone.append(f"{where}.{name}")
     package = sys.modules["ampcourse.checks"]
+    if list(package.__path__) != _GUARD["path"]:
+        package.__path__[:] = _GUARD["path"]
+        undone.append("ampcourse.checks.__path__")
+    for module_name, (module, functions) in _GUARD["course"].items():
+        if sys.modules.get(module_name) is not module:
+            sys.modules[module_name] = module
+            undone.append(f"the module {module_name}")
+        for attr, value in functions.items():
+            if vars(module).get(attr) is not value:
+                setattr(module, attr, value)
+                undone.append(f"{module_name}.{attr}")
     for name, module in _GUARD["modules"].items():
         short = module.__name__.rsplit(".", 1)[1]
-        before = _GUARD["functions"][name]
-        now = vars(module)
-        if (sys.modules.get(module.__name__) is not module or getattr(package, short, None) is not module
-                or any(now.get(k) is not v for k, v in before.items() if callable(v))):
+        if getattr(package, short, None) is not module:
             undone.append(f"the check module {module.__name__}")
-        sys.modules[module.__name__] = module
         setattr(package, short, module)
-        importlib.reload(module)
-        _GUARD["functions"][name] = dict(vars(module))
+        # Run the course's own file again (not whatever the import system would find first now).
+        spec = importlib.util.spec_from_file_location(module.__name__, _GUARD["files"][name])
+        module.__spec__, module.__loader__ = spec, spec.loader
+        spec.loader.exec_module(module)
+        _GUARD["course"][module.__name__] = (module, {k: v for k, v in vars(module).items() if callable(v)})
         if name in shell.user_ns and shell.user_ns[name] is not module:
             undone.append(f"the name `{name}`")
         shell.user_ns[name] = module
+    checks = [u for u in undone if u.startswith("ampcourse.checks.lesson")]
+    for u in checks:  # one line per patched check module, not one per function
+        undone[undone.index(u)] = f"the check module {u.rsplit('.', 1)[0]}"
     return list(dict.fromkeys(undone))
+
+
+_KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _course_modules, guard_install, _from_a_cell,
+                _undo, guard_reset)
+_KERNEL_CODE: list[str] = []
+
+
+def guard_expression(call: str, nonce: str) -> str:
+    """A ``user_expressions`` entry that defines the guard functions afresh in the kernel, from this process's
+    source, and evaluates ``call`` (``"guard_install(shell, {...})"`` or ``"guard_reset(shell)"``). Their state
+    lives in the kernel between calls (``sys.modules['_ampcourse_grader_guard']``). The value is
+    ``(sha256 of nonce, result)``: a reply without it (an answer cell replaced the shell's ``user_expressions``,
+    say) did not come from the guard (:func:`guard_value`)."""
+    import inspect
+
+    if not _KERNEL_CODE:
+        _KERNEL_CODE.append("\n".join(
+            ["import sys, types",
+             "_GUARD = vars(sys.modules.setdefault('_ampcourse_grader_guard', "
+             "types.ModuleType('_ampcourse_grader_guard'))).setdefault('state', {})",
+             f"GUARDED_METHODS = {GUARDED_METHODS!r}"]
+            + [inspect.getsource(f) for f in _KERNEL_SIDE]))
+    code = _KERNEL_CODE[0] + f"\n_result = (__import__('hashlib').sha256(_nonce.encode()).hexdigest(), {call})\n"
+    return (f"(lambda ns: (__import__('builtins').exec({code!r}, ns), ns['_result'])[1])"
+            f"({{'shell': __import__('IPython').get_ipython(), '_nonce': {nonce!r}}})")
+
+
+def guard_value(reply: dict, nonce: str):
+    """The guard's result from its ``user_expressions`` reply entry, or None when the guard did not run (an
+    error) or the reply is not its own (the nonce's digest is missing)."""
+    import ast
+    import hashlib
+
+    if reply.get("status") != "ok":
+        return None
+    try:
+        digest, value = ast.literal_eval(reply.get("data", {}).get("text/plain", "None"))
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return value if digest == hashlib.sha256(nonce.encode()).hexdigest() else None
+
+
+def new_nonce() -> str:
+    import secrets
+
+    return secrets.token_hex(16)
 
 
 def _guard_modules(template) -> dict[str, str]:
@@ -431,21 +551,11 @@ def _failed_all(notebook: Path, root: Path, why: str) -> list[CheckResult]:
             for i, c in enumerate(template.cells) if "check" in tags(c)]
 
 
-GUARD = "__import__('ampcourse.grading', fromlist=['grading'])"
-
-
-def _guard(kernel: Kernel, timeout: float, expression: str):
-    """Evaluate a guard call in the kernel; its value, or None when it could not run."""
-    run = kernel.run("", timeout, user_expressions={"g": expression})
-    value = run.user_expressions.get("g", {})
-    if run.status != "ok" or value.get("status") != "ok":
-        return None
-    import ast
-
-    try:
-        return ast.literal_eval(value.get("data", {}).get("text/plain", "None"))
-    except (ValueError, SyntaxError):
-        return None
+def _guard(kernel: Kernel, timeout: float, call: str):
+    """Run a guard call in the kernel (:func:`guard_expression`); its value, or None when it could not run."""
+    nonce = new_nonce()
+    run = kernel.run("", timeout, user_expressions={"g": guard_expression(call, nonce)})
+    return guard_value(run.user_expressions.get("g", {}), nonce) if run.status == "ok" else None
 
 
 def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOUT) -> ExerciseResult:
@@ -472,7 +582,7 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
     results: list[CheckResult] = []
     problems: list[str] = []
     done: list[str] = []  # cells that ran fine: replayed after a restart
-    install = f"{GUARD}.guard_install(get_ipython(), {modules!r})"
+    install = f"guard_install(shell, {modules!r})"
 
     def prepare() -> None:
         # Load the check package first: it guards every check cell's torch state (ampcourse.checks.state).
@@ -485,7 +595,7 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
         for index, cell in enumerate(cells):
             if cell.cell_type != "code" or not cell.source.strip():
                 continue
-            undone = _guard(kernel, timeout, f"{GUARD}.guard_reset(get_ipython())") if (
+            undone = _guard(kernel, timeout, "guard_reset(shell)") if (
                 index in checks and modules) else []
             if undone is None:
                 undone = ["the grader's state (it could not check it)"]

@@ -14,10 +14,14 @@ This does it safely, as one transaction:
    changed, so you can re-read it; then removes the marker.
 
 If the pull is refused or fails, or the update is interrupted (Ctrl-C, SIGTERM, SIGHUP: caught, every
-file written back), every notebook is put back byte for byte and the message says so. If the process is
-killed outright (``kill -9``, a power cut), the marker stays: the next ``./course update`` (or
-``./course update --restore``) first puts the backed-up files back. Lessons you ran and saved are
-replaced by the new version after a successful update (rerun them; your copies are in the backup).
+file written back, with those signals ignored while it writes), every notebook is put back byte for byte
+and the message says so. Interrupted or failed *after* the pull, the marker stays (it names the commit the
+update started from): the next ``./course update`` merges your answers against that commit's templates.
+If the process is killed outright (``kill -9``, a power cut), the marker stays too: the next ``./course
+update`` (or ``./course update --restore``) first puts the backed-up files back, after backing up any
+notebook you changed in the meantime (it is named in the report). While a marker is left, ``grade`` and
+``./course lab`` warn and ``build`` refuses. Lessons you ran and saved are replaced by the new version after
+a successful update (rerun them; your copies are in the backup).
 
 ``./course update --restore`` (``python -m ampcourse update --restore``) copies the newest backup back
 into ``exercises/`` and ``notebooks/`` (what it overwrites is backed up first).
@@ -102,21 +106,81 @@ def _interrupted_update(root: Path) -> Path | None:
 
 _RECOVERED_HEAD: dict[Path, str] = {}  # the commit an interrupted update started from (its exercises' templates)
 
+INTERRUPTED = "an update was interrupted: run ./course update to restore your notebooks"
+
+
+def interrupted_warning(root: Path = ROOT) -> str | None:
+    """What ``grade``, ``build`` and ``./course lab`` say while an interrupted update's marker is left."""
+    backup = _interrupted_update(root)
+    if backup is None:
+        return None
+    return f"{INTERRUPTED} (they are in {backup.relative_to(root)}/)"
+
+
+def _blob(root: Path, commit: str, rel: Path) -> bytes | None:
+    """The bytes of ``rel`` at ``commit``, or None."""
+    try:
+        run = subprocess.run(["git", "show", f"{commit}:{rel.as_posix()}"], cwd=root, capture_output=True)
+    except FileNotFoundError:
+        return None
+    return run.stdout if run.returncode == 0 else None
+
+
+@contextmanager
+def _uninterruptible():
+    """Ctrl-C, SIGTERM and SIGHUP wait while notebooks are written back (a second Ctrl-C must not leave some
+    of them blank); they are ignored inside, and the previous handlers come back after."""
+    old = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                old[sig] = signal.signal(sig, signal.SIG_IGN)
+            except ValueError:  # not the main thread
+                pass
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
 
 def recover(root: Path = ROOT) -> list[str]:
-    """If an earlier update was killed before it finished, put its backed-up notebooks back; report lines."""
+    """If an earlier update was killed before it finished, put its backed-up notebooks back; report lines.
+
+    A notebook the learner changed after that (it differs from the backup and from the course's version at
+    the commit the update started from and at HEAD: work done in the blank exercise) is backed up first, into
+    a folder of its own, and named in the report: putting the backup back never loses it."""
     backup = _interrupted_update(root)
     if backup is None:
         return []
-    done = _put_back(backup, root)
     try:
-        _RECOVERED_HEAD[root] = json.loads((backup / MARKER).read_text(encoding="utf-8"))["head"]
-    except (ValueError, KeyError, OSError):
-        pass
+        head = json.loads((backup / MARKER).read_text(encoding="utf-8"))["head"]
+    except (ValueError, KeyError, TypeError, OSError):
+        head = None
+    commits = [c for c in (head, "HEAD") if c]
+    newer = []
+    for source, rel in _files_in(backup).items():
+        target = root / rel
+        if not target.is_file():
+            continue
+        data = target.read_bytes()
+        if data != source.read_bytes() and all(_blob(root, commit, rel) != data for commit in commits):
+            newer.append(target)
+    kept = authoring.backup(newer, root)
+    with _uninterruptible():
+        done = _put_back(backup, root)
+    if head is not None:
+        _RECOVERED_HEAD[root] = head
     (backup / MARKER).unlink()
     where = backup.relative_to(root)
-    return [f"an earlier update was stopped before it finished: put back your {len(done)} notebook(s) from "
-            f"{where}/ ({', '.join(done) or 'none'})"]
+    lines = [f"an earlier update was stopped before it finished: put back your {len(done)} notebook(s) from "
+             f"{where}/ ({', '.join(done) or 'none'})"]
+    if kept is not None:
+        rels = ", ".join(p.relative_to(root).as_posix() for p in newer)
+        lines.append(f"you had changed {rels} since that update stopped: that newer copy is kept in "
+                     f"{kept.relative_to(root)}/ (open it and copy your new work back into the notebook)")
+    return lines
 
 
 def restore(root: Path = ROOT) -> list[str]:
@@ -133,7 +197,8 @@ def restore(root: Path = ROOT) -> list[str]:
     rels = list(_files_in(newest).values())
     current = [root / rel for rel in rels if (root / rel).is_file()]
     before = authoring.backup(current, root)
-    done = _put_back(newest, root)
+    with _uninterruptible():
+        done = _put_back(newest, root)
     if (newest / MARKER).exists():  # an interrupted update's backup: restored, so no longer pending
         (newest / MARKER).unlink()
     lines = [f"restored {rel} from {newest.relative_to(root)}/" for rel in done]
@@ -240,6 +305,11 @@ def build_after_pull(root: Path, old_head: str, backup: str = "") -> list[str]:
     return result.lines(root)
 
 
+def _to_merge(backup: Path | None) -> str:
+    return (" to merge your answers into it (until then `grade` warns and `build` refuses)"
+            if backup is not None else " (or `python -m ampcourse build`) to bring the exercises up to date")
+
+
 def run_update(root: Path = ROOT, remote: str | None = None, fresh_process: bool | None = None) -> list[str]:
     """The update itself (see the module docstring); returns the report lines.
 
@@ -273,11 +343,12 @@ def run_update(root: Path = ROOT, remote: str | None = None, fresh_process: bool
     where = f" (a copy is in {backup.relative_to(root)}/)" if backup else ""
 
     def put_back() -> None:
-        for path, data in saved.items():
-            if not path.exists() or path.read_bytes() != data:
-                tmp = path.with_name(f".{path.name}.restore")
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
+        with _uninterruptible():
+            for path, data in saved.items():
+                if not path.exists() or path.read_bytes() != data:
+                    tmp = path.with_name(f".{path.name}.restore")
+                    tmp.write_bytes(data)
+                    os.replace(tmp, path)
 
     def done() -> None:
         if backup is not None and (backup / MARKER).exists():
@@ -308,21 +379,22 @@ def run_update(root: Path = ROOT, remote: str | None = None, fresh_process: bool
                   else build_after_pull(root, template_head, rel))
     except (UpdateError, OSError) as err:
         put_back()
-        done()
-        if pulled:
-            if isinstance(err, OSError):
-                err = f"could not write {getattr(err, 'filename', '') or 'a file'}: {err.strerror or err}"
-            raise UpdateError(f"{err}\nThe course was pulled, but your notebooks are as they were{where}: fix the "
-                              "problem and run `python -m ampcourse build` to merge your answers.") from None
         if isinstance(err, OSError):
             err = f"could not write {getattr(err, 'filename', '') or 'a file'}: {err.strerror or err}"
+        if pulled:
+            # The marker stays, with the commit this update started from: the next ./course update merges the
+            # answers against that commit's templates (a plain build would take the new ones for your edits).
+            raise UpdateError(f"{err}\nThe course was pulled, but your notebooks are as they were{where}: fix the "
+                              f"problem and run ./course update again{_to_merge(backup)}.") from None
+        done()
         raise UpdateError(f"{err}\nNothing was updated; your files are as they were{where}. If your clone has commits "
                           "of its own, `git log` shows them; the course expects you not to commit.") from None
     except BaseException as err:  # Ctrl-C, SIGTERM, SIGHUP, anything unexpected: every notebook back as it was
         put_back()
-        done()
+        if not pulled:
+            done()
         err.ampcourse_report = ((f"The course was pulled, but your notebooks are as they were{where}: run "
-                                 "`python -m ampcourse build` to merge your answers into it.") if pulled else
+                                 f"./course update again{_to_merge(backup)}.") if pulled else
                                 f"Nothing was updated; your files are as they were{where}.")
         raise
     done()

@@ -47,38 +47,31 @@ def _sanitize_file_from_anywhere(config) -> None:
                 return
 
 
-GUARD = "__import__('ampcourse.grading', fromlist=['grading'])"
-
-
-def _guard(item, expression: str):
-    """Evaluate a grader guard call in nbval's kernel (as ``user_expressions``: no input transformer sees it)."""
-    import ast
+def _guard(item, call: str):
+    """Run a grader guard call in nbval's kernel (as ``user_expressions``: no input transformer sees it; see
+    ``ampcourse.grading.guard_expression``); its value, or None when it could not run."""
+    from ampcourse.grading import guard_expression, guard_value, new_nonce
 
     kernel = item.parent.kernel
-    msg_id = kernel.kc.execute("", silent=True, store_history=False, user_expressions={"g": expression},
-                               stop_on_error=False)
+    nonce = new_nonce()
+    msg_id = kernel.kc.execute("", silent=True, store_history=False,
+                               user_expressions={"g": guard_expression(call, nonce)}, stop_on_error=False)
     while True:
         msg = kernel.get_message(stream="shell", timeout=60)
         if msg["parent_header"].get("msg_id") == msg_id:
-            value = msg["content"].get("user_expressions", {}).get("g", {})
-            if value.get("status") != "ok":
-                return None
-            try:
-                return ast.literal_eval(value.get("data", {}).get("text/plain", "None"))
-            except (ValueError, SyntaxError):
-                return None
+            return guard_value(msg["content"].get("user_expressions", {}).get("g", {}), nonce)
 
 
 def _with_guard(item, runtest, modules, first):
     """Before the notebook's first cell, remember the grader's state; before each check cell, undo what answer
     cells did to it (a patched check module, a rebound ``check``, an input transformer: see
-    ``ampcourse.grading.guard_reset``) and say so, so a forged pass does not count quietly."""
+    ``ampcourse.grading.guard_reset``, sent as source) and say so, so a forged pass does not count quietly."""
     def run():
         if first:
             _guard(item, "__import__('ampcourse.checks') and None")
-            _guard(item, f"{GUARD}.guard_install(get_ipython(), {modules!r})")
+            _guard(item, f"guard_install(shell, {modules!r})")
         elif "check" in item.cell.metadata.get("tags", []):
-            undone = _guard(item, f"{GUARD}.guard_reset(get_ipython())")
+            undone = _guard(item, "guard_reset(shell)")
             if undone is None or undone:
                 import warnings
 

@@ -8,7 +8,9 @@
 * 5: a notebook of the learner's own in exercises/ is listed once as "not a course exercise", not graded 0/0.
 """
 
+import hashlib
 import queue
+import re
 import shutil
 
 import nbformat
@@ -34,7 +36,9 @@ class FakeClient:
         content = {"status": status}
         expressions = kwargs.get("user_expressions") or {}
         if status == "ok" and expressions:
-            value = "'installed'" if "guard_install" in expressions["g"] else "[]"
+            nonce = re.search(r"'_nonce': '([0-9a-f]+)'", expressions["g"]).group(1)  # the guard's reply
+            value = repr((hashlib.sha256(nonce.encode()).hexdigest(),
+                          "installed" if "guard_install" in expressions["g"] else []))
             content["user_expressions"] = {"g": {"status": "ok", "data": {"text/plain": value}}}
         if status == "error":
             content.update(ename="CheckFailed", evalue="wrong", traceback=[])
@@ -207,3 +211,62 @@ def test_grade_help_gives_the_real_default_timeout(capsys):
     except SystemExit:
         pass
     assert f"default: {grading.DEFAULT_TIMEOUT})" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
+
+
+# Audit r3 re-check (#14): forgeries that once passed quietly. Each answer cell is wrong and forges its own check; one
+# notebook (one kernel) holds them all, since each check's reset undoes only what came before it.
+FORGED_LESSON = "def tensor_bytes(f):\n    print('✓')\n\namp_forward = choose_recipe = tensor_bytes\n"
+REWRITES = {
+    "def tensor_bytes": (  # the guard's own function and the check module's functions replaced
+        "tensor_bytes = lambda t: 0\nimport ampcourse.grading as g, ampcourse.checks.lesson00 as c\n"
+        "g.guard_reset = lambda s: []\nc.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')\n",
+        ["the check module ampcourse.checks.lesson00"]),
+    "def amp_forward": (  # the shell's transform_cell replaced; the checks' helper `call` answers "equal" to anything
+        "amp_forward = lambda model, x: None\nip = get_ipython(); _o = ip.transform_cell\n"
+        "ip.transform_cell = lambda raw: 'pass\\n' if 'check.' in raw else _o(raw)\n"
+        "import ampcourse.checks as p\nclass A(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
+        "p.call = lambda *a, **k: A(0)\n",
+        ["shell.transform_cell", "ampcourse.checks.call"]),
+    "def choose_recipe": (  # forged checks first on the package's path; run_code clears the check's error
+        "choose_recipe = lambda cc: None\nimport ampcourse.checks as p\np.__path__.insert(0, FORGED)\n"
+        "ip = get_ipython(); _rc = ip.run_code\nasync def _run(code_obj, result=None, *, async_=False):\n"
+        "    await _rc(code_obj, result, async_=async_)\n    if result is not None:\n"
+        "        result.error_in_exec = None\n    return False\nip.run_code = _run\n",
+        ["ampcourse.checks.__path__", "shell.run_code"]),
+}
+
+
+def test_forgeries_of_the_guard_the_shell_and_the_check_package_are_undone_and_reported(tmp_path, figures):
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    (forged / "lesson00.py").write_text(FORGED_LESSON)
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    nb = authoring.read(SOLUTION)
+    for cell in nb.cells:
+        for start, (extra, _) in REWRITES.items():
+            if cell.cell_type == "code" and start in cell.source:
+                cell.source += "\n" + extra.replace("FORGED", repr(str(forged)))
+    shutil.copy(SOLUTION, tmp_path / "solutions" / "forged.ipynb")
+    nbformat.write(nb, tmp_path / "exercises" / "forged.ipynb")
+    result = grading.grade_one(tmp_path / "exercises" / "forged.ipynb", tmp_path, timeout=120)
+    figures("grade on forgeries of the guard, the shell and the check package:\n" + grading.format_table([result]))
+    assert [c.status for c in result.checks] == ["failed"] * 3, result
+    for (_, undone), task in zip(REWRITES.values(), ("Task 1", "Task 2", "Task 3"), strict=True):
+        note = next((n for n in result.notes if n.startswith(task)), "")
+        assert all(what in note for what in undone), (task, result.notes)
+
+
+def test_a_replaced_user_expressions_is_noted_not_trusted(tmp_path):
+    """The guard runs through the shell's ``user_expressions``; a cell that replaces it (to answer "nothing to undo")
+    cannot give the nonce's digest, so the grader says it could not check its state instead of staying quiet."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    nb = authoring.read(SOLUTION)
+    cell = next(c for c in nb.cells if "def tensor_bytes" in c.source)
+    cell.source += ("\nip = get_ipython()\nip.user_expressions = lambda e: {k: {'status': 'ok', 'data': "
+                    "{'text/plain': '[]'}, 'metadata': {}} for k in e}\n")
+    shutil.copy(SOLUTION, tmp_path / "solutions" / "ue.ipynb")
+    nbformat.write(nb, tmp_path / "exercises" / "ue.ipynb")
+    result = grading.grade_one(tmp_path / "exercises" / "ue.ipynb", tmp_path, timeout=120)
+    assert any(n.startswith("Task 1") and "could not check it" in n for n in result.notes), result.notes

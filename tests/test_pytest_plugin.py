@@ -162,9 +162,25 @@ def test_pytest_nbval_runs_from_inside_exercises(tmp_path):
     "c.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')",
     "get_ipython().input_transformers_cleanup.append(\n"
     "    lambda l: ['pass\\n'] if any('check.' in x for x in l) else l)",
-], ids=["patched_checks", "input_transformer"])
+    # The re-check's forgeries, all in one cell (each alone once passed): the guard's own function, the shell's
+    # transform_cell and run_code, the checks' helper `call`, and forged checks first on the package's path.
+    "import ampcourse.grading as g, ampcourse.checks.lesson00 as c\n"
+    "g.guard_reset = lambda s: []\nc.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')\n"
+    "ip = get_ipython(); _o = ip.transform_cell\n"
+    "ip.transform_cell = lambda raw: 'pass\\n' if 'check.' in raw else _o(raw)\n"
+    "import ampcourse.checks as p\nclass A(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
+    "p.call = lambda *a, **k: A(0)\np.__path__.insert(0, FORGED)\n"
+    "_rc = ip.run_code\nasync def _run(code_obj, result=None, *, async_=False):\n"
+    "    await _rc(code_obj, result, async_=async_)\n    if result is not None:\n"
+    "        result.error_in_exec = None\n    return False\nip.run_code = _run",
+], ids=["patched_checks", "input_transformer", "guard_shell_and_package"])
 def test_pytest_nbval_undoes_a_forged_pass_and_says_so(tmp_path, forgery):
     """Audit r3, finding 14: one line in an answer cell made `pytest --nbval` pass a wrong Task 1."""
+    if "FORGED" in forgery:
+        (tmp_path / "forged").mkdir()
+        (tmp_path / "forged" / "lesson00.py").write_text("def tensor_bytes(f):\n    print('✓')\n\n"
+                                                         "amp_forward = choose_recipe = tensor_bytes\n")
+        forgery = forgery.replace("FORGED", repr(str(tmp_path / "forged")))
     nb = read(ROOT / "solutions" / NAME)
     cell = next(c for c in nb.cells if "return t.numel() * t.element_size()" in c.source)
     cell.source = cell.source.replace("return t.numel() * t.element_size()", "return 0") + "\n" + forgery

@@ -55,11 +55,8 @@ def clones(tmp_path, course_sources):
     return upstream, tmp_path / "learner"
 
 
-def test_update_keeps_answers_across_an_upstream_change_to_the_same_exercise(clones, figures):
-    upstream, learner = clones
-    name = "00_start_here.ipynb"
-    answer_from_solution(learner, name)
-    # Upstream: Task 1's text changes, Task 2 gets a sentence; the exercise is rebuilt and committed.
+def _reword_upstream(upstream, name):
+    """Upstream: Task 1's text changes, Task 2 gets a sentence; the exercise is rebuilt and committed."""
     solution = upstream / "solutions" / name
     nb = authoring.read(solution)
     for cell in nb.cells:
@@ -70,6 +67,13 @@ def test_update_keeps_answers_across_an_upstream_change_to_the_same_exercise(clo
     nbformat.write(nb, solution)
     authoring.build(upstream)
     git(upstream, "commit", "-qam", "reword task 1")
+
+
+def test_update_keeps_answers_across_an_upstream_change_to_the_same_exercise(clones, figures):
+    upstream, learner = clones
+    name = "00_start_here.ipynb"
+    answer_from_solution(learner, name)
+    _reword_upstream(upstream, name)
 
     lines = run_update(learner)
     figures("./course update:\n" + "\n".join(lines))
@@ -179,6 +183,13 @@ def test_an_update_interrupted_during_the_pull_leaves_every_notebook_as_it_was(c
         return real(root, *args, **kwargs)
 
     monkeypatch.setattr(update, "_git", slow_pull)
+    real_replace = os.replace
+
+    def second_signal(*args):  # a second Ctrl-C (or SIGTERM/SIGHUP) while the notebooks are written back (N3)
+        os.kill(os.getpid(), getattr(signal, how))
+        return real_replace(*args)
+
+    monkeypatch.setattr(update.os, "replace", second_signal)
     previous = signal.signal(getattr(signal, how, signal.SIGTERM), lambda *a: (_ for _ in ()).throw(_Stop()))
     try:
         code = update.update(learner)
@@ -186,6 +197,7 @@ def test_an_update_interrupted_during_the_pull_leaves_every_notebook_as_it_was(c
         code = None  # the interruption got through the update
     finally:
         signal.signal(getattr(signal, how, signal.SIGTERM), previous)
+        monkeypatch.setattr(update.os, "replace", real_replace)
     out = capsys.readouterr().out
     assert blanked == [True]  # the interruption came while the course's files were checked out
     assert _learner_state(learner) == before, "an interrupted update changed the learner's notebooks"
@@ -219,15 +231,56 @@ def test_a_killed_update_is_put_back_by_the_next_run_or_by_restore(clones, tmp_p
                          timeout=300)
     assert run.returncode == -9, run.stderr[-2000:]
     assert b"LEARNER WORK" not in (learner / "exercises" / LESSON).read_bytes()  # killed with the files checked out
+    # Until the next update, grade, build and ./course lab say so (N1); the script looks for the same marker.
+    assert update.interrupted_warning(learner).startswith(update.INTERRUPTED)
+    assert update.MARKER in (ROOT / "course").read_text()
+    # The learner does not notice and works in the blank exercise (N1: that work was once overwritten unseen).
+    answer_from_solution(learner, LESSON, note="NEWER WORK")
+    newer = (learner / "exercises" / LESSON).read_bytes()
     # The next update puts them back before it pulls (the marker says the last one did not finish), then updates.
     lines = run_update(learner)
     assert any("an earlier update was stopped" in line for line in lines), lines
     text = (learner / "exercises" / LESSON).read_text()
     assert text.count("LEARNER WORK") == 4, lines  # three answers and the note
+    kept = [line for line in lines if "since that update stopped" in line]
+    assert len(kept) == 1 and f"exercises/{LESSON}" in kept[0], lines
+    copies = [p for p in (learner / "exercises" / ".backup").glob(f"*/exercises/{LESSON}") if p.read_bytes() == newer]
+    assert copies and copies[0].parent.parent.name in kept[0], (kept, copies)
+    assert update.interrupted_warning(learner) is None
     # `./course update --restore` then brings back the notebooks exactly as they were before either update.
     lines = update.restore(learner)
     assert _learner_state(learner, SAVED) == before, lines
     assert git(learner, "rev-parse", "HEAD") == git(upstream, "rev-parse", "HEAD")
+
+
+def test_an_update_interrupted_after_the_pull_merges_against_the_old_templates_when_rerun(clones, monkeypatch,
+                                                                                          capsys):
+    """N2: stopped in the merge after the pull, the update once said "run python -m ampcourse build", which takes
+    the new templates as the old ones (the learner's old task text then looks like their own edit). The marker now
+    stays with the commit the update started from, and rerunning ./course update merges against it."""
+    from ampcourse import update
+
+    upstream, learner = clones
+    answer_from_solution(learner, LESSON)
+    _reword_upstream(upstream, LESSON)
+    before = (learner / "exercises" / LESSON).read_bytes()
+    real = update.build_after_pull
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(update, "build_after_pull", stopped)
+    assert update.update(learner) == 130
+    out = capsys.readouterr().out
+    assert "The course was pulled" in out and "run ./course update again" in out, out
+    assert (learner / "exercises" / LESSON).read_bytes() == before
+    assert update.interrupted_warning(learner) is not None  # grade and lab warn, build refuses
+    monkeypatch.setattr(update, "build_after_pull", real)
+    lines = run_update(learner)
+    text = (learner / "exercises" / LESSON).read_text()
+    assert "Write a function `tensor_bytes(t)`" in text and "Write `tensor_bytes(t)`" not in text, lines
+    assert any("Task 1" in line and "changed" in line for line in lines), lines
+    assert text.count("LEARNER WORK") == 4 and update.interrupted_warning(learner) is None, lines
 
 
 def test_a_refused_update_keeps_saved_lessons_too(clones, capsys):
