@@ -127,15 +127,15 @@ def _blob(root: Path, commit: str, rel: Path) -> bytes | None:
 
 
 @contextmanager
-def _uninterruptible():
-    """Ctrl-C, SIGTERM and SIGHUP wait while notebooks are written back (a second Ctrl-C must not leave some
-    of them blank); they are ignored inside, and the previous handlers come back after."""
+def _handled(names: tuple[str, ...], handler):
+    """Inside, the signals ``names`` (those this platform has) go to ``handler``; the previous handlers come back
+    after."""
     old = {}
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+    for name in names:
         sig = getattr(signal, name, None)
         if sig is not None:
             try:
-                old[sig] = signal.signal(sig, signal.SIG_IGN)
+                old[sig] = signal.signal(sig, handler)
             except ValueError:  # not the main thread
                 pass
     try:
@@ -143,6 +143,14 @@ def _uninterruptible():
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
+
+
+@contextmanager
+def _uninterruptible():
+    """Ctrl-C, SIGTERM and SIGHUP wait while notebooks are written back (a second Ctrl-C must not leave some
+    of them blank); they are ignored inside, and the previous handlers come back after."""
+    with _handled(("SIGINT", "SIGTERM", "SIGHUP"), signal.SIG_IGN):
+        yield
 
 
 def recover(root: Path = ROOT) -> list[str]:
@@ -213,19 +221,8 @@ def _signals_interrupt():
     """SIGTERM and SIGHUP raise :class:`Interrupted` (so the update's clean-up runs) while inside."""
     def handler(signum, frame):
         raise Interrupted(signal.Signals(signum).name)
-    old = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                old[sig] = signal.signal(sig, handler)
-            except ValueError:  # not the main thread
-                pass
-    try:
+    with _handled(("SIGTERM", "SIGHUP"), handler):
         yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
 
 
 def update(root: Path = ROOT, remote: str | None = None, restore_backup: bool = False) -> int:
