@@ -15,7 +15,8 @@ from ampcourse.checks import CheckFailed, NotStarted, lesson09
 
 
 def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler", scheduler_on="applied",
-         unscale=True, record="right", empty="check", autocast_dtype=None, loss_outside=False, divisor=None):
+         unscale=True, record="right", empty="check", autocast_dtype=None, loss_outside=False, divisor=None,
+         autocast_device="input's"):
     """A train_window with one mistake switched on (the defaults are the right answer)."""
     def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
         if not micro_batches:
@@ -31,6 +32,8 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
         if zero_grad == "start":
             optimizer.zero_grad(set_to_none=True)
         device_type = micro_batches[0][0].device.type  # IndexError on an empty window (empty="index")
+        if autocast_device == "other":  # e.g. torch.autocast("cuda", ...) on CPU tensors: autocast stays off
+            device_type = "cuda" if device_type == "cpu" else "cpu"
         total, last, undivided = 0.0, 0.0, 0.0
         for x, y in micro_batches:
             if zero_grad == "every micro-batch":
@@ -190,10 +193,11 @@ def test_odd_answers_fail_readably(bad):
 
 
 # --- Task 2: sample_weighted_window ----------------------------------------------------------------------------
-def weighted(divide="rows", reduction="sum", autocast=torch.float16, one_backward=False):
+def weighted(divide="rows", reduction="sum", autocast=torch.float16, one_backward=False, zero_grad=True):
     def sample_weighted_window(model, optimizer, scaler, micro_batches):
         rows = sum(len(y) for _, y in micro_batches)
-        optimizer.zero_grad()
+        if zero_grad:
+            optimizer.zero_grad()
         losses = []
         for x, y in micro_batches:
             with torch.autocast(device_type=x.device.type, dtype=autocast, enabled=autocast is not None):
@@ -227,6 +231,36 @@ def verdict(paired=True, ddof=1, flip=False):
             return "within noise"
         return "amp better" if mean > 0 else "amp worse"
     return amp_verdict
+
+
+def standard_errors(k, se_divisor=lambda n: math.sqrt(n)):
+    """Paired differences judged against k standard errors (k may depend on the number of seeds)."""
+    def amp_verdict(fp32, amp):
+        d = [a - f for f, a in zip(fp32, amp, strict=True)]
+        n, m = len(d), statistics.fmean(d)
+        noise = (k(n) if callable(k) else k) * statistics.stdev(d) / se_divisor(n)
+        return "within noise" if abs(m) <= noise else ("amp better" if m > 0 else "amp worse")
+    return amp_verdict
+
+
+ONE_SIDED_T = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015}  # one-sided 95 % t, by degrees of freedom
+
+
+def test_the_cases_near_two_standard_errors_are_judged_by_the_course_rule():
+    # The re-review's cases: t ≈ 2.22, 2.69 (3 seeds), 2.06, 2.37 (5 seeds) are "amp better"; t ≈ 1.997 is noise.
+    from ampcourse.checks.lesson09 import VERDICT_CASES
+
+    cases = {what: (f, a) for f, a, what in VERDICT_CASES}
+    want = {"AMP 0.1, 0.2 and 0.5 points higher on three seeds": (2.219, "amp better"),
+            "AMP 0.1, 0.1 and 0.4 points higher on three seeds": (1.997, "within noise"),
+            "AMP 0.2 lower to 0.7 points higher on five seeds": (2.058, "amp better"),
+            "AMP 0.2 to 1.1 points higher on three seeds": (2.688, "amp better"),
+            "AMP 0.2 lower to 0.6 points higher on five seeds": (2.369, "amp better")}
+    for what, (t, verdict_) in want.items():
+        f, a = cases[what]
+        mean, error = capstone.paired_difference(f, a)
+        assert abs(mean / error - t) < 1e-3, what
+        assert capstone.paired_verdict(f, a) == verdict_, what
 
 
 def lesson_rule_with_fp32_spread(fp32, amp):
@@ -417,6 +451,8 @@ WRONG = {
         "empty window: IndexError": (step(empty="index"), "micro_batches == []) raised IndexError"),
         "empty window: ValueError without the argument": (step(empty="unnamed"), "name the argument"),
         "empty window: returns normally": (step(empty="return"), "returned normally"),
+        "autocast for another device type (re-review)": (step(autocast_device="other"),
+                                                         "autocast was off during the forward pass"),
     },
     ("09", "sample_weighted_window"): {
         "mean of the micro-batch means": (weighted(divide="count", reduction="mean"),
@@ -427,6 +463,8 @@ WRONG = {
         "one backward for the window": (weighted(one_backward=True), "one scaled backward per micro-batch"),
         "rows of the first micro-batch": (weighted_last_batch_only_rows, "each row must weigh 1 / (total rows"),
         "optimizer.step() instead of scaler.step": (weighted_no_scaler_step, "you called `optimizer.step()` yourself"),
+        "no zero_grad (stale .grad from an earlier step)": (weighted(zero_grad=False),
+                                                            "zero the gradients at the start"),
     },
     ("09", "amp_verdict"): {
         "FP32's spread as noise (the learner's rejected answer)": (lesson_rule_with_fp32_spread,
@@ -447,6 +485,13 @@ WRONG = {
         "calls the course's function through the module": (calls_the_course_rule_from_the_notebook,
                                                            "this is ampcourse.capstone.paired_verdict"),
         "bad label": (lambda f, a: "same", "return 'within noise'"),
+        "1.96 standard errors (re-review)": (standard_errors(1.96), "fewer than 2 standard errors (1.96"),
+        "one-sided t critical value (re-review)": (standard_errors(lambda n: ONE_SIDED_T[n - 1]),
+                                                   "a one-sided t-test's critical value"),
+        "standard error std / sqrt(n - 1) (re-review)": (standard_errors(2, lambda n: math.sqrt(n - 1)),
+                                                         "divided the standard deviation by √(n − 1)"),
+        "2.5 standard errors (re-review)": (standard_errors(2.5), "judge the mean difference against its standard"),
+        "1.9 standard errors (re-review)": (standard_errors(1.9), "fewer than 2 standard errors"),
     },
 }
 RIGHT = {

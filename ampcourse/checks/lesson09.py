@@ -213,12 +213,30 @@ def _accumulation(fn, device, pending) -> None:
     optimizer.stale_grad = 100.0 * SCALE  # a large stale gradient: visible unless zero_grad runs per window
     windows = [micro_batches(device, 3, seed=1), micro_batches(device, 1, seed=2)]  # a short last window
     references, per_window, results, losses = [], [], [], []
-    for window in windows:
-        references.append(window_mean_grads(model, window))
-        losses.append(_reference_losses(model, window))
-        per_window.append(_run(fn, device, log, objects, window, 1e9, results))
+    autocast_on: list[bool] = []  # per forward of the answer: was autocast on for the device the input is on?
+    answering = [False]  # the reference passes run without autocast: they are not the answer's
+
+    def hook(module, inputs, out):
+        if answering[0]:
+            autocast_on.append(torch.is_autocast_enabled(inputs[0].device.type))
+
+    handle = model[0].register_forward_hook(hook)
+    try:
+        for window in windows:
+            references.append(window_mean_grads(model, window))
+            losses.append(_reference_losses(model, window))
+            answering[0] = True
+            per_window.append(_run(fn, device, log, objects, window, 1e9, results))
+            answering[0] = False
+    finally:
+        handle.remove()
     for calls in per_window:
         _zero_grad_mistakes(calls)
+    if autocast_on and not all(autocast_on):
+        raise fail(TASK, f"autocast was off during the forward pass (the inputs are on {device.type!r}): run each "
+                         "micro-batch's forward and loss under `torch.autocast(device_type=x.device.type, "
+                         "dtype=dtype)` — autocast for another device type (e.g. 'cuda' on CPU tensors) does "
+                         "nothing here but warn.")
     if "optimizer.step (direct)" in log:
         raise fail(TASK, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`, which "
                          "skips the step when the gradients hold inf/NaN (and unscales them if you did not).")
@@ -485,6 +503,9 @@ def sample_weighted_window(fn) -> None:
     autocast_seen: list[torch.dtype | None] = []
     model[0].register_forward_hook(lambda m, i, out: autocast_seen.append(
         out.dtype if torch.is_autocast_enabled(device.type) else None))
+    stale = 100.0 * SCALE  # a large stale gradient from an earlier step: visible unless the answer zeroes .grad
+    for p in model.parameters():
+        p.grad = torch.full_like(p, stale)
     call(task, fn, "sample_weighted_window", model, optimizer, scaler, window)
     if "optimizer.step (direct)" in log:
         raise fail(task, "you called `optimizer.step()` yourself: step through `scaler.step(optimizer)`.")
@@ -499,6 +520,10 @@ def sample_weighted_window(fn) -> None:
                          "(`torch.autocast(device_type=x.device.type, dtype=torch.float16)`).")
     seen = optimizer.grads_at_step[0]
     ratio = grad_norm(seen) / grad_norm(want)
+    if ratio > 50:
+        raise fail(task, "the step held gradients from before this call (.grad already held an earlier step's "
+                         "gradient): zero the gradients at the start, `optimizer.zero_grad(set_to_none=True)`, "
+                         "before the first backward.")
     if abs(ratio - 1) < 0.03 and cosine(seen, want) > 0.999:
         passed(task, f"micro-batches of {', '.join(map(str, ROWS))} rows: the step used the mean gradient over all "
                      f"{sum(ROWS)} rows, each row weighing the same — not the mean of the micro-batch means.")
@@ -534,9 +559,24 @@ VERDICT_CASES = [  # (fp32 accuracies per seed, amp accuracies per seed, what th
     # 5 seeds, t ≈ 3.28: above a t-test's 2.78 (df 4), below 2·√5 ≈ 4.47 (where "2 standard deviations" starts)
     ([0.962, 0.955, 0.970, 0.948, 0.966], [0.965, 0.956, 0.972, 0.952, 0.9665],
      "AMP 0.05 to 0.4 points higher on five seeds, unevenly"),
+    # Cases near 2 standard errors, so that another multiplier of the standard error does not pass (re-review):
+    # t ≈ 2.22: above 2 and 1.96, below a one-sided t-test's 2.92 (df 2) and 2·√(3/2) ≈ 2.45 (SE = std / √(n − 1))
+    ([0.95, 0.95, 0.95], [0.951, 0.952, 0.955], "AMP 0.1, 0.2 and 0.5 points higher on three seeds"),
+    # t ≈ 1.997: just inside 2 standard errors, outside 1.96
+    ([0.95, 0.95, 0.95], [0.951, 0.951, 0.95401], "AMP 0.1, 0.1 and 0.4 points higher on three seeds"),
+    # 5 seeds, t ≈ 2.06: above 2, below a one-sided t-test's 2.13 (df 4) and 2·√(5/4) ≈ 2.24
+    ([0.962, 0.955, 0.970, 0.948, 0.966], [0.968, 0.953, 0.977, 0.949, 0.972],
+     "AMP 0.2 lower to 0.7 points higher on five seeds"),
+    # t ≈ 2.69: above 2·√(3/2) ≈ 2.45, below a one-sided t-test's 2.92 (df 2)
+    ([0.95, 0.96, 0.94], [0.959, 0.962, 0.951], "AMP 0.2 to 1.1 points higher on three seeds"),
+    # 5 seeds, t ≈ 2.37: above 2·√(5/4) ≈ 2.24, below 2.5 standard errors
+    ([0.962, 0.955, 0.970, 0.948, 0.966], [0.967, 0.953, 0.976, 0.951, 0.971],
+     "AMP 0.2 lower to 0.6 points higher on five seeds"),
 ]
 # Two-sided 95 % critical values of Student's t, df = 1..9 (a t-test a learner may write instead of the rule).
 T_CRITICAL_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+# One-sided 95 % critical values of Student's t, df = 1..9 (a one-sided test a learner may write instead).
+T_ONE_SIDED_95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833}
 ANSWERS = ("within noise", "amp better", "amp worse")
 
 
@@ -623,6 +663,18 @@ WRONG_RULES: dict[str, tuple[Callable, str]] = {
         "you used a t-test's critical value (4.30 for 3 seeds, 2.78 for 5) instead of 2. The course fixes the "
         "rule at 2 standard errors — a t-test is a sound rule too, but not this task's: at 3–5 seeds 2 standard "
         "errors are about an 82–88 % interval (`capstone.noise_interval_coverage`), a deliberate, lighter bar"),
+    "1.96 standard errors": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: 1.96 * std / math.sqrt(n)),
+        "you allowed fewer than 2 standard errors (1.96, the normal distribution's 95 % value, say); the "
+        "course's rule allows exactly 2"),
+    "one-sided t critical value": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: T_ONE_SIDED_95.get(n - 1, 2.0) * std / math.sqrt(n)),
+        "you used a one-sided t-test's critical value (2.92 for 3 seeds, 2.13 for 5) instead of 2. The question "
+        "is two-sided (better *or* worse), and the course fixes the rule at 2 standard errors"),
+    "standard error with n - 1": (
+        _noise_rule(lambda f, a, mean, std, pstd, n: 2 * std / math.sqrt(n - 1)),
+        "you divided the standard deviation by √(n − 1): the sample std already has n − 1 inside it; the "
+        "standard error of the mean is `statistics.stdev(d) / math.sqrt(len(d))`, √n"),
     "sign reversed": (
         _reversed,
         "the sign is reversed — a positive mean of amp − fp32 means AMP is better"),
