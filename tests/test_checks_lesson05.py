@@ -82,7 +82,7 @@ def clipped(order="right", clip=True, how="norm", zero_grad=True, dtype=torch.fl
         scaler.scale(loss).backward()
         if order == "right":
             scaler.unscale_(optimizer)
-        if clip and how == "norm":
+        if clip and how == "norm" and order != "clip after step":
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         elif clip and how == "foreach":
             torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm, foreach=True)
@@ -109,6 +109,12 @@ def clipped(order="right", clip=True, how="norm", zero_grad=True, dtype=torch.fl
         elif clip and how == "per parameter, max_norm":  # review 0506 M5: each parameter to max_norm itself
             for p in model.parameters():
                 torch.nn.utils.clip_grad_norm_([p], max_norm)
+        if order == "clip after step":  # unscale_, step, then clip: the step used the unclipped gradients
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.update()
+            return
         if order == "clip then unscale":
             scaler.unscale_(optimizer)
         if order == "twice":
@@ -293,6 +299,7 @@ WRONG = {
         "bfloat16 autocast": (clipped(dtype=torch.bfloat16), "not in float16"),
         "a GradScaler of its own": (clipped(own_scaler=True), "never scaled a loss"),
         "each parameter clipped to max_norm": (clipped(how="per parameter, max_norm"), "clipped each parameter"),
+        "clip after scaler.step (re-review)": (clipped(order="clip after step"), "clip before `scaler.step"),
     },
     ("05", "checkpoint"): {
         "model but not the scaler": ((saver(with_scaler=False), load_checkpoint), "you saved the model but not"),

@@ -251,7 +251,8 @@ def triage_right(initial, scales, losses):
 
 
 def triage_with(loss_test=math.isfinite, skip=lambda after, before: after < before, losses_seen="all",
-                frozen="window", window=COLLAPSE_WINDOW, unstable="from first applied", over=lambda a, b: a > b):
+                frozen="window", window=COLLAPSE_WINDOW, unstable="from first applied", over=lambda a, b: a > b,
+                zero_skips=True):
     """diagnose_scale's rule written by hand (tensors nowhere), with one mistake switched on."""
     def triage(initial, scales, losses):
         checked = losses if losses_seen == "all" else [] if losses_seen == "none" else losses[-1:]
@@ -260,7 +261,7 @@ def triage_with(loss_test=math.isfinite, skip=lambda after, before: after < befo
         if losses_seen != "every" and not all(loss_test(v) for v in checked):
             return "forward overflow"
         before = [initial, *scales[:-1]]
-        skipped = [skip(a, b) for b, a in zip(before, scales, strict=True)]
+        skipped = [skip(a, b) or zero_skips and b == 0 for b, a in zip(before, scales, strict=True)]
         trailing = next((i for i, s in enumerate(reversed(skipped)) if not s), len(skipped))
         if frozen == "window" and trailing >= window or frozen == "all" and all(skipped) or \
                 frozen == "any" and any(skipped) or frozen == "final" and scales[-1] < initial or \
@@ -279,7 +280,7 @@ def triage_by_hand(initial, scales, losses):
     if not bool(torch.isfinite(torch.tensor(losses, dtype=torch.float64)).all()):
         return "forward overflow"
     s = torch.tensor([initial, *scales], dtype=torch.float64)
-    skipped = (s[1:] < s[:-1]).tolist()
+    skipped = ((s[1:] < s[:-1]) | (s[:-1] == 0)).tolist()  # at scale 0 no step is applied
     if len(skipped) >= COLLAPSE_WINDOW and all(skipped[-COLLAPSE_WINDOW:]):
         return "backward overflow"
     applied = [i for i, skip in enumerate(skipped) if not skip]
@@ -359,6 +360,9 @@ WRONG = {
         "loss cast back to float16": (loss_wrapper(give="half"), "return the loss as a float32 tensor"),
         "loss detached": (loss_wrapper(give="detached"), "no gradient path"),
         "a Python float (.item())": (loss_wrapper(give="item"), "no `.item()`"),
+        # re-review: torch.autocast("cuda", enabled=False) on CPU tensors (the other way round on a GPU)
+        "autocast off, positional fixed wrong device": (
+            loss_wrapper(device="cuda" if pick_device().type == "cpu" else "cpu"), "but for another device type"),
     },
     ("07", "triage"): {
         "any skip is a problem": (triage_with(frozen="any"), "the scaler doing its job"),
@@ -380,7 +384,16 @@ WRONG = {
             triage_three_verdicts, "not only when every step of the run is"),
         "every step skipped, and unstable": (triage_with(frozen="all"), "not only when every step of the run is"),
         "window off by one (> instead of >=)": (triage_with(window=COLLAPSE_WINDOW + 1),
-                                                "steps or more are all skipped"),
+                                                "`trailing_skips >= collapse_window`, not `>`"),
+        # re-review: `t > 8` with the rest right (t07c's tr_w_ge)
+        "trailing skips > COLLAPSE_WINDOW, by hand": (triage_with(window=COLLAPSE_WINDOW + 1, over=lambda a, b: a >= b),
+                                                      "not `>`"),
+        # re-review: a scale of 0 that stays 0 (float32 underflow) is no skip under `after < before` alone
+        "0 -> 0 not counted as a skip": (triage_with(zero_skips=False), "test `before == 0` as a skip"),
+        # re-review: diagnose_scale(list(scales)), initial_scale dropped (t07c's tr_w_noinitial)
+        "initial_scale not prepended": (
+            lambda i, s, losses: triage_right(s[0], s[1:], losses[1:]) if all(math.isfinite(x) for x in losses)
+            else "forward overflow", "prepend it"),
         "window too short": (triage_with(window=COLLAPSE_WINDOW - 1), "fewer than collapse_window"),
         "no 'unstable' verdict (review 07's every-4th-step run)": (triage_with(unstable="never"),
                                                                    "diagnose_scale calls that unstable"),

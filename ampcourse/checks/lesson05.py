@@ -227,6 +227,12 @@ def _clip_case(fn, task, device, divisor):
     if "update" not in log:
         raise fail(task, "you forgot `scaler.update()` after `scaler.step(optimizer)`.")
     seen = optimizer.grads_at_step[0]
+    after = [p.grad for p in model.parameters()]
+    if (all(g is not None for g in after) and grad_norm(seen) > 1.05 * max_norm
+            and grad_norm(after) <= 1.01 * max_norm and cosine(after, seen) > 0.99):
+        raise fail(task, f"the optimizer stepped with gradients of norm {grad_norm(seen):.3g}, above max_norm = "
+                         f"{max_norm:.3g}; they were clipped only afterwards, when the step was already taken. Clip "
+                         "before `scaler.step(optimizer)`: `unscale_`, then `clip_grad_norm_`, then the step.")
     stale = [t + 100.0 for t in true]
     if cosine(seen, true) < 0.99 and cosine(seen, stale) > 0.99:
         raise fail(task, "the step used gradients left in `.grad` by an earlier step (the check planted some) plus "

@@ -505,20 +505,38 @@ def fp32_block(fn) -> None:
 
 # --- Task 3: the loss in FP32, class indices kept ----------------------------------------------------------
 
+class _flag_on:
+    """Set autocast's enabled flag for one device type on (``torch.set_autocast_enabled``), then restore it."""
+
+    def __init__(self, device_type: str) -> None:
+        self.device_type = device_type
+
+    def __enter__(self) -> None:
+        self.prev = torch.is_autocast_enabled(self.device_type)
+        torch.set_autocast_enabled(self.device_type, True)
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_autocast_enabled(self.device_type, self.prev)
+
+
 def _loss_case(task: str, fn, device: torch.device, generator: torch.Generator) -> str:
     """The class-index case and the soft-target case on ``device``; returns what it verified."""
     logits = (torch.randn(6, 5, generator=generator) * 4).to(device).half().requires_grad_()
     target = torch.randint(0, 5, (6,), generator=generator).to(device)
     seen: dict[str, Any] = {}
+    # The other device type's autocast flag is set on too (no op of these tensors reads it): an answer that turns
+    # autocast off for a fixed, wrong device type turns that flag off, and the spy sees it.
+    other = "cpu" if device.type != "cpu" else "cuda"
 
     def spy_loss(inp, tgt):
         seen.update(inp=getattr(inp, "dtype", None), tgt=getattr(tgt, "dtype", None),
-                    autocast=torch.is_autocast_enabled(device.type))
+                    autocast=torch.is_autocast_enabled(device.type),
+                    other_off=not torch.is_autocast_enabled(other))
         return nn.functional.cross_entropy(inp, tgt)
 
     reference = nn.functional.cross_entropy(logits.detach().float(), target)
     try:
-        with _autocast(device):
+        with _autocast(device), _flag_on(other):
             loss = call(task, fn, "loss_in_fp32", spy_loss, logits, target)
     except CheckFailed:
         if seen.get("tgt") is not None and seen["tgt"].is_floating_point:
@@ -535,6 +553,11 @@ def _loss_case(task: str, fn, device: torch.device, generator: torch.Generator) 
         raise fail(task, f"the targets reached the loss as {seen['tgt']}, not int64: leave integer targets alone.")
     if seen["inp"] != torch.float32:
         raise fail(task, f"the logits reached the loss as {seen['inp']}: cast them with `.float()`.")
+    if seen["autocast"] and seen["other_off"]:
+        raise fail(task, f"you opened an autocast context around the loss, but for another device type: autocast "
+                         f"stayed on for these {device.type} tensors. Turn it off for the device of the tensors, "
+                         "`torch.autocast(device_type=logits.device.type, enabled=False)`, not a fixed \"cuda\" or "
+                         "\"cpu\" (the logits' `.float()` you may keep).")
     if seen["autocast"]:
         raise fail(task, f"autocast was still on inside the loss (on a {device.type} tensor): `.float()` alone "
                          "does not take the loss out of autocast — a custom loss's matmuls would run in float16 "
@@ -632,11 +655,34 @@ TRIAGE_CASES = [  # (what, initial scale, scales after each update, losses, the 
     ("a clean run whose scale never changes", 4096.0, [4096.0] * 5, [0.9, 0.8, 0.8, 0.7, 0.7], "healthy"),
     ("a clean run growing at every step (growth_interval=1)", 8.0, [16.0, 32.0, 64.0, 128.0, 256.0],
      [0.9, 0.8, 0.8, 0.7, 0.7], "healthy"),
+    # float32 (GradScaler's scale) halves 65536 = 2**16 down to 2**-149 in 165 steps; the next halving rounds to 0
+    ("a finite loss, every step skipped until the scale underflows to 0 and stays 0", 65536.0,
+     [65536.0 / 2**i for i in range(1, 166)] + [0.0] * 35, [2.3] * 200, "backward overflow"),
 ]
 
 
 def _says(task: str, fn, initial: float, scales: list[float], losses: list[float]) -> Any:
     return call(task, fn, "triage", initial, list(scales), list(losses))
+
+
+def _reads_without_initial(task: str, fn) -> bool:
+    """Whether the answer gives, on every case, the verdict of diagnose_scale on ``scales`` without
+    ``initial_scale`` (and that verdict differs from the rule's on some case)."""
+    differs = False
+    # and a probe: the first COLLAPSE_WINDOW steps all skipped, a collapse only when the first skip is counted
+    probe = ("", 4096.0, [4096.0 / 2**i for i in range(1, COLLAPSE_WINDOW + 1)], [1.0] * COLLAPSE_WINDOW, "")
+    for _what, initial, scales, losses, _meant in [*TRIAGE_CASES, probe]:
+        if not all(math.isfinite(loss) for loss in losses):
+            alt = "forward overflow"
+        else:
+            alt = SCALE_VERDICTS[diagnose_scale(scales).status]
+        differs = differs or alt != expected_verdict(initial, scales, losses)
+        try:
+            if _says(task, fn, initial, scales, losses) != alt:
+                return False
+        except CheckFailed:
+            return False
+    return differs
 
 
 def _flagged(verdict: Any) -> bool:
@@ -706,6 +752,20 @@ def _triage_mistake(task: str, fn, context: str, what: str, case: tuple, got: An
         return fail(task, f"{context}: {skipped_after} of the {after} steps from the first applied one on were "
                           f"skipped, more than MAX_SKIP_FRACTION ({MAX_SKIP_FRACTION:.0%}): overflows keep coming "
                           "back, and lesson 07's diagnose_scale calls that unstable. Return 'unstable'.")
+    if scales[-1] == 0:
+        zeros = len(scales) - scales.index(0.0)
+        return fail(task, f"{context}: the loss is finite and every step was skipped; the scale halved until it "
+                          f"underflowed float32 to 0, and stayed 0 for the last {zeros} steps. 0 → 0 is not a scale "
+                          "*below* the one before, yet no step at scale 0 was applied either: diagnose_scale counts a "
+                          "step that starts at 0 as skipped, and a scale of 0 is a collapse. Test `before == 0` as a "
+                          "skip too (or use diagnose_scale).")
+    if diagnosis.trailing_skips == COLLAPSE_WINDOW:
+        one_more = [*scales, scales[-1] / 2]
+        if _says(task, fn, initial, one_more, [*losses, losses[-1]]) == "backward overflow":
+            return fail(task, f"{context}: the last {COLLAPSE_WINDOW} steps, exactly COLLAPSE_WINDOW, were all "
+                              f"skipped. You call it a collapse from {COLLAPSE_WINDOW + 1} on: the test is "
+                              "`trailing_skips >= COLLAPSE_WINDOW`, not `>` (the last COLLAPSE_WINDOW steps or more "
+                              "are all skipped).")
     below = " (even below 1)" if scales[-1] < 1 else ""
     return fail(task, f"{context}: the loss is finite, yet each of the last {diagnosis.trailing_skips} steps was "
                       f"skipped while the scale kept halving{below}: from there on the model is frozen, and the inf "
@@ -726,6 +786,10 @@ def triage(fn) -> None:
         if got == want:
             continue
         context = f"for {what} you said {got!r}, it is {want!r}"
+        if _reads_without_initial(task, fn):
+            raise fail(task, f"{context}: your verdicts are diagnose_scale's on `scales` alone, without the scale "
+                             "before the first step. The first step's skip is `scales[0] < initial_scale`: prepend "
+                             "it, `diagnose_scale([initial_scale, *scales])`.")
         raise _triage_mistake(task, fn, context, what, (initial, scales, losses), got, want)
     passed(task, f"{len(TRIAGE_CASES)} run logs triaged as lesson 07's diagnose_scale reads them: occasional skips "
                  "(and a start that backs off) are healthy, more than MAX_SKIP_FRACTION unstable, one non-finite "
