@@ -9,6 +9,7 @@ import dataclasses
 import sys
 
 import grader_fixtures
+import numpy as np
 import pytest
 import torch
 
@@ -25,6 +26,27 @@ def stub(*args):
 # --- Task 1: tensor_bytes ----------------------------------------------------------------------------------------
 def right_bytes(t):
     return t.numel() * t.element_size()
+
+
+def _forges_element_size(t):  # review: the answer cell patches element_size, then answers "4 bytes per element"
+    torch.Tensor.element_size = lambda self: 4  # restored after each test by _restore_element_size
+    return t.numel() * t.element_size()
+
+
+def _bytes_by_math_prod(t):  # the shape's product, numpy's int64 itemsize arithmetic
+    return int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize
+
+
+def _bytes_numpy_int(t):  # a numpy integer is a whole number too
+    return np.int64(t.numel()) * t.element_size()
+
+
+@pytest.fixture(autouse=True)
+def _restore_element_size():
+    """A fixture patches torch.Tensor.element_size as a learner's cell could; it must not leak into other tests."""
+    original = torch.Tensor.element_size
+    yield
+    torch.Tensor.element_size = original
 
 
 # --- Task 2: amp_forward -----------------------------------------------------------------------------------------
@@ -153,6 +175,16 @@ def _string_compare(c):  # review B5: "10.0" >= "8.0" is False as text
     return torch.float32, False
 
 
+def _forgets_tegra_x1(c):  # review: passed while GPUS had no (5, 3)
+    if c[0] >= 8:
+        return (torch.bfloat16, False)
+    if c[0] == 7:
+        return (torch.float16, True)
+    if c in [(6, 0), (6, 2)]:
+        return (torch.float16, True)
+    return (torch.float32, False)
+
+
 def _known_majors(c):  # review B5
     if c[0] in (8, 9):
         return torch.bfloat16, False
@@ -169,6 +201,11 @@ WRONG = {
         "storage of a view": (lambda t: t.untyped_storage().nbytes(), "size of the whole storage"),
         "len instead of numel": (lambda t: len(t) * t.element_size(), "len(t) counts only the first dimension"),
         "one element": (lambda t: t.element_size(), "bytes of *one* element"),
+        "4 bytes per element, element_size patched to agree (review)": (_forges_element_size,
+                                                                         "as if it were float32"),
+        "a float (review: the stub says -> int)": (lambda t: float(t.numel() * t.element_size()), "a float"),
+        "a 0-d tensor": (lambda t: torch.tensor(t.numel()) * t.element_size(), "return a Python int"),
+        "a bool": (lambda t: t.numel() > 0, "as an int"),
     },
     ("00", "amp_forward"): {
         "no autocast": (_no_autocast, "did not run under autocast"),
@@ -204,6 +241,7 @@ WRONG = {
         "float32 with a scaler": (lambda c: (torch.float32, True) if c == (6, 1) else recipe_right(c),
                                   "FP32 training has no float16 gradients"),
         "a list instead of a tuple": (lambda c: list(recipe_right(c)), "return a tuple"),
+        "Tegra X1 (5, 3) forgotten (review: passed when GPUS lacked it)": (_forgets_tegra_x1, "twice the FP32 rate"),
     },
 }
 
@@ -212,6 +250,8 @@ RIGHT = {
         "numel times element_size": right_bytes,
         "the nbytes attribute": lambda t: t.nbytes,
         "numel times dtype.itemsize": lambda t: t.numel() * t.dtype.itemsize,
+        "product of the shape, as an int": _bytes_by_math_prod,
+        "a numpy integer": _bytes_numpy_int,
     },
     ("00", "amp_forward"): {
         "torch.autocast with describe()": right_forward,
@@ -259,6 +299,39 @@ def test_choose_recipe_asks_about_every_rule_and_two_digit_majors():
     rules = {next(i for i, r in enumerate(course_device.RECIPE_RULES) if r.holds(c)) for _, c in check.GPUS}
     assert rules == set(range(len(course_device.RECIPE_RULES)))
     assert {(10, 0), (12, 0), (6, 0), (6, 1)} <= {c for _, c in check.GPUS}
+
+
+def test_choose_recipe_asks_about_every_capability_the_rule_lists_and_both_sides_of_each_edge():
+    """Review: the rule named Tegra X1 (5, 3) but no GPU of the check had it. GPUS is built from the capabilities
+    the rule table lists (FAST_FP16_WITHOUT_TENSOR_CORES), each with a real GPU's name, and holds the
+    capabilities on both sides of each row's edge (7.0 and 8.0 start a row; 5.2 and 6.1 sit beside listed ones)."""
+    asked = [c for _, c in check.GPUS]
+    assert set(course_device.FAST_FP16_WITHOUT_TENSOR_CORES) <= set(asked)
+    assert all(c in check.GPU_NAMES for c in asked), "every GPU asked about has a real name"
+    assert asked == sorted(set(asked))
+    for edge, below in (((8, 0), (7, 5)), ((7, 0), (6, 2)), ((5, 3), (5, 2)), ((6, 1), (6, 0)), ((6, 2), (6, 1))):
+        assert edge in asked and below in asked
+        assert course_device.recommend("cuda", edge) != course_device.recommend("cuda", below)
+
+
+def test_tensor_bytes_expects_constants_that_agree_with_torch():
+    """The check's byte table and element counts are written out (an answer may patch torch.Tensor); on a clean
+    interpreter they are exactly what torch says."""
+    from ampcourse.checks.facts import BYTES_PER_ELEMENT
+
+    for dtype, size in BYTES_PER_ELEMENT.items():
+        assert dtype.itemsize == size == torch.empty(0, dtype=dtype).element_size()
+    for t, elements, storage in check._tensor_bytes_cases():
+        assert t.numel() == elements
+        assert (t._base is None) == (storage is None)
+        if storage is not None:
+            assert t.untyped_storage().nbytes() == storage * t.element_size()
+
+
+def test_a_patched_element_size_cannot_forge_a_pass():
+    torch.Tensor.element_size = lambda self: 4  # as an answer cell could (restored by _restore_element_size)
+    with pytest.raises(CheckFailed, match="as if it were float32"):
+        check.tensor_bytes(lambda t: t.numel() * t.element_size())
 
 
 def test_choose_recipe_hint_tier_3_is_an_answer_the_check_accepts(capsys):

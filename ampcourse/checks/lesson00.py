@@ -2,62 +2,80 @@
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import torch
 
-from ..device import FAST_FP16_WITHOUT_TENSOR_CORES, RECIPE_RULES, describe, recommend
+from ..device import FAST_FP16_WITHOUT_TENSOR_CORES, RECIPE_RULES, describe, generation, recommend
 from . import call, fail, hints, passed, require_callable
+from .facts import BYTES_PER_ELEMENT
+
+
+def _tensor_bytes_cases() -> list[tuple[torch.Tensor, int, int | None]]:
+    """(tensor, its number of elements, the elements of the storage a view shares or None): the counts are
+    written out, not asked of the tensor, so that an answer cell that patches ``torch.Tensor`` cannot move
+    what the check expects (the bytes per element come from :data:`facts.BYTES_PER_ELEMENT` the same way)."""
+    return [
+        (torch.zeros(1000, dtype=torch.float32), 1000, None),
+        (torch.zeros(1000, dtype=torch.bfloat16), 1000, None),
+        (torch.zeros(3, 5, dtype=torch.float16), 15, None),
+        (torch.zeros(2, 2, 2, dtype=torch.float64), 8, None),
+        (torch.zeros(7, dtype=torch.float8_e4m3fn), 7, None),
+        (torch.zeros(100)[:10], 10, 100),  # a view: its storage holds 100 elements
+        (torch.zeros(4, 6, dtype=torch.float16)[:, ::2], 12, 24),  # a non-contiguous view
+        (torch.zeros(3, 0, dtype=torch.float32), 0, None),  # no elements at all
+        (torch.zeros(5, 4, dtype=torch.bool), 20, None),  # one byte per element, though a bool is one bit
+    ]
 
 
 def tensor_bytes(fn) -> None:
-    """Task 1: ``tensor_bytes(t)`` returns how many bytes the elements of ``t`` take."""
+    """Task 1: ``tensor_bytes(t)`` returns how many bytes the elements of ``t`` take, as an int."""
     task = "Task 1 (tensor_bytes)"
     require_callable(task, fn, "tensor_bytes")
-    cases = [
-        torch.zeros(1000, dtype=torch.float32),
-        torch.zeros(1000, dtype=torch.bfloat16),
-        torch.zeros(3, 5, dtype=torch.float16),
-        torch.zeros(2, 2, 2, dtype=torch.float64),
-        torch.zeros(7, dtype=torch.float8_e4m3fn),
-        torch.zeros(100)[:10],  # a view: its storage holds 100 elements
-        torch.zeros(4, 6, dtype=torch.float16)[:, ::2],  # a non-contiguous view
-        torch.zeros(3, 0, dtype=torch.float32),  # no elements at all
-        torch.zeros(5, 4, dtype=torch.bool),  # one byte per element, though a bool is one bit of information
-    ]
-    for t in cases:
+    cases = _tensor_bytes_cases()
+    for t, elements, storage in cases:
+        dtype = str(t.dtype).removeprefix("torch.")
+        size = BYTES_PER_ELEMENT[t.dtype]
+        want = elements * size
+        first = tuple(t.shape)[0]
+        view = " view" if storage is not None else ""
+        shape = f"a {tuple(t.shape)} {dtype} tensor{view}"
         got = call(task, fn, "tensor_bytes", t)
-        want = t.numel() * t.element_size()
-        view = " view" if t._base is not None else ""
-        shape = f"a {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} tensor{view}"
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
+        if isinstance(got, torch.Tensor):
+            raise fail(task, f"for {shape} you returned a tensor ({got!r}); return a Python int, the number of "
+                             "bytes: `t.numel()` and `t.element_size()` are ints already (or use `int(...)`).")
+        if isinstance(got, float) and got == want:
+            raise fail(task, f"for {shape} you returned {got!r}, a float: a byte count is a whole number, and "
+                             "the task asks for an int. Return `t.numel() * t.element_size()` without float().")
+        if isinstance(got, bool) or not isinstance(got, (numbers.Integral, float)):
             raise fail(task, f"for {shape} you returned {got!r} ({type(got).__name__}); return a number "
-                             "of bytes, e.g. an int.")
-        if got == want:
+                             "of bytes, as an int.")
+        if got == want and isinstance(got, numbers.Integral):
             continue
-        if t._base is not None and got == t.untyped_storage().nbytes():
+        if storage is not None and got == storage * size:
             raise fail(task, f"for {shape} you returned {got}, the size of the whole storage it shares with the "
                              f"tensor it was sliced from. Count only the view's own elements.")
-        if t.dim() > 1 and got == len(t) * t.element_size() and t.numel():
+        if t.dim() > 1 and got == first * size and elements:
             raise fail(task, f"for {shape} you returned {got}: len(t) counts only the first dimension "
-                             f"({len(t)}), not the {t.numel()} elements. Use `t.numel()`.")
-        if got == t.element_size() and t.numel() > 1:
+                             f"({first}), not the {elements} elements. Use `t.numel()`.")
+        if got == size and elements > 1:
             raise fail(task, f"for {shape} you returned {got}, the bytes of *one* element. Multiply by the number "
                              "of elements, `t.numel()`.")
-        if got == t.numel():
+        if got == elements:
             raise fail(task, f"for {shape} you returned {got}, the number of elements. Multiply by the "
                              "bytes per element, `t.element_size()`.")
         if got == want * 8:
             raise fail(task, f"for {shape} you returned {got}, which is bits. A byte is 8 bits: use "
                              "`t.element_size()`, which is already in bytes.")
-        if got == t.numel() * 4:
+        if got == elements * 4:
             raise fail(task, f"for {shape} you returned {got}: 4 bytes per element, as if it were float32. "
-                             f"Each {str(t.dtype).removeprefix('torch.')} element takes {t.element_size()}: "
-                             "use `t.element_size()`.")
+                             f"Each {dtype} element takes {size}: use `t.element_size()`.")
+        if isinstance(got, float):
+            raise fail(task, f"for {shape} you returned {got!r}, a float; return the number of bytes as an int "
+                             f"({elements} elements × {size} bytes).")
         raise fail(task, f"for {shape} you returned {got}, expected {want} "
-                         f"({t.numel()} elements × {t.element_size()} bytes).")
+                         f"({elements} elements × {size} bytes).")
     passed(task, f"byte counts right for {len(cases)} tensors (float64 down to float8, bool, empty, views) — "
                  "bfloat16 and float16 take half the bytes of float32.")
 
@@ -188,20 +206,32 @@ def amp_forward(fn) -> None:
 
 # --- Task 3: the recipe for other machines --------------------------------------------------------------------
 
-GPUS = [  # (name, compute capability): every row of device.RECIPE_RULES, and its edges
-    ("GeForce GTX 980 (Maxwell)", (5, 2)),
-    ("Tesla P100 (Pascal)", (6, 0)),
-    ("GeForce GTX 1080 (Pascal)", (6, 1)),
-    ("Jetson TX2 (Pascal)", (6, 2)),
-    ("Tesla V100 (Volta)", (7, 0)),
-    ("T4 (Turing)", (7, 5)),
-    ("A100 (Ampere)", (8, 0)),
-    ("RTX 3090 (Ampere)", (8, 6)),
-    ("L4 (Ada)", (8, 9)),
-    ("H100 (Hopper)", (9, 0)),
-    ("B200 (Blackwell)", (10, 0)),
-    ("RTX 5090 (Blackwell)", (12, 0)),
-]
+GPU_NAMES = {  # compute capability -> a GPU that has it: every row of device.RECIPE_RULES, and its edges
+    (5, 2): "GeForce GTX 980 (Maxwell)",
+    (5, 3): "Jetson TX1 (Tegra X1, Maxwell)",
+    (6, 0): "Tesla P100 (Pascal)",
+    (6, 1): "GeForce GTX 1080 (Pascal)",
+    (6, 2): "Jetson TX2 (Tegra X2, Pascal)",
+    (7, 0): "Tesla V100 (Volta)",
+    (7, 5): "T4 (Turing)",
+    (8, 0): "A100 (Ampere)",
+    (8, 6): "RTX 3090 (Ampere)",
+    (8, 9): "L4 (Ada)",
+    (9, 0): "H100 (Hopper)",
+    (10, 0): "B200 (Blackwell)",
+    (12, 0): "RTX 5090 (Blackwell)",
+}
+
+
+def _gpus() -> list[tuple[str, tuple[int, int]]]:
+    """The GPUs Task 3 asks about: those of :data:`GPU_NAMES` and every capability the rule table lists by name
+    (:data:`ampcourse.device.FAST_FP16_WITHOUT_TENSOR_CORES`, the condition of a row of ``RECIPE_RULES``), so
+    a capability added to the rule is asked about even before it gets a name here."""
+    listed = set(GPU_NAMES) | set(FAST_FP16_WITHOUT_TENSOR_CORES)
+    return [(GPU_NAMES.get(c, f"a {generation(c)[0]} GPU"), c) for c in sorted(listed)]
+
+
+GPUS = _gpus()
 
 
 def _name(dtype: object) -> str:

@@ -10,8 +10,9 @@ def questions() -> list[Question]:
             ["only rank 1 skips the step", "both ranks skip: the all-reduce spreads the inf to rank 0's gradients",
              "GradScaler all-reduces found_inf between processes"],
             answer=1,
-            why="GradScaler never communicates. The all-reduce averages the gradients, so rank 0 receives the NaN "
-                "too and its own inf check skips the step — the window-3 row of the table above.",
+            why="GradScaler never communicates. The all-reduce averages the gradients, so rank 0 receives the inf "
+                "too (an average with an inf in it stays inf; a NaN only where +inf and -inf meet) and its own "
+                "inf check skips the step — the window-3 row of the table above.",
             kind="transfer",
         ),
         Question(
