@@ -578,6 +578,14 @@ def bytes_as_text(n, accum, no_sync, compress):
     return f"{n * (2 if compress else 4) * (1 if no_sync else accum)} bytes"
 
 
+def bytes_numpy_floor_division(n_params, accum_steps, no_sync, bf16_compress):
+    """Right, written otherwise: float32's bytes halved with //, numpy integer arithmetic (an int all the same)."""
+    import numpy as np
+
+    per_element = np.int64(4) // (2 if bf16_compress else 1)
+    return per_element * n_params * (1 if no_sync else accum_steps)
+
+
 def bytes_with_element_size(n_params, accum_steps, no_sync, bf16_compress):
     """Right, written otherwise: the element size read from torch, all-reduces counted."""
     dtype = torch.bfloat16 if bf16_compress else torch.float32
@@ -615,6 +623,10 @@ WRONG = {
         "elements, not bytes": (bytes_elements, "counts elements"),
         "compression ignored": (bytes_ignores_compression, "a bf16 compression hook sends 2 bytes"),
         "a string": (bytes_as_text, "return a number of bytes"),
+        "a float (review: 9488.0 passed, the stub says -> int)": (
+            lambda n, a, s, c: float(bytes_right(n, a, s, c)), "a float"),
+        "true division by 2 for the compression": (
+            lambda n, a, s, c: n * 4 * (1 if s else a) / (2 if c else 1), "`/` makes a float"),
     },
     ("08", "bf16_hook"): {
         "no compression": (hook(dtype=torch.float32), "sent float32: nothing was compressed"),
@@ -638,6 +650,7 @@ RIGHT = {
     ("08", "allreduce_bytes"): {
         "the formula": bytes_right,
         "element size from torch": bytes_with_element_size,
+        "floor division, numpy integers": bytes_numpy_floor_division,
     },
     ("08", "bf16_hook"): {
         "then() callback": hook(),

@@ -71,6 +71,14 @@ def limits_ldexp(e, m):  # integer significands: (2**(m+1) - 1) × 2**(emax - m)
     return (math.ldexp(2 ** (m + 1) - 1, emax - m), math.ldexp(1, emin), math.ldexp(1, emin - m))
 
 
+def limits_exact_int_and_fractions(e, m):  # review: ints (the largest is a whole number) and exact Fractions
+    from fractions import Fraction
+
+    bias = 2 ** (e - 1) - 1
+    emax = 2**e - 2 - bias
+    return (2 ** (m + 1) - 1) * 2 ** (emax - m), Fraction(1, 2 ** (bias - 1)), Fraction(1, 2 ** (bias - 1 + m))
+
+
 # --- 01 Task 3: update_is_lost ------------------------------------------------------------------------------------
 def lost_right(w, u, dtype):
     m = 10 if dtype == torch.float16 else 7
@@ -352,7 +360,8 @@ WRONG = {
 RIGHT = {
     ("01", "decode_fp16"): {"the formula": decode_right, "struct's half format": decode_struct,
                             "ldexp and copysign": decode_ldexp},
-    ("01", "format_limits"): {"the formulas": limits_right, "integer significands with ldexp": limits_ldexp},
+    ("01", "format_limits"): {"the formulas": limits_right, "integer significands with ldexp": limits_ldexp,
+                              "an exact int largest, Fractions (review)": limits_exact_int_and_fractions},
     ("01", "update_is_lost"): {"spacing and ties by hand": lost_right, "exact fractions": lost_fractions},
     ("02", "predict_cast"): {"the thresholds": predict_right, "numpy's float16 cast": predict_numpy},
     ("02", "largest_safe_scale"): {"floor of log2": scale_right, "halving from 2**40": scale_by_halving,
@@ -443,3 +452,14 @@ def test_flushed_fraction_has_a_scaled_case_where_casting_first_differs():
             assert lesson02._cast_then_scale(grads, scale) != lesson02.flushed(grads, scale)
     below_one = next((g, s) for g, s, _ in cases if s < 1)
     assert lesson02._cast_then_scale(*below_one) != lesson02.flushed(below_one[0], 1.0)  # not "ignored the scale"
+
+
+def test_update_is_lost_constants_are_what_torch_does():
+    """The check compares with written-out answers (an answer cell could patch Tensor.to); torch agrees."""
+    assert len(lesson01.UPDATE_LOST) == len(lesson01.UPDATE_CASES)
+    assert [lesson01._lost(w, u, d) for w, u, d, _ in lesson01.UPDATE_CASES] == list(lesson01.UPDATE_LOST)
+
+
+def test_format_limits_int_largest_is_an_int_with_every_layout():
+    """The int fixture really returns an int largest (so the check is shown to accept one)."""
+    assert all(type(limits_exact_int_and_fractions(e, m)[0]) is int for e, m, _ in lesson01.LAYOUTS)

@@ -89,6 +89,42 @@ def island_turns_autocast_off(f, x):
     return f(x.float())
 
 
+def island_turns_autocast_back_on(f, x):  # review: passed while the check called it inside a region only
+    torch.set_autocast_enabled(x.device.type, False)
+    try:
+        return f(x.float())
+    finally:
+        torch.set_autocast_enabled(x.device.type, True)
+
+
+def island_leaves_dtype_changed(f, x):  # restores the flag, not the dtype
+    device_type = x.device.type
+    was_on = torch.is_autocast_enabled(device_type)
+    torch.set_autocast_enabled(device_type, False)
+    torch.set_autocast_dtype(device_type, torch.float16 if device_type == "cpu" else torch.bfloat16)
+    try:
+        return f(x.float())
+    finally:
+        torch.set_autocast_enabled(device_type, was_on)
+
+
+def island_save_restore(f, x):  # right: the flag saved with torch.is_autocast_enabled(device) and put back
+    device_type = x.device.type
+    was_on = torch.is_autocast_enabled(device_type)
+    torch.set_autocast_enabled(device_type, False)
+    try:
+        return f(x.float())
+    finally:
+        torch.set_autocast_enabled(device_type, was_on)
+
+
+def island_only_inside_a_region(f, x):  # casts only when a region is open: outside one, f gets the bfloat16 x
+    if torch.is_autocast_enabled(x.device.type):
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return f(x.float())
+    return f(x)
+
+
 # --- exercise 03, Task 3: predict_cuda_dtypes -------------------------------------------------------------------
 CUDA_RIGHT = {"bmm": FP16, "conv1d": FP16, "amin": FP16, "cumprod": FP32, "log1p": FP32, "softmin": FP32,
               "smooth_l1_loss": FP32, "var_mean": FP16}
@@ -462,6 +498,10 @@ WRONG = {
         "disabled for the other device": (island_other_device, "autocast was still on"),
         "result cast back": (island_casts_back, "do not cast the result back"),
         "autocast switched off for good": (island_turns_autocast_off, "switched off for the rest"),
+        "autocast turned back on, not restored (review)": (island_turns_autocast_back_on,
+                                                           "you turned autocast back on yourself"),
+        "the region's dtype changed": (island_leaves_dtype_changed, "you changed the region's dtype"),
+        "x cast only inside a region": (island_only_inside_a_region, "pass `x.float()` whether or not"),
         "never calls f": (lambda f, x: x.float(), "never called f"),
         **({} if ON_CUDA else {  # on CUDA the deprecated CUDA spelling does disable autocast: not a mistake
             "torch.cuda.amp spelling": (island_deprecated_cuda_spelling, "autocast was still on")}),
@@ -557,7 +597,8 @@ WRONG = {
 RIGHT = {
     ("03", "predict_dtypes"): {"the dict": lambda: dict(RIGHT_DTYPES), "read off a run": dtypes_by_running},
     ("03", "fp32_island"): {"enabled=False and .float()": island_right, "torch.amp spelling, .to": island_amp_spelling,
-                            "as a decorator": island_decorated},
+                            "as a decorator": island_decorated,
+                            "is_autocast_enabled saved and restored": island_save_restore},
     ("03", "predict_cuda_dtypes"): {"the dict": lambda: dict(CUDA_RIGHT), "asked the probe": cuda_from_probe,
                                     "read off device_trace": cuda_from_device_trace},
     ("04", "amp_step"): {"the recipe": step_right, "torch.amp.autocast, set_to_none=False, float()":
@@ -580,6 +621,7 @@ _named, _passes = grader_fixtures.tests(WRONG, RIGHT)
 def _clean_autocast_state():
     yield
     torch.set_autocast_enabled("cpu", False)  # a fixture switches it off for good; leave a clean state
+    torch.set_autocast_dtype("cpu", torch.bfloat16)  # and one changes the dtype
 
 
 test_wrong_answer_is_named = pytest.mark.filterwarnings("ignore::FutureWarning")(_named)

@@ -65,8 +65,23 @@ def predict_dtypes(fn) -> None:
                  "gradients float32.")
 
 
+def _autocast_state(device_type: str) -> tuple[bool, torch.dtype]:
+    return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+
+
+def _state_words(state: tuple[bool, torch.dtype]) -> str:
+    return f"{'on' if state[0] else 'off'}, dtype {_name(state[1])}"
+
+
 def fp32_island(fn) -> None:
-    """Task 2: ``fp32_island(f, x)`` runs ``f(x)`` in float32 even inside an autocast region."""
+    """Task 2: ``fp32_island(f, x)`` runs ``f(x)`` in float32 even inside an autocast region, and leaves the
+    autocast state (enabled flag and dtype on ``x``'s device type) as it found it.
+
+    It is called twice: inside a ``low``-precision autocast region, and outside any region. An answer that turns
+    autocast off and then back *on* (``set_autocast_enabled(..., True)``) passes the first call and leaks
+    autocast into the code after the second; the state is compared before and after each call (and put back
+    by the check, so that nothing leaks out of the check either).
+    """
     task = "Task 2 (fp32_island)"
     require_callable(task, fn, "fp32_island")
     device = pick_device()
@@ -82,8 +97,9 @@ def fp32_island(fn) -> None:
         return t @ t.T  # a matmul: autocast would run it in low precision
 
     with torch.autocast(device_type=device.type, dtype=low):
+        inside = _autocast_state(device.type)
         out = call(task, fn, "fp32_island", gram, x)
-        still_on = torch.is_autocast_enabled(device.type)
+        after_inside = _autocast_state(device.type)
     if not seen:
         raise fail(task, "your function never called f: return f(...) computed on x.")
     autocast_on, input_dtype = seen[-1]
@@ -94,9 +110,13 @@ def fp32_island(fn) -> None:
         raise fail(task, f"autocast was off, but f got a {_name(input_dtype)} tensor, so it ran in "
                          f"{_name(input_dtype)} anyway: inside the island ops use their inputs' dtype. "
                          "Pass `x.float()`.")
-    if not still_on:
+    if not after_inside[0]:
         raise fail(task, "autocast was switched off for the rest of the region: disable it only inside a "
                          "nested `with torch.autocast(device_type=..., enabled=False):` block.")
+    if after_inside != inside:
+        raise fail(task, f"inside the region autocast was {_state_words(inside)} before your function and "
+                         f"{_state_words(after_inside)} after it: you changed the region's dtype. Leave it as it "
+                         "was: a nested `with torch.autocast(device_type=..., enabled=False):` restores it.")
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
         what = _name(out.dtype) if isinstance(out, torch.Tensor) else type(out).__name__
         raise fail(task, f"return the float32 tensor f(x.float()) computes (you returned {what}); do not cast "
@@ -104,7 +124,32 @@ def fp32_island(fn) -> None:
     error = (out - reference).abs().max().item()
     if error > 1e-4 * reference.abs().max().item():
         raise fail(task, f"the result differs from f(x.float()) by {error:.3g}: return f's output for the whole x.")
-    passed(task, "f ran in float32 with autocast off, inside an autocast region that stayed on around it.")
+
+    # outside any region: f still runs in float32, and autocast must stay as it was (off)
+    seen.clear()
+    before = _autocast_state(device.type)
+    try:
+        out = call(task, fn, "fp32_island", gram, x)
+        after = _autocast_state(device.type)
+    finally:
+        torch.set_autocast_enabled(device.type, before[0])
+        torch.set_autocast_dtype(device.type, before[1])
+    if after != before:
+        turned_on = after[0] and not before[0]
+        why = ("you turned autocast back on yourself (`set_autocast_enabled(..., True)`) instead of putting back "
+               "what was there, so outside a region your function switched autocast on for everything after "
+               "it" if turned_on else "you changed it without putting back what was there")
+        raise fail(task, f"called outside any autocast region, autocast was {_state_words(before)} before "
+                         f"your function and {_state_words(after)} after it: {why}. The autocast state must be "
+                         "as it was: a nested `with torch.autocast(device_type=..., enabled=False):` restores "
+                         "it on exit (or save `torch.is_autocast_enabled(device_type)` and restore that).")
+    if not seen or seen[-1] != (False, torch.float32):
+        raise fail(task, "called outside an autocast region, f did not run on a float32 tensor with autocast off: "
+                         "pass `x.float()` whether or not a region is open around your function.")
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
+        raise fail(task, "called outside an autocast region, your function did not return f's float32 result.")
+    passed(task, "f ran in float32 with autocast off, inside an autocast region that stayed on around it and "
+                 "outside one, and the autocast state was as before after each call.")
 
 # --- Task 3: predict the CUDA dtypes of ops the lesson did not show -----------------------------------------------
 

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import inspect
 import math
+import numbers
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -49,6 +50,7 @@ from ..distributed import (
 )
 from . import CheckFailed, NotStarted, call, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
+from .facts import BYTES_PER_ELEMENT
 
 TASK = "Task 1 (train)"
 TIMEOUT = 180.0  # seconds for one launch (two processes importing torch take several seconds on a small CPU)
@@ -526,14 +528,14 @@ def allreduce_bytes(fn) -> None:
     cases = []
     for accum, no_sync in ((3, True), (3, False), (1, True)):  # 3: not a power of two, not a byte size
         n_params, dtype, count = _measured_allreduce(accum, no_sync)
-        element = torch.tensor([], dtype=dtype).element_size()
+        element = BYTES_PER_ELEMENT[dtype]  # a constant: an answer cell may have patched Tensor.element_size
         for compress in (False, True):
             cases.append((n_params, accum, no_sync, compress, element, count))
     answers = []
     for n_params, accum, no_sync, compress, _, _ in cases:
         got = call(task, fn, "allreduce_bytes", n_params, accum, no_sync, compress)
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            raise fail(task, f"return a number of bytes (you returned {type(got).__name__}).")
+        if isinstance(got, bool) or not isinstance(got, (numbers.Integral, float)):
+            raise fail(task, f"return a number of bytes, as an int (you returned {type(got).__name__}).")
         answers.append(got)
     wants = [count * n * (2 if compress else element) for n, _, _, compress, element, count in cases]
     if answers != wants:
@@ -547,6 +549,10 @@ def allreduce_bytes(fn) -> None:
                 raise fail(task, f"{context}: {why}")
         raise fail(task, f"{context}. Bytes per all-reduce = parameters × bytes per gradient element as sent; times "
                          "the number of all-reduces per window.")
+    if floats := [got for got in answers if isinstance(got, float)]:
+        raise fail(task, f"the byte counts are right, but you returned {floats[0]!r}, a float: a byte count is a "
+                         "whole number and the task asks for an int. `/` makes a float even when it divides "
+                         "exactly: use `*` and `//`, or `int(...)`.")
     passed(task, "bytes per window right with and without no_sync() and bf16 compression, measured on a real DDP "
                  "window: AMP leaves the gradients float32, so it does not halve the traffic — a bf16 hook does.")
 
