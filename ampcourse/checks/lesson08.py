@@ -49,8 +49,8 @@ from ..distributed import (
     window_batches,
 )
 from . import CheckFailed, NotStarted, call, fail, hints, passed, require_callable
-from .spies import SpyOptimizer, SpyScaler
 from .facts import BYTES_PER_ELEMENT
+from .spies import SpyOptimizer, SpyScaler
 
 TASK = "Task 1 (train)"
 TIMEOUT = 180.0  # seconds for one launch (two processes importing torch take several seconds on a small CPU)
