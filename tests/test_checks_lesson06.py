@@ -41,6 +41,23 @@ def make_benchmark(warm=True, sync_start=True, sync_stop=True, reduce="median", 
     return benchmark
 
 
+def _forges_median(fn, warmup, repeats, sync, clock):  # the upper middle, with statistics.median patched to agree
+    statistics.median = statistics.median_high  # restored after each test by _restore_median
+    return make_benchmark()(fn, warmup, repeats, sync, clock)
+
+
+@pytest.fixture(autouse=True)
+def _restore_median():
+    """A fixture patches statistics.median as a learner's cell could; it must not leak into other tests."""
+    original = statistics.median
+    yield
+    statistics.median = original
+
+
+def test_scenario_medians_are_the_medians():
+    assert [statistics.median(timed) for _, timed in lesson06.SCENARIOS] == pytest.approx(lesson06.SCENARIO_MEDIANS)
+
+
 def lap_benchmark(fn, warmup, repeats, sync, clock):
     """Lap timing: one clock reading between consecutive calls, each after a sync — also honest."""
     for _ in range(warmup):
@@ -168,6 +185,7 @@ WRONG = {
         # review r2 #5: a trimmed mean passed both symmetric scenarios
         "trimmed mean": (make_benchmark(reduce="trimmed"), "trimmed mean"),
         "upper middle of an even count": (make_benchmark(reduce="upper middle"), "even number of repeats"),
+        "upper middle, statistics.median patched to agree": (_forges_median, "even number of repeats"),
     },
     ("06", "achieved_tflops"): {
         "no factor 2": (tflops(factor=1), "forgot the factor 2"),

@@ -73,6 +73,11 @@ SCENARIOS = (
     ([0.4, 0.4], [0.020, 0.150, 0.021, 0.019, 0.180, 0.022]),
 )
 
+SCENARIO_MEDIANS = (0.012, 0.0031, 0.0215)
+"""The median of each scenario's timed calls, written out: the check compares with these constants rather than
+with ``statistics.median``, which an answer cell could patch (``statistics.median = statistics.median_high``)
+to forge a pass; ``tests/test_checks_lesson06.py`` recomputes them."""
+
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
@@ -86,7 +91,7 @@ def benchmark(fn) -> None:
     """Task 1: ``benchmark(fn, warmup, repeats, sync, clock)`` returns the median of synchronised timed runs."""
     task = "Task 1 (benchmark)"
     require_callable(task, fn, "benchmark")
-    for warm, timed in SCENARIOS:
+    for (warm, timed), expected in zip(SCENARIOS, SCENARIO_MEDIANS, strict=True):
         warmup, repeats = len(warm), len(timed)
         device = FakeDevice(warm + timed)
         result = call(task, fn, "benchmark", device.fn, warmup=warmup, repeats=repeats, sync=device.sync,
@@ -95,7 +100,6 @@ def benchmark(fn) -> None:
             raise fail(task, f"`benchmark` returned {type(result).__name__} {result!r}: return one number, the "
                              "median time of the timed calls in seconds.")
         result = float(result)
-        expected = statistics.median(timed)
         reads = device.reads()
         if device.calls == repeats and warmup:
             raise fail(task, f"you forgot the warm-up: `fn` was called {device.calls} times, all timed, so the slow "
