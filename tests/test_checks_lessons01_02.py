@@ -463,3 +463,7 @@ def test_update_is_lost_constants_are_what_torch_does():
 def test_format_limits_int_largest_is_an_int_with_every_layout():
     """The int fixture really returns an int largest (so the check is shown to accept one)."""
     assert all(type(limits_exact_int_and_fractions(e, m)[0]) is int for e, m, _ in lesson01.LAYOUTS)
+
+
+def test_predict_cast_constants_are_what_torch_does():
+    assert [lesson02.fp16_category(x) for x, _ in lesson02.CAST_CASES] == list(lesson02.CAST_WANT)
