@@ -248,11 +248,10 @@ def test_the_same_tiny_inputs_with_a_scaler_do_not_underflow():
     assert rec.records[-1].param_grad_lost["embed.weight"] < 0.5
 
 
-def test_a_tiny_loss_underflows_the_gradient_flowing_between_modules():
+def test_a_tiny_loss_underflows_from_the_parameter_nearest_the_loss_on():
     rec = train(classifier(), torch.float16, scaler=None, loss_factor=2.0**-22)
-    f = finding(rec, "underflow")
-    assert f.where in {name for name, _ in rec.model.named_modules()} | {
-        name for name, _ in rec.model.named_parameters()}
+    assert finding(rec, "underflow").where == "head.weight"  # the first parameter in backward order
+    assert rec.records[-1].modules[-1].grad_lost == 1.0  # the gradient entering the model is lost already
 
 
 def test_an_activation_near_65504_is_low_headroom_in_that_module():
@@ -460,3 +459,16 @@ def test_a_bad_loss_is_refused_by_name(loss, error, words):
     model, optimizer = _parts()
     with AmpRecorder(model, optimizer) as rec, pytest.raises(error, match=words):
         rec.step(loss)
+
+
+def test_under_ddp_each_rank_records_with_ddp_s_module_prefix(tmp_path):
+    """One process, world size 1 (gloo): the recorder sees a DDP-wrapped model like any other."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        rec = train(nn.parallel.DistributedDataParallel(classifier(gain=1e5)), torch.float16, steps=2)
+    finally:
+        dist.destroy_process_group()
+    assert finding(rec, "overflow").where == "module.block.up"
+    assert "module.embed.weight" in rec.records[0].param_grad_lost
