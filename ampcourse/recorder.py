@@ -44,13 +44,14 @@ from .tables import Table
 from .troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale
 from .validate import as_int
 
-__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "UNDERFLOW_FRACTION", "AmpRecorder", "Finding",
-           "ModuleStats", "StepRecord"]
+__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "SAMPLE", "UNDERFLOW_FRACTION", "AmpRecorder",
+           "Finding", "ModuleStats", "StepRecord"]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
+SAMPLE = 16_384  # gradient fractions are counted on at most this many evenly strided entries of each tensor
 
 KINDS = ("overflow", "nonfinite_input", "nonfinite_loss", "scale_collapse", "frequent_skips", "underflow",
          "low_headroom", "unneeded_scaler", "scheduler_on_skipped_step", "optimizer_not_stepped", "healthy")
@@ -86,8 +87,8 @@ class ModuleStats:
         limit: the largest finite value of the dtype it is measured against: the autocast dtype when autocast
             was on for that module (what the next autocast op casts to), else its output's dtype.
         grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
-            holds it: multiplied by the loss scale) that is 0 or below fp16's normal range; None if no
-            gradient reached it.
+            holds it: multiplied by the loss scale) that is 0 or below fp16's normal range, counted on at most
+            :data:`SAMPLE` evenly strided entries of each tensor; None if no gradient reached it.
         grad_subnormal: the fraction of its *non-zero* output-gradient entries below fp16's normal range.
         grad_finite: whether that gradient was finite (None if none reached it).
     """
@@ -137,7 +138,8 @@ class StepRecord:
         input_finite: the model's floating-point inputs were finite (None if not sampled).
         modules: one :class:`ModuleStats` per module that ran, in execution order (first call).
         param_grad_lost: parameter name → fraction of its gradient 0 or below fp16's normal range at the
-            current scale (for an ``nn.Embedding``: over the rows that got a gradient).
+            current scale, in backward order (on a strided sample of at most :data:`SAMPLE` entries; for an
+            ``nn.Embedding``: over all the rows that got a gradient).
     """
 
     step: int
@@ -176,9 +178,6 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     if isinstance(tree, dict):
         return [t for item in tree.values() for t in _tensors(item)]
     return []
-
-
-SAMPLE = 16_384  # gradient fractions are counted on at most this many evenly strided entries of each tensor
 
 
 def _sample(t: torch.Tensor) -> torch.Tensor:

@@ -115,13 +115,24 @@ def main() -> None:
             if rec is not None:
                 rec.detach()
     base = statistics.median(times["no recorder"])
+    spreads = {}
     for name, values in times.items():
         median = statistics.median(values)
-        spread = (max(values) - min(values)) / median if median else math.nan
+        spreads[name] = (max(values) - min(values)) / 2 / median if median else math.nan
         overhead = "" if name == "no recorder" else f"  overhead {100 * (median / base - 1):+.1f} %"
-        print(f"{name:12s} {1000 * median:8.2f} ms/step  (blocks spread ±{50 * spread:.0f} %){overhead}")
-    verdict = statistics.median(times["every=10"]) / base - 1
-    print(f"every=10 within the 5 % target: {verdict <= 0.05}")
+        print(f"{name:12s} {1000 * median:8.2f} ms/step  (blocks spread ±{100 * spreads[name]:.0f} %){overhead}")
+    measured = statistics.median(times["every=10"]) / base - 1
+    noise = max(spreads["no recorder"], spreads["every=10"])
+    # A sampled step costs what every=1 adds per step; every=10 pays it once in 10 steps (the other steps only
+    # read the scale and count optimizer steps).
+    estimate = (statistics.median(times["every=1"]) / base - 1) / 10
+    if abs(measured) > noise:
+        print(f"every=10 within the 5 % target (measured): {measured <= 0.05}")
+    else:
+        print(f"every=10: the measured {100 * measured:+.1f} % is within the block-to-block noise "
+              f"(±{100 * noise:.0f} %): not resolved on this machine now")
+    print(f"every=10 from every=1's cost per sampled step: about {100 * estimate:+.1f} %; within the 5 % target: "
+          f"{estimate <= 0.05}")
 
 
 if __name__ == "__main__":
