@@ -414,3 +414,38 @@ def test_the_build_after_the_pull_uses_the_pulled_course_map(tmp_path):
     assert not (learner / "exercises" / "10_fp8.ipynb").exists(), lines
     check = _ampcourse(learner, "build", "--check")
     assert check.returncode == 0 and "stale" not in check.stdout, check.stdout + check.stderr
+
+
+def test_backups_keep_every_version_once(clones):
+    """Audit r3, finding 11: ``exercises/.backup/`` grew by a copy of every changed notebook on each update, the same
+    bytes again and again. Each update now drops the older copies that a newer backup holds byte for byte; a version
+    seen once stays, an interrupted update's backup stays whole, and ``--restore`` still finds the newest."""
+    from ampcourse import update
+
+    upstream, learner = clones
+    name = "00_start_here.ipynb"
+    answer_from_solution(learner, name)
+    _save_lesson_with_a_note(learner)
+    first_answers = (learner / "exercises" / name).read_bytes()
+    for n in range(3):  # three updates with nothing changed by the learner in between
+        _upstream_commit(upstream, f"upstream{n}.txt")
+        lines = run_update(learner)
+    backups = update._backups(learner)
+    copies = sorted(p.relative_to(b).as_posix() for b in backups for p in b.rglob("*.ipynb"))
+    assert copies == [f"exercises/{name}", "notebooks/00_start_here.ipynb"], (copies, lines)
+    assert any("removed 1 backed-up copy that a newer backup holds" in line for line in lines), lines
+    # A version seen once (the first answers, edited since) is kept, in its own folder, beside the newest.
+    exercise = learner / "exercises" / name
+    exercise.write_text(exercise.read_text().replace("LEARNER WORK", "LEARNER WORK, edited"))
+    _upstream_commit(upstream, "upstream-last.txt")
+    lines = run_update(learner)
+    kept = {p.read_bytes() for b in update._backups(learner) for p in b.rglob(f"exercises/{name}")}
+    assert first_answers in kept and exercise.read_bytes() in kept, lines
+    newest = update._backups(learner)[-1]
+    assert (newest / "exercises" / name).read_bytes() == exercise.read_bytes()  # --restore's choice did not move
+    # An interrupted update's folder is never thinned: the next update puts all of it back.
+    marked = update._backups(learner)[0]
+    (marked / update.MARKER).write_text('{"head": null}')
+    before = sorted(p.relative_to(marked) for p in marked.rglob("*.ipynb"))
+    assert update.prune_backups(learner) == [] and sorted(p.relative_to(marked) for p in marked.rglob("*.ipynb")) \
+        == before
