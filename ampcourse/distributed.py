@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -537,6 +538,11 @@ def _finished_then_crashed_in_teardown(result: RunResult, nproc: int) -> bool:
     return not result.errors() and all(result.events(rank, "done") for rank in range(nproc))
 
 
+#: torchrun's log folder, inside the run folder (``--log-dir``): without it torchelastic makes
+#: ``$TMPDIR/torchelastic_<random>/`` on every launch and never removes it. Removed after a run that succeeded.
+ELASTIC_LOG_DIR = "torchelastic"
+
+
 def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_dir: str | Path,
            timeout: float = 120.0, env: dict[str, str] | None = None, lines: int = 8) -> RunResult:
     """Run ``target`` under torchrun with ``nproc`` processes; return the parsed per-rank logs.
@@ -547,7 +553,8 @@ def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_
     rendezvous store listening on 127.0.0.1 only, on a port the system picks (:mod:`ampcourse.torchrun_local`:
     torch's own store listens on every interface), no restarts. Nothing the run opens accepts connections from
     another machine.
-    torchrun's own output (and the workers' stdout/stderr) goes to ``run_dir/torchrun.log``, not to the screen.
+    torchrun's own output (and the workers' stdout/stderr) goes to ``run_dir/torchrun.log``, not to the screen;
+    torchelastic's log folder is ``run_dir/torchelastic`` (:data:`ELASTIC_LOG_DIR`), removed when the run succeeds.
 
     Raises:
         LaunchTimeout: the launch took longer than ``timeout`` seconds; the whole process tree was killed.
@@ -569,6 +576,7 @@ def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_
     command = (sys.executable, "-m", "ampcourse.torchrun_local", "--nproc-per-node", str(nproc), "--nnodes", "1",
                "--rdzv-backend", torchrun_local.BACKEND, "--rdzv-endpoint", f"{torchrun_local.LOOPBACK}:0",
                "--local-addr", torchrun_local.LOOPBACK, "--max-restarts", "0",
+               "--log-dir", str(run_dir / ELASTIC_LOG_DIR),
                *(() if is_script else ("-m",)), target, *args)
     environment = dict(os.environ if env is None else env)
     environment.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its banner
@@ -592,6 +600,8 @@ def launch(target: str | Path, *, nproc: int = 2, args: Sequence[str] = (), run_
                 f"A rank is stuck (an endless loop, or ranks waiting for a collective the others never start). "
                 f"Last lines of torchrun's output:\n{result.torchrun_tail(lines)}", result) from None
     result = RunResult(returncode, read_rank_logs(run_dir), run_dir, time.perf_counter() - start, command)
+    if returncode == 0:  # torchelastic's per-attempt folders (error files only): kept for a failed run
+        shutil.rmtree(run_dir / ELASTIC_LOG_DIR, ignore_errors=True)
     if returncode != 0 and _finished_then_crashed_in_teardown(result, nproc):
         # Every rank logged "done" after the closing barrier, and none logged an error: the work is complete and
         # its logs are whole. A gloo rank can still abort (SIGABRT) while tearing its connections down, when its

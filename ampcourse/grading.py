@@ -490,6 +490,8 @@ def _unreadable(path: Path, err: Exception) -> str:
     conflict = next((n for n, line in enumerate(text.splitlines(), 1) if line.startswith("<<<<<<<")), None)
     if conflict:
         why = f"it holds git merge-conflict markers (line {conflict})"
+    elif text.lstrip().startswith("["):
+        why = "it is JSON but not a notebook (a list, where a notebook is an object with its cells)"
     elif text.startswith("\ufeff"):
         why = ("it starts with a byte-order mark (an editor saved it as 'UTF-8 with BOM'): save it again as plain "
                "UTF-8")

@@ -44,7 +44,18 @@ def code_of(obj: Callable[..., Any] | type, start: str | None = None, stop: str 
     for name, marker in (("start", start), ("stop", stop)):
         if marker is not None and (not isinstance(marker, str) or not marker):
             raise TypeError(f"{name} must be a non-empty str or None (got {marker!r})")
-    lines = textwrap.dedent(inspect.getsource(obj)).splitlines()
+    name = getattr(obj, "__qualname__", repr(obj))
+    if getattr(obj, "__name__", None) == "<lambda>":
+        raise ValueError(f"obj is a lambda ({name}): its source is the whole line it sits on, not the function; "
+                         "write it as a def to print it with code_of")
+    try:
+        source = inspect.getsource(obj)
+    except (OSError, TypeError) as err:
+        where = getattr(getattr(obj, "__code__", None), "co_filename", None) or getattr(obj, "__module__", "?")
+        raise ValueError(f"obj: the source of {name} cannot be found (it was made by exec/eval or typed at an "
+                         f"interactive prompt, from {where!r}; {err}): code_of shows code that lives in a file, "
+                         "such as a function of the ampcourse package") from None
+    lines = textwrap.dedent(source).splitlines()
     if not docstring:
         lines = _drop_docstring(lines)
     first = 0

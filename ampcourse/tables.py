@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import html
+import string
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ class Table:
         if not isinstance(rows, Sequence) or not all(isinstance(r, dict) for r in rows):
             raise TypeError("rows must be a list of dicts")
         self.rows = list(rows)
-        self.columns = list(columns) if columns is not None else (list(self.rows[0]) if self.rows else [])
+        self.columns = _check_columns(columns) if columns is not None else (list(self.rows[0]) if self.rows else [])
         unknown = [c for c in self.columns if any(c not in r for r in self.rows)]
         if unknown:
             raise ValueError(f"columns {unknown} are missing from some rows")
@@ -72,6 +73,23 @@ class Table:
                 f"<tbody>{body}</tbody></table></div>")
 
 
+MAX_CELL = 10_000  # characters: a format such as '{:>100000000}' would build a 200 MB cell
+
+
+def _check_columns(columns: Any) -> list[str]:
+    """``columns`` as a list of distinct column names (a str is one name split into letters: refused)."""
+    if isinstance(columns, (str, bytes)) or not isinstance(columns, Sequence):
+        raise TypeError(f"columns must be a list of column names such as ['format', 'max'] (got {columns!r}; "
+                        "a single str would be split into one column per character)")
+    names = list(columns)
+    if not all(isinstance(c, str) for c in names):
+        raise TypeError(f"columns must be a list of str (got {names!r})")
+    repeated = sorted({c for c in names if names.count(c) > 1})
+    if repeated:
+        raise ValueError(f"columns must not repeat a name: {repeated} appear(s) more than once in {names}")
+    return names
+
+
 def _apply(fmt: str | Callable[[Any], str], value: Any, column: str) -> str:
     """``value`` through ``fmt``; a format that cannot show it is a ``ValueError`` naming the column."""
     try:
@@ -79,7 +97,19 @@ def _apply(fmt: str | Callable[[Any], str], value: Any, column: str) -> str:
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
         raise ValueError(f"formats[{column!r}] = {fmt!r} cannot format the value {value!r} "
                          f"({type(err).__name__}: {err})") from None
-    return text if isinstance(text, str) else str(text)
+    text = text if isinstance(text, str) else str(text)
+    if len(text) > MAX_CELL:
+        raise ValueError(f"formats[{column!r}] = {fmt!r} makes a cell of {len(text):,} characters from {value!r} "
+                         f"(at most {MAX_CELL:,}): use a smaller width")
+    return text
+
+
+def _has_field(fmt: str) -> bool:
+    """Whether ``fmt`` has a replacement field (``'{{}}'`` is an escaped brace: it prints ``{}`` for any value)."""
+    try:
+        return any(field is not None for _, field, _, _ in string.Formatter().parse(fmt))
+    except ValueError:  # an unmatched brace: str.format names it when the format is tried
+        return "{" in fmt
 
 
 def _check_formats(formats: Any, columns: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -101,6 +131,9 @@ def _check_formats(formats: Any, columns: list[str], rows: list[dict[str, Any]])
             if "{" not in fmt:
                 raise ValueError(f"formats[{column!r}] = {fmt!r} is not a format string: write it with a "
                                  f"replacement field, e.g. '{{:{fmt}}}' (a str.format pattern)")
+            if not _has_field(fmt):
+                raise ValueError(f"formats[{column!r}] = {fmt!r} has no replacement field ('{{{{' and '}}}}' are "
+                                 "escaped braces, so every value would print the same): write one such as '{:.2f}'")
         elif not callable(fmt):
             raise TypeError(f"formats[{column!r}] must be a format string such as '{{:.2f}}' or a function "
                             f"(got {type(fmt).__name__})")

@@ -17,9 +17,12 @@ connections stay on the loopback interface through ``GLOO_SOCKET_IFNAME=lo``, wh
 from __future__ import annotations
 
 import datetime
+import errno
 import socket
 import sys
 from collections.abc import Sequence
+
+from .validate import as_positive
 
 BACKEND = "ampcourse-local"
 LOOPBACK = "127.0.0.1"
@@ -34,10 +37,28 @@ def listen_on_loopback(port: int = 0) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((LOOPBACK, port))
         sock.listen(128)
-    except OSError:
+    except OSError as err:
         sock.close()
+        if err.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise PortUnavailable(f"port {port} on {LOOPBACK} cannot be used ({err.strerror}): another program "
+                                  "listens there; pass port=0 to let the system pick a free one") from None
         raise
     return sock
+
+
+class PortUnavailable(ValueError, OSError):
+    """The port asked for is taken (a ``ValueError`` naming it, and still the ``OSError`` that ``bind`` raised)."""
+
+
+MAX_TIMEOUT = 86_400.0  # seconds: a store timeout beyond a day is a mistake (1e300 overflows timedelta)
+
+
+def _timeout(name: str, value) -> float:
+    """``value`` as a store timeout in seconds: a finite number in (0, :data:`MAX_TIMEOUT`]."""
+    seconds = as_positive(name, value)
+    if seconds > MAX_TIMEOUT:
+        raise ValueError(f"{name} must be at most {MAX_TIMEOUT:g} seconds (a day; got {value!r})")
+    return seconds
 
 
 def loopback_store(world_size: int, *, port: int = 0, timeout: float = 300.0, multi_tenant: bool = True):
@@ -49,6 +70,7 @@ def loopback_store(world_size: int, *, port: int = 0, timeout: float = 300.0, mu
 
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1 (got {world_size!r})")
+    timeout = _timeout("timeout", timeout)
     sock = listen_on_loopback(port)
     bound = sock.getsockname()[1]
     # The store owns the socket from here: detach() hands over the descriptor without closing it.
@@ -68,7 +90,12 @@ def _create_handler(params):
         raise ValueError(f"--rdzv-endpoint must be {LOOPBACK}:PORT for the {BACKEND} backend (got {params.endpoint!r})")
     if params.max_nodes != 1:
         raise ValueError(f"the {BACKEND} rendezvous runs on one machine: use --nnodes 1 (got {params.max_nodes})")
-    timeout = int(params.config.get("timeout", 600))
+    given = params.config.get("timeout", 600)
+    try:
+        timeout = _timeout("timeout", float(given) if isinstance(given, str) else given)
+    except (TypeError, ValueError):
+        raise ValueError(f"--rdzv-conf timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT:g} "
+                         f"(got {given!r})") from None
 
     class LoopbackRendezvous(StaticTCPRendezvous):
         def next_rendezvous(self) -> RendezvousInfo:

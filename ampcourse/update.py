@@ -100,6 +100,39 @@ def _put_back(backup: Path, root: Path) -> list[str]:
     return done
 
 
+def prune_backups(root: Path = ROOT) -> list[str]:
+    """Keep ``exercises/.backup/`` from growing by a copy of every unchanged notebook on each update: a backed-up
+    file that a *newer* backup holds byte for byte, under the same path, is removed (the newest copy stays, so no
+    version of a notebook is lost), and a folder left empty goes too. An interrupted update's folder (its
+    :data:`MARKER`) is left whole: the next update puts all of it back. The other folders keep their times, so
+    "newest" (``--restore``) does not change. Returns a report line, or none when nothing was removed."""
+    folders = _backups(root)
+    removed = 0
+    for i, folder in enumerate(folders[:-1]):
+        if (folder / MARKER).exists():
+            continue
+        newer = folders[i + 1:]
+        stat = folder.stat()
+        for path in sorted(folder.rglob("*.ipynb")):
+            rel = path.relative_to(folder)
+            size = path.stat().st_size
+            twins = (other / rel for other in newer)
+            if any(t.is_file() and t.stat().st_size == size and t.read_bytes() == path.read_bytes() for t in twins):
+                path.unlink()
+                removed += 1
+        if not any(p.is_file() for p in folder.rglob("*")):
+            shutil.rmtree(folder)
+        else:
+            for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True):
+                if not any(sub.iterdir()):
+                    sub.rmdir()
+            os.utime(folder, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    if not removed:
+        return []
+    return [f"removed {removed} backed-up cop{'y' if removed == 1 else 'ies'} that a newer backup holds byte for byte "
+            "(exercises/.backup/ keeps every version of a notebook once)"]
+
+
 def _interrupted_update(root: Path) -> Path | None:
     return next((b for b in reversed(_backups(root)) if (b / MARKER).exists()), None)
 
@@ -395,6 +428,7 @@ def run_update(root: Path = ROOT, remote: str | None = None, fresh_process: bool
                                 f"Nothing was updated; your files are as they were{where}.")
         raise
     done()
+    lines += prune_backups(root)
     report.append(f"course updated {head[:8]} -> {new_head[:8]}" if new_head != head else "the course was up to date")
     report += lines
     if backup is not None:

@@ -209,6 +209,24 @@ def test_table_formats_are_checked_when_the_table_is_made(formats, error, words)
         Table([{"a": 1.5, "note": "x"}], formats=formats)
 
 
+@pytest.mark.parametrize(("kwargs", "error", "words"), [
+    ({"columns": "ab"}, TypeError, r"columns must be a list of column names .*got 'ab'; a single str would be split"),
+    ({"columns": ["a", "a"]}, ValueError, r"columns must not repeat a name: \['a'\]"),
+    ({"columns": [1]}, TypeError, r"columns must be a list of str \(got \[1\]\)"),
+    ({"formats": {"a": "{{}}"}}, ValueError, r"formats\['a'\] = '\{\{\}\}' has no replacement field"),
+    ({"formats": {"a": "{:>100000000}"}}, ValueError, r"makes a cell of 100,000,000 characters .*at most 10,000"),
+])
+def test_table_columns_and_formats_that_would_show_something_else_are_refused(kwargs, error, words):
+    """Audit r3, finding 29: ``columns='ab'`` became two columns 'a' and 'b', duplicates were kept, ``'{{}}'``
+    printed ``{}`` for every value and ``'{:>100000000}'`` built a 200 MB cell."""
+    from ampcourse.tables import Table
+
+    with pytest.raises(error, match=words):
+        Table([{"a": 1.5, "b": 2}], **kwargs)
+    assert Table([{"a": 1.5, "b": 2}], columns=("b", "a"), formats={"a": "{{{:.1f}}}"}).text().splitlines()[-1] \
+        == "2  {1.5}"  # a tuple of names and an escaped brace beside a field are fine
+
+
 def test_table_formats_that_fit_still_work():
     from ampcourse.tables import Table
 

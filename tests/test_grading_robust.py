@@ -165,7 +165,9 @@ def test_pytest_nbval_on_exercises_ignores_skip_markers_in_check_cells_and_times
     conftest = (folder / "conftest.py").read_text()
     # 15 s, not 5: under load, importing torch took longer than 5 s and nbval could not interrupt the kernel in
     # 5 s either (audit r3, finding 25).
-    (folder / "conftest.py").write_text(conftest.replace("EXERCISE_CELL_TIMEOUT = 180", "EXERCISE_CELL_TIMEOUT = 15"))
+    # The exercise rules live in ampcourse/pytest_plugin.py (which the conftest registers): set its default there.
+    (folder / "conftest.py").write_text(conftest + "\n\nfrom ampcourse import pytest_plugin as _rules\n\n"
+                                        "_rules.EXERCISE_CELL_TIMEOUT = 15\n")
     run = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-q", "-p", "no:randomly",
                           "-p", "no:cacheprovider", "skip.ipynb", "loop.ipynb"], cwd=folder,
                          capture_output=True, text=True, timeout=600)

@@ -96,6 +96,45 @@ def test_loopback_store_validates_its_arguments():
         torchrun_local.listen_on_loopback(70000)
 
 
+@pytest.mark.parametrize(("timeout", "error", "words"), [
+    (0, ValueError, r"timeout must be > 0 and finite \(got 0\)"),
+    (-1, ValueError, r"timeout must be > 0 and finite \(got -1\)"),
+    (float("nan"), ValueError, r"timeout must be > 0 and finite \(got nan\)"),
+    (1e300, ValueError, r"timeout must be at most 86400 seconds \(a day; got 1e\+300\)"),
+    ("5", TypeError, r"timeout must be a real number > 0 \(got '5'\)"),
+    (True, TypeError, r"timeout must be a real number > 0 \(got True\)"),
+])
+def test_loopback_store_refuses_a_timeout_it_cannot_use(timeout, error, words):
+    """Audit r3, finding 29: timeouts 0, negative, NaN or 1e300 raised torch's DistNetworkError or OverflowError."""
+    with pytest.raises(error, match=words):
+        torchrun_local.loopback_store(1, timeout=timeout)
+
+
+def test_a_busy_port_is_named():
+    """Audit r3, finding 29: a port another program listens on gave a raw ``OSError: [Errno 98]``."""
+    taken = torchrun_local.listen_on_loopback(0)
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(torchrun_local.PortUnavailable, match=rf"port {port} on 127.0.0.1 cannot be used .*port=0"):
+            torchrun_local.loopback_store(1, port=port, timeout=5)
+        with pytest.raises(OSError):  # still the OSError bind raised, for code that catches that
+            torchrun_local.listen_on_loopback(port)
+    finally:
+        taken.close()
+
+
+@pytest.mark.parametrize("given", ["-5", "0", "nan", "soon", "1e300"])
+def test_the_rendezvous_refuses_a_bad_timeout_in_its_config(given):
+    """Audit r3, finding 29: ``--rdzv-conf timeout=-5`` was accepted by the ampcourse-local rendezvous."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    params = RendezvousParameters(torchrun_local.BACKEND, "127.0.0.1:0", "run", 1, 1, timeout=given)
+    with pytest.raises(ValueError, match=rf"--rdzv-conf timeout must be a number of seconds > 0 .*\(got '{given}'\)"):
+        torchrun_local._create_handler(params)
+    params = RendezvousParameters(torchrun_local.BACKEND, "127.0.0.1:0", "run", 1, 1, timeout="30")
+    assert torchrun_local._create_handler(params).timeout.total_seconds() == 30
+
+
 RANK_SCRIPT = """
 import os, pathlib, sys, time
 import torch, torch.distributed as dist

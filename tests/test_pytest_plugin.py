@@ -1,9 +1,10 @@
 """``pytest --nbval exercises/`` counts a deleted, emptied, edited or skip-marked check cell as not passed.
 
 The rule is :func:`ampcourse.grading.check_cell_problems` (also used by ``python -m ampcourse grade``); the
-plugin (:mod:`ampcourse.pytest_plugin`, loaded by ``exercises/conftest.py``) turns each problem into a failing
-test. The end-to-end tests run the learner's command in a subprocess on a temporary ``exercises/`` folder that
-holds a copy of the real ``exercises/conftest.py``, never on the repository's exercises.
+plugin (:mod:`ampcourse.pytest_plugin`: pyproject's ``pytest11`` entry point, and ``exercises/conftest.py``
+where that is not installed) turns each problem into a failing test. The end-to-end tests run the learner's
+command in a subprocess on a temporary ``exercises/`` folder that holds a copy of the real
+``exercises/conftest.py`` (or none), never on the repository's exercises.
 """
 
 import shutil
@@ -188,3 +189,93 @@ def test_pytest_nbval_undoes_a_forged_pass_and_says_so(tmp_path, forgery):
     assert run.returncode == 1, run.stdout[-3000:]
     assert "1 failed" in run.stdout.splitlines()[-1], run.stdout[-3000:]  # Task 1's check, run for real
     assert "changed the grader" in run.stdout and "only the real check counts" in run.stdout, run.stdout[-3000:]
+
+
+def _entry_point_env(tmp_path):
+    """The environment of a pytest that loads the plugin as an installed course does: through the ``pytest11`` entry
+    point that pyproject declares (a dist-info folder on the path holds it, as ``pip install -e .`` writes it)."""
+    import os
+
+    section = (ROOT / "pyproject.toml").read_text().split("[project.entry-points.pytest11]\n", 1)[1].split("\n[")[0]
+    declared = dict(line.replace('"', "").split(" = ") for line in section.splitlines()
+                    if " = " in line and not line.startswith("#"))
+    assert declared == {"ampcourse": "ampcourse.pytest_plugin"}
+    info = tmp_path / "site" / "ampcourse_entry_point-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ampcourse-entry-point\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\n" + "".join(f"{k} = {v}\n" for k, v in declared.items()))
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(info.parent), str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _pytest(tmp_path, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-q", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.mark.parametrize("conftest", ["--noconftest", "deleted", "emptied", "kept"])
+def test_the_check_cell_rule_holds_without_exercises_conftest(tmp_path, conftest):
+    """Audit r3, finding 16: `pytest --nbval --noconftest exercises/`, or a deleted or emptied exercises/conftest.py,
+    made a notebook whose check cell was deleted pass. The rule now comes with the course's environment (the
+    pytest11 entry point); with the conftest kept as well, the plugin is registered once (one failure, not two)."""
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    if conftest in ("--noconftest", "kept"):
+        shutil.copy(ROOT / "exercises" / "conftest.py", folder / "conftest.py")
+    elif conftest == "emptied":
+        (folder / "conftest.py").write_text("")
+    nb = read(ROOT / "solutions" / NAME)
+    _deleted(nb)
+    nbformat.write(nb, folder / NAME)
+    run = _pytest(tmp_path, *(["--noconftest"] if conftest == "--noconftest" else []), f"exercises/{NAME}",
+                  env=_entry_point_env(tmp_path))
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert f"FAILED exercises/{NAME}::check cell of {TASK2}" in run.stdout, run.stdout[-3000:]
+    assert "1 failed" in run.stdout.splitlines()[-1], run.stdout[-3000:]
+
+
+def test_deselecting_the_checks_is_not_graded(tmp_path):
+    """Audit r3, finding 16: `-k "not check"` deselected the failing check-cell tests, and a notebook with a check
+    deleted reported only passes. The run now ends as failed and says it graded nothing."""
+    nb = read(ROOT / "solutions" / NAME)
+    _deleted(nb)
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(ROOT / "exercises" / "conftest.py", tmp_path / "exercises" / "conftest.py")
+    nbformat.write(nb, tmp_path / "exercises" / NAME)
+    run = _pytest(tmp_path, "-k", "not check", f"exercises/{NAME}")
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert f"✗ not graded: {NAME}: 1 check(s) were deselected" in run.stdout, run.stdout[-3000:]
+    assert " failed" not in run.stdout.splitlines()[-1], run.stdout[-3000:]  # nothing that ran failed
+
+
+def test_a_dead_kernel_fails_its_cell_at_once_and_names_it(tmp_path):
+    """Audit r3, finding 17: a kernel that died (os._exit, a segfault, SIGKILL) cost the whole 180 s cell timeout
+    under pytest, and the later cells came out xfailed/xpassed. Now the cell fails within seconds, saying the kernel
+    died, and each later cell says it was not run."""
+    import time
+
+    (tmp_path / "exercises").mkdir()
+    cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("import os\nos._exit(1)"),
+             nbformat.v4.new_code_cell("y = x + 1")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "exercises" / "mine.ipynb")
+    start = time.monotonic()
+    run = _pytest(tmp_path, "exercises/mine.ipynb", env=_entry_point_env(tmp_path))
+    took = time.monotonic() - start
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "the kernel died while this cell ran" in run.stdout, run.stdout[-3000:]
+    assert "not run: the kernel died in an earlier cell (cell 1)" in run.stdout, run.stdout[-3000:]
+    assert "2 failed, 1 passed" in run.stdout.splitlines()[-1], run.stdout[-3000:]
+    assert took < 90, f"{took:.0f} s: the run waited for the dead kernel (the cell timeout is 180 s)"
+
+
+def test_a_json_list_saved_as_ipynb_is_one_named_failure(tmp_path):
+    """Audit r3, finding 25: a JSON list saved as ``.ipynb`` in exercises/ gave a raw AttributeError in collection."""
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "exercises" / "list.ipynb").write_text("[1, 2, 3]\n")
+    run = _pytest(tmp_path, "exercises/list.ipynb", env=_entry_point_env(tmp_path))
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "FAILED exercises/list.ipynb::not a notebook" in run.stdout, run.stdout[-3000:]
+    assert "cannot read list.ipynb: it is JSON but not a notebook (a list" in run.stdout, run.stdout[-3000:]
+    assert "AttributeError:" not in run.stdout and "Traceback" not in run.stdout, run.stdout[-3000:]

@@ -229,3 +229,26 @@ def test_a_python_that_does_not_run_is_not_called_too_old(tmp_path):
     done = course(tmp_path / "no-venv", "setup", tmp_path=tmp_path, PYTHON=str(shim))
     assert done.returncode == 1 and "does not run: pyenv: python3.13: command not found" in done.stderr, done.stderr
     assert "too old" not in done.stderr
+
+
+def test_a_folder_name_that_is_not_utf8_is_named_not_blamed_on_torch(tmp_path):
+    """Audit r3, finding 24: in a folder whose name is not valid UTF-8, ``import torch`` fails (UnicodeEncodeError),
+    and doctor offered to reinstall torch, which cannot help. Now doctor and set-up name the folder and stop,
+    without calling pip; a folder with spaces and accents in its name still works."""
+    venv = make_venv(tmp_path)
+    for name, bad in ((os.fsdecode(b"course-caf\xe9"), True), ("my course café", False)):
+        folder = tmp_path / name
+        folder.mkdir()
+        for file in ("course", "pyproject.toml", "lab-overrides.json"):
+            shutil.copy2(ROOT / file, folder / file)
+        environment = {k: v for k, v in os.environ.items() if not k.startswith(("AMPCOURSE_", "VIRTUAL_ENV"))}
+        environment.update(AMPCOURSE_VENV=str(venv), FAKE_PIP_LOG=str(tmp_path / "pip.log"))
+        for command in ("doctor", "setup"):
+            done = subprocess.run([str(folder / "course"), command], capture_output=True, env=environment, timeout=120)
+            err = done.stderr.decode("utf-8", "replace")
+            if bad:
+                assert done.returncode == 1 and "the course folder's path is not valid UTF-8" in err, err
+                assert "reinstall torch" not in err and "Rename or move the folder" in err, err
+            else:
+                assert "not valid UTF-8" not in err and done.returncode == 0, err
+        assert pip_calls(tmp_path) == []

@@ -49,3 +49,16 @@ def test_the_slices_lesson_05_prints_exist():
 
 def test_docstring_examples():
     assert doctest.testmod(source).failed == 0
+
+
+def test_a_lambda_and_code_without_a_file_are_named_not_raw():
+    """Audit r3, finding 29: ``code_of(lambda)`` returned the whole surrounding line, and a function made by
+    ``exec`` raised inspect's bare ``OSError: could not get source code``."""
+    square, twice = (lambda x: x * x), 2  # noqa: E731 - the line a lambda's source would drag along
+    with pytest.raises(ValueError, match=r"obj is a lambda .*write it as a def"):
+        code_of(square)
+    namespace = {}
+    exec("def made_by_exec():\n    return 1\n", namespace)  # noqa: S102
+    with pytest.raises(ValueError, match=r"obj: the source of made_by_exec cannot be found .*exec.*'<string>'"):
+        code_of(namespace["made_by_exec"])
+    assert twice == 2 and code_of(_example).startswith("def _example(x):")  # a def in a file still works

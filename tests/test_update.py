@@ -370,3 +370,82 @@ def test_answers_move_with_an_exercise_renamed_upstream(clones):
     assert not (learner / "exercises" / "10_fp8.ipynb").exists(), lines
     assert "LEARNER WORK" in (learner / "exercises" / "10_fp8_scaling.ipynb").read_text()
     assert any("10_fp8.ipynb is now exercises/10_fp8_scaling.ipynb" in line for line in lines), lines
+
+
+def _ampcourse(root, *args):
+    """``python -m ampcourse ARGS`` run in ``root`` with that clone's own package (as ./course runs it there)."""
+    import sys
+
+    env = {**os.environ, **GIT_ENV, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, "-m", "ampcourse", *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_the_build_after_the_pull_uses_the_pulled_course_map(tmp_path):
+    """Audit r3, finding 8: upstream renamed lesson 10's slug (``fp8`` -> ``fp8_scaling``, in ``ampcourse/course.py``
+    and the three files); the build after the pull ran with the *pre-pull* course map still imported, wrote
+    "FP8 *(coming soon)*" into lesson 00's and 09's navigation, and ``build --check`` then listed stale files. On a
+    scratch clone of the whole course (its own ``ampcourse/``), ``./course update``'s build now runs in a fresh
+    process: the learner's notebooks come out exactly as upstream's build wrote them, and nothing is stale."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    from test_working_copy import fresh_clone
+
+    upstream = fresh_clone(tmp_path / "upstream")
+    git(tmp_path, "clone", "-q", str(upstream), "learner")
+    learner = tmp_path / "learner"
+    answer_from_solution(learner, "10_fp8.ipynb")
+    course = upstream / "ampcourse" / "course.py"
+    assert 'Lesson("10", "fp8",' in course.read_text()
+    course.write_text(course.read_text().replace('Lesson("10", "fp8",', 'Lesson("10", "fp8_scaling",'))
+    for folder in ("notebooks", "solutions", "exercises"):
+        git(upstream, "mv", f"{folder}/10_fp8.ipynb", f"{folder}/10_fp8_scaling.ipynb")
+    built = _ampcourse(upstream, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-qm", "rename lesson 10's slug")
+    nav = [f"notebooks/{n}" for n in ("00_start_here.ipynb", "09_capstone.ipynb")]
+    assert all("FP8 *(coming soon)*" not in (upstream / n).read_text() for n in nav)  # upstream's own build
+
+    lines = run_update(learner)  # the scratch clone has ampcourse/: its build runs in a fresh process
+    for name in nav + ["notebooks/10_fp8_scaling.ipynb", "CONTRIBUTING.md"]:
+        assert (learner / name).read_bytes() == (upstream / name).read_bytes(), (name, lines)
+    assert "LEARNER WORK" in (learner / "exercises" / "10_fp8_scaling.ipynb").read_text(), lines
+    assert not (learner / "exercises" / "10_fp8.ipynb").exists(), lines
+    check = _ampcourse(learner, "build", "--check")
+    assert check.returncode == 0 and "stale" not in check.stdout, check.stdout + check.stderr
+
+
+def test_backups_keep_every_version_once(clones):
+    """Audit r3, finding 11: ``exercises/.backup/`` grew by a copy of every changed notebook on each update, the same
+    bytes again and again. Each update now drops the older copies that a newer backup holds byte for byte; a version
+    seen once stays, an interrupted update's backup stays whole, and ``--restore`` still finds the newest."""
+    from ampcourse import update
+
+    upstream, learner = clones
+    name = "00_start_here.ipynb"
+    answer_from_solution(learner, name)
+    _save_lesson_with_a_note(learner)
+    first_answers = (learner / "exercises" / name).read_bytes()
+    for n in range(3):  # three updates with nothing changed by the learner in between
+        _upstream_commit(upstream, f"upstream{n}.txt")
+        lines = run_update(learner)
+    backups = update._backups(learner)
+    copies = sorted(p.relative_to(b).as_posix() for b in backups for p in b.rglob("*.ipynb"))
+    assert copies == [f"exercises/{name}", "notebooks/00_start_here.ipynb"], (copies, lines)
+    assert any("removed 1 backed-up copy that a newer backup holds" in line for line in lines), lines
+    # A version seen once (the first answers, edited since) is kept, in its own folder, beside the newest.
+    exercise = learner / "exercises" / name
+    exercise.write_text(exercise.read_text().replace("LEARNER WORK", "LEARNER WORK, edited"))
+    _upstream_commit(upstream, "upstream-last.txt")
+    lines = run_update(learner)
+    kept = {p.read_bytes() for b in update._backups(learner) for p in b.rglob(f"exercises/{name}")}
+    assert first_answers in kept and exercise.read_bytes() in kept, lines
+    newest = update._backups(learner)[-1]
+    assert (newest / "exercises" / name).read_bytes() == exercise.read_bytes()  # --restore's choice did not move
+    # An interrupted update's folder is never thinned: the next update puts all of it back.
+    marked = update._backups(learner)[0]
+    (marked / update.MARKER).write_text('{"head": null}')
+    before = sorted(p.relative_to(marked) for p in marked.rglob("*.ipynb"))
+    assert update.prune_backups(learner) == [] and sorted(p.relative_to(marked) for p in marked.rglob("*.ipynb")) \
+        == before

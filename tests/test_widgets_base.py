@@ -152,3 +152,42 @@ def test_static_figures_are_sharp_on_hidpi_and_show_at_their_css_size():
     assert data == bytes(png) and metadata == {"width": round(7.5 * CSS_PX_PER_INCH)}
     assert png.pixel_size[0] == 2 * metadata["width"]
     assert repr(png) == "[figure: 1440 × 614 px PNG, shown 720 px wide]"
+
+
+def test_set_refuses_a_value_its_control_would_change_or_reject():
+    """Audit r3, finding 28: lesson 10's widget raised traitlets' TraitError for ``set(history=3)`` and clamped
+    ``set(margin=99)`` to 4 without a word. Now each is a ValueError/TypeError naming the control and what it
+    allows, and nothing moved."""
+    from ampcourse.widgets.lesson10 import delayed_scaling
+
+    plot = delayed_scaling()
+    before = plot.values()
+    with pytest.raises(ValueError, match=r"history must be one of \[.*16.*\] \(got 3\)"):
+        plot.set(history=3)
+    with pytest.raises(ValueError, match=r"margin must be an int from 0 to 4 \(got 99\)"):
+        plot.set(margin=99)
+    with pytest.raises(TypeError, match=r"margin must be an int from 0 to 4 \(got 1.5\)"):
+        plot.set(margin=1.5)
+    with pytest.raises(TypeError, match=r"margin must be an int .*\(got True\)"):
+        plot.set(margin=True)
+    with pytest.raises(ValueError, match="margin"):  # a bad value among good ones: none of them is applied
+        plot.set(history=before["history"], margin=-1)
+    assert plot.values() == before
+    plot.set(margin=4)  # the ends of the range are allowed
+    assert plot.values()["margin"] == 4
+    check = LivePlot(lambda on: on, lambda fig, on: None, {"on": widgets.Checkbox()})
+    with pytest.raises(TypeError, match="on must be .*bool.*'x'"):
+        check.set(on="x")
+
+
+def test_png_refuses_bytes_that_are_not_png_and_a_width_out_of_range():
+    """Audit r3, finding 28: ``Png(b'x', -1)`` was accepted (its repr then read a header that is not there)."""
+    good = figure_png(Figure(figsize=(1, 1)), dpi=20)
+    with pytest.raises(ValueError, match="data must be PNG bytes"):
+        Png(b"x", 96)
+    with pytest.raises(ValueError, match="data must be PNG bytes"):
+        Png("not bytes", 96)
+    for width in (-1, 0, True, 1.5, 10**6):
+        with pytest.raises(ValueError, match=rf"css_width must be an int from 1 to \d+ .*got {width!r}"):
+            Png(bytes(good), width)
+    assert Png(bytes(good), 96).css_width == 96

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import io
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ import ipywidgets as widgets
 import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from traitlets import TraitError
 
 # Okabe–Ito: a palette that stays distinguishable with the common colour-vision deficiencies.
 COLORS = {
@@ -63,6 +65,8 @@ DEAD_MESSAGE = (
 
 
 STATIC_DPI = 2 * CSS_PX_PER_INCH  # static figures: two pixels per CSS pixel, sharp on a HiDPI screen too
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAX_CSS_WIDTH = 30 * CSS_PX_PER_INCH  # the widest figure LivePlot allows (30 inches)
 
 
 class Png(bytes):
@@ -74,6 +78,11 @@ class Png(bytes):
     css_width: int
 
     def __new__(cls, data: bytes, css_width: int) -> Png:
+        if not isinstance(data, (bytes, bytearray)) or not bytes(data[:8]) == PNG_SIGNATURE:
+            got = bytes(data[:8]) if isinstance(data, (bytes, bytearray)) else type(data).__name__
+            raise ValueError(f"data must be PNG bytes (starting with the PNG signature {PNG_SIGNATURE!r}; got {got!r})")
+        if isinstance(css_width, bool) or not isinstance(css_width, int) or not 1 <= css_width <= MAX_CSS_WIDTH:
+            raise ValueError(f"css_width must be an int from 1 to {MAX_CSS_WIDTH} (CSS pixels; got {css_width!r})")
         png = super().__new__(cls, data)
         png.css_width = css_width
         return png
@@ -182,6 +191,43 @@ def live(fig: Figure) -> dict[str, Any]:
     return fig.__dict__.setdefault("live", {})
 
 
+def _allowed(control: widgets.ValueWidget) -> str:
+    """What ``control`` accepts, in words (for an error message)."""
+    if isinstance(control, widgets.widget_selection._Selection):
+        return f"one of {list(control._options_values)!r}"
+    if isinstance(control, widgets.FloatLogSlider):
+        return f"a number from {control.base ** control.min:g} to {control.base ** control.max:g}"
+    if hasattr(control, "min") and hasattr(control, "max"):
+        kind = "an int" if isinstance(control.value, int) else "a number"
+        return f"{kind} from {control.min:g} to {control.max:g}"
+    return f"a value of the kind {type(control.value).__name__}"
+
+
+def _check_control_value(name: str, control: widgets.ValueWidget, value: Any) -> None:
+    """Refuse a value ``control`` would not show as given: out of its range (ipywidgets clamps it to the nearest
+    end without a word), not one of its options (traitlets' ``TraitError``), or of another kind."""
+    bad = None
+    if isinstance(control, widgets.widget_selection._Selection):
+        bad = not any(value == option and type(value) is type(option) or value is option
+                      for option in control._options_values)
+    elif hasattr(control, "min") and hasattr(control, "max") and not isinstance(control.value, tuple):
+        low, high = ((control.base ** control.min, control.base ** control.max)
+                     if isinstance(control, widgets.FloatLogSlider) else (control.min, control.max))
+        integral = isinstance(control.value, int)
+        kind = (numbers.Integral if integral else numbers.Real)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise TypeError(f"{name} must be {_allowed(control)} (got {value!r})")
+        bad = not (low <= value <= high)
+    if bad:
+        raise ValueError(f"{name} must be {_allowed(control)} (got {value!r})")
+    trait = control.traits()["value"]
+    try:
+        if hasattr(trait, "validate"):  # traitlets' own type check (``Any`` has none)
+            trait.validate(control, value)
+    except TraitError as err:
+        raise TypeError(f"{name} must be {_allowed(control)} (got {value!r}: {err})") from None
+
+
 def dead_notice() -> widgets.HTML:
     """A message that shows only when the widget has lost its kernel (see :data:`DEAD_CSS`)."""
     return widgets.HTML(f'<style>{DEAD_CSS}</style><div class="ampcourse-dead-msg">⚠ {DEAD_MESSAGE}</div>')
@@ -266,6 +312,8 @@ class LivePlot(widgets.VBox):
         unknown = set(values) - set(self.controls)
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; this widget has {sorted(self.controls)}")
+        for name, value in values.items():
+            _check_control_value(name, self.controls[name], value)
         with self.hold_trait_notifications():
             for name, value in values.items():
                 self.controls[name].unobserve(self._on_change, names="value")
