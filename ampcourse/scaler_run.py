@@ -464,7 +464,8 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
     scaler = torch.amp.GradScaler("cpu", init_scale=scale, backoff_factor=backoff_factor)
     counter = StepCounter(optimizer)
     try:
-        # the AMP step: the five scaler calls, each followed by a note of what it did
+        # the AMP step: forward under autocast, then scale → backward → unscale_ → step → update (each call
+        # followed by a note that measures what it did)
         with torch.autocast(device_type="cpu", dtype=torch.float16):
             loss = nn.functional.mse_loss(model(x), y)
         scaler.scale(loss).backward()
