@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -47,6 +47,9 @@ from .device import recommend
 from .scaler_run import step_was_skipped
 from .tables import Table
 from .validate import as_int, as_positive
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from .widgets.base import Png
 
 __all__ = [
     "SIZES", "Comparison", "Digits", "TrainConfig", "TrainResult", "TrainState", "checkpoint_state", "compare",
@@ -835,7 +838,7 @@ def compare(config: TrainConfig, seeds: Sequence[int] = (0, 1, 2, 3, 4), *, devi
 MAX_PNG_DIGITS = 200  # digits_png draws one subplot per digit
 
 
-def digits_png(digits: Digits, n: int = 20) -> bytes:
+def digits_png(digits: Digits, n: int = 20) -> Png:
     """The first ``n`` images with their labels, as a PNG (grey levels 0..16)."""
     from matplotlib.figure import Figure
 
@@ -861,7 +864,7 @@ def digits_png(digits: Digits, n: int = 20) -> bytes:
     return figure_png(fig)
 
 
-def curves_png(comparison: Comparison) -> bytes:
+def curves_png(comparison: Comparison) -> Png:
     """Validation accuracy per optimizer step: every seed thin, the mean over seeds thick; FP32 vs AMP."""
     from matplotlib.figure import Figure
 

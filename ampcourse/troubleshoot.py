@@ -28,7 +28,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -57,6 +57,9 @@ from .diagnostics import (  # the tools, re-exported: their home is ampcourse.di
 from .scaler_run import StepCounter
 from .tables import Table
 from .validate import as_device, as_int, as_positive
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from .widgets.base import Png
 
 __all__ = [
     # the tools (ampcourse.diagnostics)
@@ -497,7 +500,7 @@ def symptom_table() -> Table:
     return Table(list(SYMPTOMS), title="symptom → cause → fix")
 
 
-def scale_history_png(histories: dict[str, Sequence[float]], title: str = "loss scale per step") -> bytes:
+def scale_history_png(histories: dict[str, Sequence[float]], title: str = "loss scale per step") -> Png:
     """A figure (PNG bytes) of one or more ``get_scale()`` histories on a log2 axis, one line per run."""
     from matplotlib.figure import Figure
 
