@@ -534,6 +534,13 @@ def _check_train_args(config: Any, device: Any, checkpoint_path: Any, resume: An
     return config, device, stop_after, step_fn
 
 
+def _train_val(config: TrainConfig, device: torch.device) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """The digits' training and validation tensors on ``device`` (the split never changes: seed 0)."""
+    digits = load_digits()
+    train_index, val_index = split(len(digits), config.val_fraction, seed=0)
+    return digits.tensors(train_index, device), digits.tensors(val_index, device)
+
+
 def _fresh_state(config: TrainConfig, device: torch.device, total: int) -> TrainState:
     """Model, AdamW, GradScaler (enabled for float16 only), the warm-up + cosine schedule and the shuffling
     generator, in this order (the global RNG is seeded by the caller)."""
@@ -600,11 +607,8 @@ def train(config: TrainConfig, *, device: torch.device | str = "cpu", checkpoint
     config, device, stop_after, step_fn = _check_train_args(config, device, checkpoint_path, resume, stop_after,
                                                             progress, window_fn)
     say = progress if progress is not None else (lambda line: None)
-    digits = load_digits()
-    train_index, val_index = split(len(digits), config.val_fraction, seed=0)  # the split never changes
-    x_train, y_train = digits.tensors(train_index, device)
-    x_val, y_val = digits.tensors(val_index, device)
-    per_epoch = _windows_per_epoch(len(train_index), config)
+    (x_train, y_train), (x_val, y_val) = _train_val(config, device)
+    per_epoch = _windows_per_epoch(len(x_train), config)
     total = per_epoch * config.n_epochs
 
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
