@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,10 +48,14 @@ from .scaler_run import step_was_skipped
 from .tables import Table
 from .validate import as_int, as_positive
 
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from .widgets.base import Png
+
 __all__ = [
-    "SIZES", "Comparison", "Digits", "TrainConfig", "TrainResult", "compare", "cosine_schedule", "curves_png",
-    "digits_png", "evaluate", "load_checkpoint", "load_digits", "make_model", "noise_interval_coverage",
-    "paired_difference", "paired_verdict", "recommended_dtype", "save_checkpoint", "split", "train", "train_window",
+    "SIZES", "Comparison", "Digits", "TrainConfig", "TrainResult", "TrainState", "checkpoint_state", "compare",
+    "cosine_schedule", "curves_png", "digits_png", "evaluate", "load_checkpoint", "load_digits", "make_model",
+    "noise_interval_coverage", "paired_difference", "paired_verdict", "recommended_dtype", "restore_state",
+    "save_checkpoint", "split", "train", "train_window",
 ]
 
 N_PIXELS, N_CLASSES = 64, 10
@@ -457,6 +461,129 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+@dataclass
+class TrainState:
+    """Everything that decides the next step of :func:`train`: what a checkpoint holds (besides the config and the
+    global RNG), built fresh by :func:`train` or filled from a checkpoint by :func:`restore_state`."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    shuffle: torch.Generator  # the epoch's shuffled order is drawn from it
+    step: int = 0
+    order: torch.Tensor | None = None  # the current epoch's shuffled order of the training rows
+    history: list[tuple[int, float]] = field(default_factory=list)  # (step, validation accuracy)
+    val_losses: list[float] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # the steps GradScaler skipped
+
+
+def checkpoint_state(state: TrainState, config: TrainConfig, device: torch.device) -> dict[str, Any]:
+    """What a checkpoint must hold for a bit-identical resume: the config it was written by, model, optimizer,
+    scaler and scheduler states, the step counter, the epoch's order and the generator that shuffles the next
+    one, the global RNG (dropout) and, on CUDA, the device's RNG, and the history so far."""
+    return {
+        "config": config.as_dict(),
+        "model": state.model.state_dict(),
+        "optimizer": state.optimizer.state_dict(),
+        "scaler": state.scaler.state_dict(),  # the scale and its growth tracker
+        "scheduler": state.scheduler.state_dict(),
+        "step": state.step,
+        "order": state.order,
+        "shuffle_rng": state.shuffle.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "history": state.history, "val_losses": state.val_losses, "skipped": state.skipped,
+    }
+
+
+def restore_state(state: TrainState, saved: dict[str, Any], config: TrainConfig, device: torch.device, *,
+                  source: str = "the checkpoint") -> None:
+    """Load a :func:`checkpoint_state` dict into ``state`` (and the global RNGs); refuse one of another config
+    (``source`` names the checkpoint in that message)."""
+    if saved["config"] != config.as_dict():
+        raise ValueError(f"{source} was written by another config: {saved['config']} (this one: {config.as_dict()})")
+    state.model.load_state_dict(saved["model"])
+    state.optimizer.load_state_dict(saved["optimizer"])
+    state.scaler.load_state_dict(saved["scaler"])
+    state.scheduler.load_state_dict(saved["scheduler"])
+    state.shuffle.set_state(saved["shuffle_rng"])
+    torch.set_rng_state(saved["torch_rng"])
+    if device.type == "cuda" and saved.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(saved["cuda_rng"], device)
+    state.step, state.order = saved["step"], saved["order"]
+    state.history = list(map(tuple, saved["history"]))
+    state.val_losses, state.skipped = saved["val_losses"], saved["skipped"]
+
+
+def _check_train_args(config: Any, device: Any, checkpoint_path: Any, resume: Any, stop_after: Any,
+                      progress: Any, window_fn: Any) -> tuple[TrainConfig, torch.device, int | None, Callable]:
+    config = _as_config(config)
+    device = _as_device(device)
+    if not isinstance(resume, bool):
+        raise TypeError(f"resume must be a bool (got {resume!r})")
+    if resume and checkpoint_path is None:
+        raise ValueError("resume=True needs checkpoint_path, the file to resume from")
+    if stop_after is not None:
+        stop_after = as_int("stop_after", stop_after, minimum=1)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function such as print, or None (got {progress!r})")
+    step_fn = train_window if window_fn is None else window_fn
+    if not callable(step_fn):
+        raise TypeError(f"window_fn must be a function, or None (got {window_fn!r})")
+    return config, device, stop_after, step_fn
+
+
+def _train_val(config: TrainConfig, device: torch.device) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """The digits' training and validation tensors on ``device`` (the split never changes: seed 0)."""
+    digits = load_digits()
+    train_index, val_index = split(len(digits), config.val_fraction, seed=0)
+    return digits.tensors(train_index, device), digits.tensors(val_index, device)
+
+
+def _fresh_state(config: TrainConfig, device: torch.device, total: int) -> TrainState:
+    """Model, AdamW, GradScaler (enabled for float16 only), the warm-up + cosine schedule and the shuffling
+    generator, in this order (the global RNG is seeded by the caller)."""
+    model = make_model(config.size, config.seed, config.dropout).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.peak_lr, weight_decay=config.weight_decay)
+    scaler = torch.amp.GradScaler(device.type, init_scale=config.init_scale, enabled=config.dtype == torch.float16)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(config.warmup_steps, total))
+    return TrainState(model, optimizer, scaler, scheduler, torch.Generator().manual_seed(config.seed))
+
+
+def _next_window(state: TrainState, config: TrainConfig, per_epoch: int, x: torch.Tensor, y: torch.Tensor,
+                 device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The micro-batches of the next optimizer step; a new shuffled order at the start of each epoch."""
+    position = state.step % per_epoch
+    if position == 0:
+        state.order = torch.randperm(len(x), generator=state.shuffle)
+    n_micro = len(x) // config.batch
+    first = position * config.accum_steps
+    window = []
+    for micro in range(first, min(first + config.accum_steps, n_micro)):
+        rows = state.order[micro * config.batch:(micro + 1) * config.batch].to(device)
+        window.append((x[rows], y[rows]))
+    return window
+
+
+def _timed(device: torch.device, fn: Callable[..., Any], *args: Any) -> float:
+    """Seconds ``fn(*args)`` took, the device synchronised before and after."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    fn(*args)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
+
+
+def _progress_line(state: TrainState, config: TrainConfig, total: int, per_epoch: int) -> str:
+    step, (at, accuracy) = state.step, state.history[-1]
+    return (f"{config.label}: step {step:>4}/{total}  epoch {1 + (step - 1) // per_epoch}/{config.n_epochs}  "
+            f"lr {state.optimizer.param_groups[0]['lr']:.2e}  val accuracy {accuracy:.1%} "
+            f"(at step {at})" + (f"  skipped {len(state.skipped)}" if state.scaler.is_enabled() else ""))
+
+
 def train(config: TrainConfig, *, device: torch.device | str = "cpu", checkpoint_path: str | Path | None = None,
           resume: bool = False, stop_after: int | None = None, progress: Callable[[str], Any] | None = print,
           window_fn: Callable[..., Any] | None = None) -> TrainResult:
@@ -475,113 +602,65 @@ def train(config: TrainConfig, *, device: torch.device | str = "cpu", checkpoint
 
     Resuming restores model, optimizer, scaler, scheduler, the step counter, the epoch's shuffled order,
     the shuffling generator and the global RNG (dropout), so ``stop_after=k`` + ``resume=True`` gives the
-    same model, bit for bit, as one uninterrupted run.
+    same model, bit for bit, as one uninterrupted run (:func:`checkpoint_state`, :func:`restore_state`).
     """
-    config = _as_config(config)
-    device = _as_device(device)
-    if not isinstance(resume, bool):
-        raise TypeError(f"resume must be a bool (got {resume!r})")
-    if resume and checkpoint_path is None:
-        raise ValueError("resume=True needs checkpoint_path, the file to resume from")
-    if stop_after is not None:
-        stop_after = as_int("stop_after", stop_after, minimum=1)
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be a function such as print, or None (got {progress!r})")
-    step_fn = train_window if window_fn is None else window_fn
-    if not callable(step_fn):
-        raise TypeError(f"window_fn must be a function, or None (got {window_fn!r})")
+    config, device, stop_after, step_fn = _check_train_args(config, device, checkpoint_path, resume, stop_after,
+                                                            progress, window_fn)
     say = progress if progress is not None else (lambda line: None)
-
-    digits = load_digits()
-    train_index, val_index = split(len(digits), config.val_fraction, seed=0)  # the split never changes
-    x_train, y_train = digits.tensors(train_index, device)
-    x_val, y_val = digits.tensors(val_index, device)
-    per_epoch = _windows_per_epoch(len(train_index), config)
+    (x_train, y_train), (x_val, y_val) = _train_val(config, device)
+    per_epoch = _windows_per_epoch(len(x_train), config)
     total = per_epoch * config.n_epochs
-    n_micro = len(train_index) // config.batch
 
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(config.seed)
-        model = make_model(config.size, config.seed, config.dropout).to(device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.peak_lr, weight_decay=config.weight_decay)
-        scaler = torch.amp.GradScaler(device.type, init_scale=config.init_scale,
-                                      enabled=config.dtype == torch.float16)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(config.warmup_steps, total))
-        shuffle = torch.Generator().manual_seed(config.seed)
-        saved = _saved_bytes(model, x_train[:config.batch], y_train[:config.batch], config.dtype)
-
-        step, history, val_losses, skipped, order = 0, [], [], [], None
+        state = _fresh_state(config, device, total)
+        saved = _saved_bytes(state.model, x_train[:config.batch], y_train[:config.batch], config.dtype)
         if resume:
-            state = load_checkpoint(checkpoint_path)
-            if state["config"] != config.as_dict():
-                raise ValueError(f"the checkpoint at {checkpoint_path} was written by another config: "
-                                 f"{state['config']} (this one: {config.as_dict()})")
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scaler.load_state_dict(state["scaler"])
-            scheduler.load_state_dict(state["scheduler"])
-            shuffle.set_state(state["shuffle_rng"])
-            torch.set_rng_state(state["torch_rng"])
-            if device.type == "cuda" and state.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(state["cuda_rng"], device)
-            step, order = state["step"], state["order"]
-            history, val_losses, skipped = list(map(tuple, state["history"])), state["val_losses"], state["skipped"]
+            _resume_from(checkpoint_path, state, config, device)
         else:
-            accuracy, loss = evaluate(model, x_val, y_val, config.dtype)
-            history.append((0, accuracy))
-            val_losses.append(loss)
-
-        def checkpoint() -> None:
-            if checkpoint_path is not None:
-                save_checkpoint(checkpoint_path, {
-                    "config": config.as_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scaler": scaler.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
-                    "order": order, "shuffle_rng": shuffle.get_state(), "torch_rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                    "history": history, "val_losses": val_losses, "skipped": skipped})
-
+            _record_validation(state, x_val, y_val, config.dtype)
         step_times: list[float] = []
-        model.train()
+        state.model.train()
         end = total if stop_after is None else min(total, stop_after)
-        while step < end:
-            position = step % per_epoch
-            if position == 0:
-                order = torch.randperm(len(train_index), generator=shuffle)
-            first = position * config.accum_steps
-            window = []
-            for micro in range(first, min(first + config.accum_steps, n_micro)):
-                rows = order[micro * config.batch:(micro + 1) * config.batch].to(device)
-                window.append((x_train[rows], y_train[rows]))
-            scale_before = scaler.get_scale()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            started = time.perf_counter()
-            step_fn(model, optimizer, scaler, scheduler, window, config.max_norm, config.dtype)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            step_times.append(time.perf_counter() - started)
-            if scaler.is_enabled() and step_was_skipped(scale_before, scaler.get_scale()):
-                skipped.append(step)
-            step += 1
-            if step % config.eval_every == 0 or step == total:
-                accuracy, loss = evaluate(model, x_val, y_val, config.dtype)
-                history.append((step, accuracy))
-                val_losses.append(loss)
-            if step % config.log_every == 0 or step == end:
-                say(f"{config.label}: step {step:>4}/{total}  epoch {1 + (step - 1) // per_epoch}/{config.n_epochs}  "
-                    f"lr {optimizer.param_groups[0]['lr']:.2e}  val accuracy {history[-1][1]:.1%} "
-                    f"(at step {history[-1][0]})" + (f"  skipped {len(skipped)}" if scaler.is_enabled() else ""))
-        checkpoint()
-        if step == total:
-            say(f"{config.label}: done — {total} steps, final validation accuracy {history[-1][1]:.1%}")
-        else:
-            say(f"{config.label}: stopped after step {step} of {total}"
-                + (", checkpoint saved" if checkpoint_path is not None else ""))
-    return TrainResult(config=config, history=tuple(history), val_losses=tuple(val_losses),
-                       final_accuracy=history[-1][1], steps=step, total_steps=total, skipped_steps=tuple(skipped),
-                       final_scale=scaler.get_scale(), final_lr=optimizer.param_groups[0]["lr"],
-                       step_times=tuple(step_times), saved=saved, model=model)
+        while state.step < end:
+            window = _next_window(state, config, per_epoch, x_train, y_train, device)
+            scale_before = state.scaler.get_scale()
+            step_times.append(_timed(device, step_fn, state.model, state.optimizer, state.scaler, state.scheduler,
+                                     window, config.max_norm, config.dtype))
+            if state.scaler.is_enabled() and step_was_skipped(scale_before, state.scaler.get_scale()):
+                state.skipped.append(state.step)
+            state.step += 1
+            if state.step % config.eval_every == 0 or state.step == total:
+                _record_validation(state, x_val, y_val, config.dtype)
+            if state.step % config.log_every == 0 or state.step == end:
+                say(_progress_line(state, config, total, per_epoch))
+        if checkpoint_path is not None:
+            save_checkpoint(checkpoint_path, checkpoint_state(state, config, device))
+        _say_end(say, state, config, total, checkpoint_path)
+    return TrainResult(config=config, history=tuple(state.history), val_losses=tuple(state.val_losses),
+                       final_accuracy=state.history[-1][1], steps=state.step, total_steps=total,
+                       skipped_steps=tuple(state.skipped), final_scale=state.scaler.get_scale(),
+                       final_lr=state.optimizer.param_groups[0]["lr"], step_times=tuple(step_times), saved=saved,
+                       model=state.model)
+
+
+def _resume_from(path: str | Path, state: TrainState, config: TrainConfig, device: torch.device) -> None:
+    restore_state(state, load_checkpoint(path), config, device, source=f"the checkpoint at {path}")
+
+
+def _record_validation(state: TrainState, x_val: torch.Tensor, y_val: torch.Tensor, dtype: torch.dtype) -> None:
+    accuracy, loss = evaluate(state.model, x_val, y_val, dtype)
+    state.history.append((state.step, accuracy))
+    state.val_losses.append(loss)
+
+
+def _say_end(say: Callable[[str], Any], state: TrainState, config: TrainConfig, total: int,
+             checkpoint_path: str | Path | None) -> None:
+    if state.step == total:
+        say(f"{config.label}: done — {total} steps, final validation accuracy {state.history[-1][1]:.1%}")
+    else:
+        say(f"{config.label}: stopped after step {state.step} of {total}"
+            + (", checkpoint saved" if checkpoint_path is not None else ""))
 
 
 # --------------------------------------------------------------------------------------------- compare
@@ -763,7 +842,7 @@ def compare(config: TrainConfig, seeds: Sequence[int] = (0, 1, 2, 3, 4), *, devi
 MAX_PNG_DIGITS = 200  # digits_png draws one subplot per digit
 
 
-def digits_png(digits: Digits, n: int = 20) -> bytes:
+def digits_png(digits: Digits, n: int = 20) -> Png:
     """The first ``n`` images with their labels, as a PNG (grey levels 0..16)."""
     from matplotlib.figure import Figure
 
@@ -789,7 +868,7 @@ def digits_png(digits: Digits, n: int = 20) -> bytes:
     return figure_png(fig)
 
 
-def curves_png(comparison: Comparison) -> bytes:
+def curves_png(comparison: Comparison) -> Png:
     """Validation accuracy per optimizer step: every seed thin, the mean over seeds thick; FP32 vs AMP."""
     from matplotlib.figure import Figure
 

@@ -66,7 +66,7 @@ LESSONS: tuple[Lesson, ...] = (
            modules=("bench",)),
     Lesson("07", "troubleshooting", "Troubleshooting",
            "NaN/Inf hunting, FP32 islands, scale collapse, bf16-trained models in fp16",
-           modules=("troubleshoot", "scaler_run", "bench", "fp8")),
+           modules=("troubleshoot", "diagnostics", "scaler_run", "bench", "fp8")),
     Lesson("08", "distributed", "Distributed",
            "DDP + AMP under torchrun, no_sync with accumulation",
            modules=("distributed", "ddp_train", "torchrun_local")),

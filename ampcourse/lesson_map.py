@@ -67,14 +67,25 @@ def _code(paths: list[str]) -> str:
     return ", ".join(f"`{p}`" for p in paths) or "—"
 
 
+def module_path(module: str, root: Path = ROOT) -> str:
+    """Where a listed module lives, as markdown: ```ampcourse/floats.py```, or for a package its folder and its
+    modules (```ampcourse/bench/` (`flops.py`, …)``)."""
+    path = module.replace(".", "/")
+    package = root / "ampcourse" / path
+    if (package / "__init__.py").exists():
+        parts = sorted(p.name for p in package.glob("*.py") if p.name != "__init__.py")
+        return f"`ampcourse/{path}/`" + (f" ({_code(parts)})" if parts else "")
+    return f"`ampcourse/{path}.py`"
+
+
 def markdown(root: Path = ROOT) -> str:
     """The map as a markdown table, one row per lesson."""
     rows = ["| lesson | topic modules | widget | checks | quiz | tests |", "|---|---|---|---|---|---|"]
     for item in LESSONS:
-        modules = [f"ampcourse/{m.replace('.', '/')}.py" for m in item.modules]
+        modules = ", ".join(module_path(m, root) for m in item.modules) or "—"
         own = [f"ampcourse/{kind}/lesson{item.number}.py" for kind in ("widgets", "checks", "quizzes")]
         widget, checks, quiz = ([p] if (root / p).exists() else [] for p in own)
-        rows.append(f"| {item.number} {item.title} | {_code(modules)} | {_code(widget)} | {_code(checks)} | "
+        rows.append(f"| {item.number} {item.title} | {modules} | {_code(widget)} | {_code(checks)} | "
                     f"{_code(quiz)} | {_code(_tests(item, root))} |")
     return "\n".join(rows)
 

@@ -356,6 +356,75 @@ def _fmt_scale(value: float | None) -> str:
     return f"{value:,.0f}" if value.is_integer() and value < 1e15 else f"{value:.6g}"
 
 
+class _AnatomyNotes:
+    """The bookkeeping of :func:`step_anatomy`: after each scaler call, one row that measures the gradients (or
+    the step, or the scale) and says what happened, so the calls themselves read in sequence."""
+
+    def __init__(self, model: nn.Module, reference: torch.Tensor) -> None:
+        self.model, self.reference, self.rows = model, reference, []
+        self.params: torch.Tensor | None = None
+        self.row("1. FP32 reference", "loss.backward()  (no autocast, no scaler)", reference, None,
+                 "the true gradients, for comparison")
+
+    def row(self, stage: str, call: str, grads: torch.Tensor | None, scale: float | None, note: str) -> float | None:
+        ratio = maximum = nonfinite = None
+        if grads is not None:
+            finite = torch.isfinite(grads)
+            nonfinite = f"{int((~finite).sum()):,} of {grads.numel():,}"
+            maximum = grads.abs().max().item()  # inf or nan as soon as one value is
+            if finite.any():
+                ratio = (grads[finite].double().norm() / self.reference[finite].double().norm()).item()
+        self.rows.append({"stage": stage, "call": call, "max |grad|": maximum, RATIO_COLUMN: ratio,
+                          "inf/NaN values": nonfinite, "scale": scale, "what happened": note})
+        return ratio
+
+    def scaled_backward(self, scale: float) -> float | None:
+        grads = _flat_grads(self.model)
+        note = (f"FP16 backward of loss × S: the gradients are S = {_fmt_scale(scale)} times too large"
+                if torch.isfinite(grads).all() else
+                f"FP16 backward of loss × S overflowed: S = {_fmt_scale(scale)} is too large for FP16")
+        return self.row("2. scaled backward", "scaler.scale(loss).backward()", grads, scale, note)
+
+    def inject_inf(self, scale: float) -> None:
+        """Set one gradient value to inf, as an FP16 overflow in the backward pass would leave it."""
+        with torch.no_grad():
+            next(iter(self.model.parameters())).grad.view(-1)[0] = math.inf
+        self.row("2b. inject inf", "param.grad.view(-1)[0] = inf", _flat_grads(self.model), scale,
+                 "one gradient value made inf, as an FP16 overflow in the backward pass leaves it")
+
+    def unscaled(self, scale: float) -> tuple[float | None, bool]:
+        """The unscale row and the inf check that ``unscale_`` does inside (read here with ``torch.isfinite``)."""
+        grads = _flat_grads(self.model)
+        ratio = self.row("3. unscale", "scaler.unscale_(optimizer)", grads, scale,
+                         "the gradients × 1/S: back to their true size (an inf or NaN stays one)")
+        found_inf = not bool(torch.isfinite(grads).all())
+        self.row("4. inf check", "(inside unscale_; read here with torch.isfinite)", None, scale,
+                 "found_inf = 1: an inf or NaN, so step() will skip optimizer.step()" if found_inf else
+                 "found_inf = 0: all finite, so step() will call optimizer.step()")
+        self.params = _flat_params(self.model)  # to tell whether step() moves them
+        return ratio, found_inf
+
+    def stepped(self, scale: float, stepped: bool) -> bool:
+        changed = not torch.equal(self.params, _flat_params(self.model))
+        self.row("5. step", "scaler.step(optimizer)", None, scale,
+                 f"optimizer.step() {'ran' if stepped else 'was SKIPPED'}; the parameters "
+                 f"{'changed' if changed else 'did not change'}")
+        return changed
+
+    def updated(self, scale: float, scale_after: float) -> None:
+        verdict = ("backed off: the step was skipped" if step_was_skipped(scale, scale_after)
+                   else "unchanged: a clean step, growth only after growth_interval of them")
+        self.row("6. update", "scaler.update()", None, scale_after, f"new scale {_fmt_scale(scale_after)} ({verdict})")
+
+
+def _reference_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The FP32 gradients of the same model on the same batch (no autocast, no scaling); ``.grad`` cleared after."""
+    nn.functional.mse_loss(model(x), y).backward()
+    reference = _flat_grads(model)
+    model.zero_grad(set_to_none=True)
+    return reference
+
+
 def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int = 0,
                  backoff_factor: float = 0.5, lr: float = 0.05) -> StepAnatomy:
     """Run ONE FP16 AMP step on :func:`tiny_model` call by call, and describe each stage's gradients.
@@ -388,79 +457,33 @@ def step_anatomy(scale: float = 2.0**16, *, inject_inf: bool = False, seed: int 
     seed = as_int("seed", seed, minimum=0)
     lr = as_positive("lr", lr)
     scale, _, backoff_factor, _ = _checked_scaler_args(scale, 2.0, backoff_factor, 2000)
-
     model, inputs, targets = tiny_model(seed)
     x, y = _batch(inputs, targets, 0)
-    rows: list[dict[str, Any]] = []
-
-    def row(stage: str, call: str, grads: torch.Tensor | None, current_scale: float | None,
-            note: str) -> float | None:
-        ratio = maximum = nonfinite = None
-        if grads is not None:
-            finite = torch.isfinite(grads)
-            nonfinite = f"{int((~finite).sum()):,} of {grads.numel():,}"
-            maximum = grads.abs().max().item()  # inf or nan as soon as one value is
-            if finite.any():
-                ratio = (grads[finite].double().norm() / reference[finite].double().norm()).item()
-        rows.append({"stage": stage, "call": call, "max |grad|": maximum, RATIO_COLUMN: ratio,
-                     "inf/NaN values": nonfinite, "scale": current_scale, "what happened": note})
-        return ratio
-
-    # The FP32 reference: same model, same batch, no autocast, no scaling.
-    nn.functional.mse_loss(model(x), y).backward()
-    reference = _flat_grads(model)
-    model.zero_grad(set_to_none=True)
-
+    notes = _AnatomyNotes(model, _reference_grads(model, x, y))
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu", init_scale=scale, backoff_factor=backoff_factor)
     counter = StepCounter(optimizer)
     try:
-        loss = _fp16_loss(model, x, y)
-        scaled_loss = scaler.scale(loss)
-        scale = scaler.get_scale()  # after scale(): the float32 value the loss was multiplied by
-        row("1. FP32 reference", "loss.backward()  (no autocast, no scaler)", reference, None,
-            "the true gradients, for comparison")
-        scaled_loss.backward()
-        grads = _flat_grads(model)
-        scaled_note = (f"FP16 backward of loss × S: the gradients are S = {_fmt_scale(scale)} times too large"
-                       if torch.isfinite(grads).all() else
-                       f"FP16 backward of loss × S overflowed: S = {_fmt_scale(scale)} is too large for FP16")
-        scaled_ratio = row("2. scaled backward", "scaler.scale(loss).backward()", grads, scale, scaled_note)
+        # the AMP step: forward under autocast, then scale → backward → unscale_ → step → update (each call
+        # followed by a note that measures what it did)
+        with torch.autocast(device_type="cpu", dtype=torch.float16):
+            loss = nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scale = scaler.get_scale()  # the float32 value the loss was multiplied by
+        scaled_ratio = notes.scaled_backward(scale)
         if inject_inf:
-            first = next(iter(model.parameters()))
-            with torch.no_grad():
-                first.grad.view(-1)[0] = math.inf
-            row("2b. inject inf", "param.grad.view(-1)[0] = inf", _flat_grads(model), scale,
-                "one gradient value made inf, as an FP16 overflow in the backward pass leaves it")
+            notes.inject_inf(scale)
         scaler.unscale_(optimizer)
-        grads = _flat_grads(model)
-        unscaled_ratio = row("3. unscale", "scaler.unscale_(optimizer)", grads, scale,
-                             "the gradients × 1/S: back to their true size (an inf or NaN stays one)")
-        found_inf = not bool(torch.isfinite(grads).all())
-        row("4. inf check", "(inside unscale_; read here with torch.isfinite)", None, scale,
-            "found_inf = 1: an inf or NaN, so step() will skip optimizer.step()" if found_inf else
-            "found_inf = 0: all finite, so step() will call optimizer.step()")
-        params = _flat_params(model)
+        unscaled_ratio, found_inf = notes.unscaled(scale)
         scaler.step(optimizer)
-        stepped = counter.calls > 0
-        changed = not torch.equal(params, _flat_params(model))
-        row("5. step", "scaler.step(optimizer)", None, scale,
-            f"optimizer.step() {'ran' if stepped else 'was SKIPPED'}; the parameters "
-            f"{'changed' if changed else 'did not change'}")
+        changed = notes.stepped(scale, stepped=counter.calls > 0)
         scaler.update()
-        scale_after = scaler.get_scale()
-        verdict = ("backed off: the step was skipped" if step_was_skipped(scale, scale_after)
-                   else "unchanged: a clean step, growth only after growth_interval of them")
-        row("6. update", "scaler.update()", None, scale_after,
-            f"new scale {_fmt_scale(scale_after)} ({verdict})")
+        notes.updated(scale, scaler.get_scale())
     finally:
         counter.handle.remove()
-    return StepAnatomy(scale_before=scale, scale_after=scale_after, inject_inf=inject_inf, found_inf=found_inf,
-                       optimizer_stepped=stepped, params_changed=changed, scaled_ratio=scaled_ratio,
-                       unscaled_ratio=unscaled_ratio, rows=tuple(rows))
-
-
-
+    return StepAnatomy(scale_before=scale, scale_after=scaler.get_scale(), inject_inf=inject_inf,
+                       found_inf=found_inf, optimizer_stepped=counter.calls > 0, params_changed=changed,
+                       scaled_ratio=scaled_ratio, unscaled_ratio=unscaled_ratio, rows=tuple(notes.rows))
 
 
 def nan_origin(scale: float = 2.0**24, seed: int = 0) -> Table:

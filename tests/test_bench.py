@@ -424,7 +424,7 @@ class DriftingMachine:
         return self.now
 
     def patch(self, monkeypatch):
-        real = bench.train_step_fn
+        real = bench.steps.train_step_fn
 
         def step_fn(model, optimizer, scaler, x, target, mode, device_type):
             step = real(model, optimizer, scaler, x, target, mode, device_type)
@@ -434,7 +434,7 @@ class DriftingMachine:
                 self.now += 1.0 + self.drift * len(self.log)
                 self.log.append(mode)
             return timed
-        monkeypatch.setattr(bench, "train_step_fn", step_fn)
+        monkeypatch.setattr(bench.steps, "train_step_fn", step_fn)  # where _prepare_step looks it up
 
 
 def test_compare_precisions_interleaves_so_a_drift_lands_on_no_mode(monkeypatch):
@@ -536,3 +536,32 @@ def test_the_benchmarked_step_is_public_and_printable():
 
     assert "scaler.scale(loss).backward()" in code_of(bench.train_step_fn)
     assert "GradScaler" in code_of(bench.mlp_problem)
+
+
+def _step_row(mode, compiled=False):
+    return bench.StepResult(mode, compiled, 8, 1, 2, "cpu", timing=bench.Timing((1.0,), 0), round_medians=(1.0,))
+
+
+@pytest.mark.parametrize("rows, rounds, threshold, error, words", [
+    ((), 1, 0.25, ValueError, "at least one StepResult"),
+    ("fp32", 1, 0.25, TypeError, "rows must be a tuple of StepResult"),
+    (({"mode": "fp32"},), 1, 0.25, TypeError, "rows must be a StepResult"),
+    ((_step_row("fp32"), _step_row("fp32")), 1, 0.25, ValueError, "twice: fp32"),
+    ((_step_row("fp32"), _step_row("bf16"), _step_row("bf16")), 1, 0.25, ValueError, "twice: bf16"),
+    ((_step_row("fp32"),), 0, 0.25, ValueError, "rounds"),
+    ((_step_row("fp32"),), 1, -1, ValueError, "noise_threshold"),
+], ids=["empty", "a str", "a dict row", "fp32 twice", "bf16 twice", "zero rounds", "negative threshold"])
+def test_a_comparison_refuses_rows_it_cannot_compare(rows, rounds, threshold, error, words):
+    """Reliability audit 29: Comparison(rows=(), rounds=0, noise_threshold=-1) and duplicate rows were accepted."""
+    with pytest.raises(error, match=words):
+        bench.Comparison(rows, rounds=rounds, noise_threshold=threshold)
+
+
+def test_a_comparison_names_a_non_row_passed_to_its_methods():
+    """Reliability audit 29: speedup/activation_ratio/verdict on a non-row raised a raw AttributeError."""
+    comparison = bench.Comparison((_step_row("fp32"), _step_row("fp32", compiled=True)))
+    for method in (comparison.speedup, comparison.activation_ratio, comparison.verdict):
+        with pytest.raises(TypeError, match="row must be a StepResult"):
+            method("fp32")
+    assert comparison.speedup(comparison.row("fp32", compiled=True)) == 1.0
+    assert comparison.rows == tuple(comparison.rows)

@@ -16,7 +16,8 @@ def test_every_module_a_lesson_imports_is_listed(item):
 @pytest.mark.parametrize("item", LESSONS, ids=lambda item: item.number)
 def test_every_listed_module_exists(item):
     for module in item.modules:
-        assert (ROOT / "ampcourse" / f"{module.replace('.', '/')}.py").exists(), (item.number, module)
+        path = ROOT / "ampcourse" / module.replace(".", "/")
+        assert path.with_suffix(".py").exists() or (path / "__init__.py").exists(), (item.number, module)
 
 
 def test_an_unlisted_import_is_caught():
@@ -29,8 +30,14 @@ def test_an_unlisted_import_is_caught():
 def test_the_map_in_contributing_is_current_and_stale_when_edited(tmp_path):
     text = (ROOT / lesson_map.TARGET).read_text(encoding="utf-8")
     assert lesson_map.apply(text) == text, "the lesson map is stale: run python -m ampcourse build"
-    assert "| 06 Speed and memory | `ampcourse/bench.py` |" in text
-    edited = text.replace("`ampcourse/bench.py` |", "`ampcourse/bench_old.py` |", 1)
+    assert "| 06 Speed and memory | `ampcourse/bench/` (`flops.py`, `hardware.py`, `memory.py`, `steps.py`, " in text
+    edited = text.replace("`ampcourse/bench/` (", "`ampcourse/bench_old/` (", 1)
     assert lesson_map.apply(edited) != edited
     with pytest.raises(ValueError, match="markers"):
         lesson_map.apply("no markers here")
+
+
+def test_a_package_is_listed_with_its_modules():
+    assert lesson_map.module_path("bench") == ("`ampcourse/bench/` (`flops.py`, `hardware.py`, `memory.py`, "
+                                               "`steps.py`, `sweeps.py`, `timing.py`, `units.py`)")
+    assert lesson_map.module_path("diagnostics") == "`ampcourse/diagnostics.py`"

@@ -368,7 +368,10 @@ def test_symptom_table_has_a_demo_for_every_row():
 
 
 def test_scale_history_png_draws_and_validates():
+    from ampcourse.widgets.base import Png
+
     png = troubleshoot.scale_history_png({"collapse": [2.0**16, 2.0**15], "fixed": [2.0**16, 2.0**16]})
+    assert isinstance(png, Png)  # the figure rule: a static figure is a *_png returning widgets.base.Png
     assert png.startswith(b"\x89PNG")
     with pytest.raises(TypeError, match="histories"):
         troubleshoot.scale_history_png({})

@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -60,20 +62,36 @@ def _true_grads(model, x, y):
     return grads
 
 
-def amp_step(fn) -> None:
-    """Task 1: ``amp_step(model, loss_fn, optimizer, scaler, x, y)`` does one full AMP training step."""
-    task = "Task 1 (amp_step)"
-    require_callable(task, fn, "amp_step")
-    device = pick_device()
-    model, optimizer, scaler, loss_fn, x, y, log, autocast_seen, forward_seen, backward_seen = _setup(device)
-    initial = copy.deepcopy(model)  # the FP32 reference starts from the same weights
-    for layer in initial:
+@dataclass
+class _Run:
+    """One observed call of the learner's ``amp_step``: the spies of :func:`_setup` and what the call did."""
+
+    model: torch.nn.Module
+    optimizer: SpyOptimizer
+    scaler: SpyScaler
+    loss_fn: Any
+    x: torch.Tensor
+    y: torch.Tensor
+    log: list[str]
+    autocast_seen: list[bool]
+    forward_seen: list[tuple[int, bool, torch.dtype]]
+    backward_seen: list[bool]
+    initial: torch.nn.Module | None = None  # the weights before the step (the FP32 reference starts there)
+    returned: Any = None
+    order: list[str] = field(default_factory=list)  # the scaler and optimizer calls, zero_grad left out
+
+
+def _first_call(task: str, fn, device: torch.device) -> tuple[_Run, float]:
+    """Run the step once on fresh spies; a call torch refused is explained by the call order that caused it."""
+    run = _Run(*_setup(device))
+    run.initial = copy.deepcopy(run.model)
+    for layer in run.initial:
         layer._forward_hooks.clear()
-    scaler_scale_at_call = scaler.get_scale()
+    scale_at_call = run.scaler.get_scale()
     try:
-        returned = call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
+        run.returned = call(task, fn, "amp_step", run.model, run.loss_fn, run.optimizer, run.scaler, run.x, run.y)
     except CheckFailed:
-        calls = [e for e in log if e != "zero_grad"]
+        calls = [e for e in run.log if e != "zero_grad"]
         if "optimizer.step (direct)" in calls:
             raise fail(task, "you called `optimizer.step()` yourself, so the scaler recorded no inf check and torch "
                              "refused the `scaler.update()` after it. Call `scaler.step(optimizer)`: it unscales the "
@@ -86,11 +104,16 @@ def amp_step(fn) -> None:
                              "check recorded yet). The order is scale(loss).backward() → step(optimizer) → "
                              "update().") from None
         raise
-    order = [e for e in log if e != "zero_grad"]
+    run.order = [e for e in run.log if e != "zero_grad"]
+    return run, scale_at_call
 
+
+def _forward_under_autocast(task: str, run: _Run) -> None:
+    """The forward pass and the loss ran, inside one float16 autocast region; backward ran outside it."""
+    order, forward_seen = run.order, run.forward_seen
     if not forward_seen:
         raise fail(task, "the model's forward pass never ran: compute `loss = loss_fn(model(x), y)`.")
-    if not autocast_seen:
+    if not run.autocast_seen:
         raise fail(task, "loss_fn was never called: compute `loss = loss_fn(model(x), y)`.")
     if "scale" not in order and "scaler.step" not in order and "update" not in order:
         raise fail(task, "the scaler you were given was never used (none of scale, step, update was called on it): "
@@ -108,14 +131,19 @@ def amp_step(fn) -> None:
         got = str(low).removeprefix("torch.")
         raise fail(task, f"autocast ran, but the Linear layers computed in {got}: the task asks for float16. Pass "
                          "`dtype=torch.float16` to torch.autocast (the CPU's default is bfloat16).")
-    if not autocast_seen[0]:
+    if not run.autocast_seen[0]:
         raise fail(task, "the loss was computed outside the autocast region. PyTorch's recipe puts the forward "
                          "pass *and* the loss inside `with torch.autocast(...)`, and only `backward()` outside.")
-    if any(backward_seen):
+    if any(run.backward_seen):
         raise fail(task, "you called backward() inside the autocast region. The autograd engine runs the backward "
                          "ops under the autocast state of the caller, so backward ops on autocast's lists are "
                          "recast (lesson 03's linalg.inv example). Leave the `with` block first: "
                          "`scaler.scale(loss).backward()` goes after it.")
+
+
+def _scaler_calls(task: str, run: _Run) -> None:
+    """scaler.step (not optimizer.step) then scaler.update, once each, on the scaler given (its scale grew)."""
+    order, scaler = run.order, run.scaler
     if "optimizer.step (direct)" in order:
         raise fail(task, "you called `optimizer.step()` yourself. Call `scaler.step(optimizer)`: it unscales the "
                          "gradients and skips the step when they contain inf/NaN.")
@@ -133,22 +161,31 @@ def amp_step(fn) -> None:
         raise fail(task, f"the scaler came with 999 clean steps behind it, so this step's update() should grow its "
                          f"scale to {2 * SCALE:g}; it is {scaler.get_scale():g}. Call `scaler.update()` with no "
                          "argument, and do not replace or reset the scaler you were given.")
-    true = _true_grads(initial, x, y)
-    seen = optimizer.grads_at_step[0]
+
+
+def _unscaled_update(task: str, run: _Run) -> None:
+    """The optimizer stepped with unscaled gradients, and the parameters moved."""
+    true = _true_grads(run.initial, run.x, run.y)
+    seen = run.optimizer.grads_at_step[0]
     ratio = max((g.abs().max() / t.abs().max()).item() for g, t in zip(seen, true, strict=True) if t.abs().max() > 0)
     if ratio > SCALE / 4:
         raise fail(task, "the optimizer stepped with gradients still multiplied by the scale. Let "
                          "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
-    if all(torch.equal(a, b.detach()) for a, b in zip(initial.parameters(), model.parameters(), strict=True)):
+    if all(torch.equal(a, b.detach()) for a, b in zip(run.initial.parameters(), run.model.parameters(), strict=True)):
         raise fail(task, "the parameters did not change: make sure `scaler.step(optimizer)` runs after backward.")
-    zeroed_at_end = log and log[-1] == "zero_grad"
 
-    # A second step: the gradients must be fresh (zero_grad), not added to what .grad held before.
-    # Left-over gradients are divided by the scale at unscale_, which hides them; a large stale value does not hide.
-    second = _true_grads(copy.deepcopy(model), x, y)
+
+def _fresh_gradients(task: str, fn, run: _Run) -> None:
+    """A second step: the gradients must be fresh (zero_grad), not added to what .grad held before.
+
+    Left-over gradients are divided by the scale at unscale_, which hides them; a large stale value does not hide.
+    """
+    model, scaler, optimizer = run.model, run.scaler, run.optimizer
+    zeroed_at_end = run.log and run.log[-1] == "zero_grad"
+    second = _true_grads(copy.deepcopy(model), run.x, run.y)
     for p in model.parameters():
         p.grad = torch.full_like(p, 100.0 * scaler.get_scale())
-    call(task, fn, "amp_step", model, loss_fn, optimizer, scaler, x, y)
+    call(task, fn, "amp_step", model, run.loss_fn, optimizer, scaler, run.x, run.y)
     seen = optimizer.grads_at_step[-1]
     if any((g - t).abs().max().item() > 0.05 * t.abs().max().item() + 1e-4
            for g, t in zip(seen, second, strict=True)):
@@ -158,22 +195,39 @@ def amp_step(fn) -> None:
                              "them first: move `optimizer.zero_grad()` to the start of the step.")
         raise fail(task, "in the second call the gradients were the sum of two steps: you forgot "
                          "`optimizer.zero_grad()` (set_to_none=True is the default) at the start of the step.")
+
+
+def _returned_loss(task: str, run: _Run, device: torch.device, scale_at_call: float) -> None:
+    """The first call returned this step's unscaled loss as a Python float."""
+    returned = run.returned
     with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.float16):
-        want_loss = F.cross_entropy(initial(x), y).item()
+        want_loss = F.cross_entropy(run.initial(run.x), run.y).item()
     if isinstance(returned, torch.Tensor):
         raise fail(task, "you returned a tensor; return the loss as a Python float, `loss.item()` (a tensor would "
                          "keep the whole autograd graph alive in a training loop).")
     if isinstance(returned, bool) or not isinstance(returned, (int, float)):
         raise fail(task, f"return the loss as a Python float (you returned {type(returned).__name__}).")
-    if abs(returned - want_loss * scaler_scale_at_call) < 1e-2 * want_loss * scaler_scale_at_call:
-        raise fail(task, f"you returned the scaled loss ({returned:.4g} = loss × {scaler_scale_at_call:g}); return "
+    if abs(returned - want_loss * scale_at_call) < 1e-2 * want_loss * scale_at_call:
+        raise fail(task, f"you returned the scaled loss ({returned:.4g} = loss × {scale_at_call:g}); return "
                          "the loss itself, before `scaler.scale`.")
     if abs(returned - want_loss) > 1e-2 * max(1.0, abs(want_loss)):
         raise fail(task, f"you returned {returned:.4g}, but the step's loss was {want_loss:.4g}: return the loss "
                          "of this step's forward pass.")
+
+
+def amp_step(fn) -> None:
+    """Task 1: ``amp_step(model, loss_fn, optimizer, scaler, x, y)`` does one full AMP training step."""
+    task = "Task 1 (amp_step)"
+    require_callable(task, fn, "amp_step")
+    device = pick_device()
+    run, scale_at_call = _first_call(task, fn, device)
+    _forward_under_autocast(task, run)
+    _scaler_calls(task, run)
+    _unscaled_update(task, run)
+    _fresh_gradients(task, fn, run)
+    _returned_loss(task, run, device, scale_at_call)
     passed(task, "forward and loss under float16 autocast, scale → backward → scaler.step → update in that order, "
                  "gradients unscaled before the step and fresh on every call, the loss returned as a float.")
-
 
 
 # --- Task 2: a dynamic loss scaler ----------------------------------------------------------------------
