@@ -30,6 +30,7 @@ Facts checked against torch 2.13 (``torch/headeronly/util/Float8_e4m3fn.h``) and
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import logging
@@ -881,3 +882,235 @@ def curves_png(runs: dict[str, list[PrecisionRun]]) -> bytes:
     ax.legend(fontsize=8)
     fig.tight_layout()
     return figure_png(fig)
+
+
+# -------------------------------------------------------------------------------------- scaling granularity
+@dataclass(frozen=True)
+class Granularity:
+    """One way to share scales: ``x_block`` and ``w_block`` are the (rows, columns) of the blocks that share one
+    scale in the activation ``x`` (tokens × k) and the weight ``w`` (n × k) — ``None`` for a whole dimension — and
+    ``power_of_two`` rounds every scale down to a power of two (torchao's ``round_scales_to_power_of_2``; MX's
+    E8M0 scales hold nothing else). ``used_by``: where the scheme comes from."""
+
+    name: str
+    x_block: tuple[int | None, int | None]
+    w_block: tuple[int | None, int | None]
+    power_of_two: bool
+    used_by: str
+
+
+#: The four schemes of lesson 10's granularity section, its widget and exercise Task 5. Sources: torchao 0.18
+#: (``Float8LinearConfig.from_recipe_name``: tensorwise without, rowwise with power-of-two scales — a test reads
+#: it from the installed torchao), Transformer Engine's docs (``Float8BlockScaling``: 1×128 activation and
+#: gradient blocks, 128×128 weight blocks, power-of-two FP32 scales by default; ``MXFP8BlockScaling``: 32 values
+#: along a row share one E8M0 scale), DeepSeek-V3's report (1×128 / 128×128).
+GRANULARITIES = (
+    Granularity("per-tensor", (None, None), (None, None), False, "torchao tensorwise; TE current and delayed"),
+    Granularity("rowwise", (1, None), (1, None), True, "torchao rowwise, rowwise_with_gw_hp"),
+    Granularity("1x128 / 128x128", (1, 128), (128, 128), True, "TE Float8BlockScaling; DeepSeek-V3"),
+    Granularity("MX: 1x32, E8M0", (1, 32), (1, 32), True, "TE MXFP8BlockScaling (Blackwell)"),
+)
+#: Lesson 10's activation/weight pair: 64 tokens × 512 features (N(0, 1)) times a 256 × 512 weight (N(0, 0.02²)).
+PAIR_SHAPE = (64, 512, 256)
+OUTLIER_AT = (0, 5)  # (token, feature) of the one outlier in x
+OUTLIER_LOG10 = tuple(float(v) for v in np.arange(0.0, 7.01, 0.5))  # the widget's positions: 10^0 … 10^7
+
+
+def round_scale_to_power_of_2(scale: torch.Tensor) -> torch.Tensor:
+    """Each float32 scale rounded *down* to a power of two, as torchao's ``round_scales_to_power_of_2`` does
+    (``torch.exp2(torch.floor(torch.log2(scale)))`` in ``torchao/float8/float8_utils.py``): down, so that
+    ``amax · scale`` stays at or below the format's max. Computed with ``torch.frexp``, which is exact on every
+    CPU (a vectorised ``log2`` one ulp off would move a scale just under a power of two up to it).
+
+    Example:
+        >>> round_scale_to_power_of_2(torch.tensor([448 / 3.0, 1.0, 0.3])).tolist()
+        [128.0, 1.0, 0.25]
+    """
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
+        raise TypeError(f"scale must be a float32 tensor (got {getattr(scale, 'dtype', type(scale).__name__)})")
+    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
+        raise ValueError("scale must hold positive finite numbers only")
+    _, exponent = torch.frexp(scale)  # scale = m · 2**exponent, 0.5 <= m < 1: exact, unlike a float log2
+    return torch.ldexp(torch.ones_like(scale), exponent - 1)
+
+
+def _block_shape(name: str, t: torch.Tensor, block: Any) -> tuple[int, int]:
+    if not isinstance(block, tuple) or len(block) != 2:
+        raise TypeError(f"{name} must be a (rows, columns) tuple, None for a whole dimension (got {block!r})")
+    shape = []
+    for size, b in zip(t.shape, block, strict=True):
+        if b is None:
+            shape.append(int(size))
+            continue
+        b = as_int(name, b, minimum=1)
+        if size % b:
+            raise ValueError(f"{name}={block} does not tile a {tuple(t.shape)} tensor: {size} is not a multiple "
+                             f"of {b}")
+        shape.append(b)
+    return shape[0], shape[1]
+
+
+def block_cast(t: torch.Tensor, block: tuple[int | None, int | None], fmt: str | torch.dtype = "e4m3",
+               power_of_two: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cast a 2-D tensor to FP8 with one scale per ``block`` (rows, columns; ``None``: the whole dimension):
+    ``scale = max / amax(block)`` in float32 (rounded down to a power of two if ``power_of_two``), then the
+    saturating cast of ``t · scale``. Returns ``(t_fp8, scales)``, ``scales`` of shape (rows / block rows,
+    columns / block columns): the factors ``t`` was multiplied by. ``(None, None)`` is per-tensor scaling,
+    ``(1, None)`` rowwise, ``(1, 32)`` with ``power_of_two`` MX-style.
+
+    Example:
+        >>> t8, s = block_cast(torch.tensor([[1.0, 2.0], [0.5, 0.25]]), (1, None))
+        >>> s.flatten().tolist(), t8.float().tolist()
+        ([224.0, 896.0], [[224.0, 448.0], [448.0, 224.0]])
+    """
+    t = _float_tensor("t", t)
+    if t.dim() != 2:
+        raise ValueError(f"t must be 2-D (got shape {tuple(t.shape)})")
+    if not isinstance(power_of_two, bool):
+        raise TypeError(f"power_of_two must be True or False (got {power_of_two!r})")
+    dtype = fp8_dtype(fmt)
+    br, bc = _block_shape("block", t, block)
+    rows, cols = t.shape[0] // br, t.shape[1] // bc
+    t32 = t.detach().float()
+    blocks = t32.reshape(rows, br, cols, bc)
+    amaxes = blocks.abs().amax(dim=(1, 3)).double()
+    scales = (torch.finfo(dtype).max / amaxes.clamp(min=EPS)).float()  # torchao's amax_to_scale
+    if power_of_two:
+        scales = round_scale_to_power_of_2(scales)
+    top = torch.finfo(dtype).max
+    scaled = blocks * scales[:, None, :, None]
+    return scaled.clamp(-top, top).to(dtype).reshape(t.shape), scales
+
+
+def block_dequantize(t_fp8: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The values an FP8 tensor from :func:`block_cast` stands for, ``t_fp8 / scale`` per block, in float64 (an
+    FP8 value divided by a float32 scale: exact to float64's 53 bits; exactly so for power-of-two scales)."""
+    if not isinstance(t_fp8, torch.Tensor) or t_fp8.dtype not in FORMATS.values() or t_fp8.dim() != 2:
+        raise TypeError("t_fp8 must be a 2-D FP8 tensor from block_cast")
+    if not isinstance(scales, torch.Tensor) or scales.dim() != 2 or any(
+            s == 0 or n % s for n, s in zip(t_fp8.shape, scales.shape, strict=True)):
+        raise ValueError(f"scales must be the 2-D scales block_cast returned with t_fp8 (got "
+                         f"{getattr(scales, 'shape', type(scales).__name__)} for {tuple(t_fp8.shape)})")
+    rows, cols = scales.shape
+    blocks = t_fp8.double().reshape(rows, t_fp8.shape[0] // rows, cols, t_fp8.shape[1] // cols)
+    return (blocks / scales.double()[:, None, :, None]).reshape(t_fp8.shape)
+
+
+def _check_log10_outlier(log10_outlier: Any) -> float:
+    if isinstance(log10_outlier, bool) or not isinstance(log10_outlier, (int, float)):
+        raise TypeError(f"log10_outlier must be a number from 0 to 7 (got {log10_outlier!r})")
+    if not 0 <= log10_outlier <= 7:
+        raise ValueError(f"log10_outlier must be from 0 to 7: an outlier of 10^0 to 10^7 (got {log10_outlier})")
+    return float(log10_outlier)
+
+
+def outlier_pair(log10_outlier: float = 0.0, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lesson 10's activation/weight pair (:data:`PAIR_SHAPE`): ``x`` (tokens × k, N(0, 1)) with one value,
+    ``x[OUTLIER_AT]``, set to ``10**log10_outlier``, and ``w`` (n × k, N(0, 0.02²)), both float32. Drawn with
+    NumPy's generator, so the values are the same on every CPU and under every torch kernel setting."""
+    log10_outlier = _check_log10_outlier(log10_outlier)
+    seed = as_int("seed", seed, minimum=0)
+    tokens, k, n = PAIR_SHAPE
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.standard_normal((tokens, k), dtype=np.float32))
+    w = torch.from_numpy((rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)))
+    x[OUTLIER_AT] = 10.0 ** log10_outlier
+    return x, w
+
+
+@dataclass(frozen=True)
+class GranularityResult:
+    """One scheme on one outlier: ``other_rows_error`` — relative error of the product ``x @ w.T`` on the tokens
+    without the outlier; ``neighbours_error`` — on the outlier's own token, the error of the part of its product
+    that the token's other values make; ``flushed_other_rows`` / ``flushed_neighbours``: how many of those values
+    of ``x`` the cast flushed to 0 (of ``n_other_rows`` / ``n_neighbours``)."""
+
+    name: str
+    log10_outlier: float
+    other_rows_error: float
+    neighbours_error: float
+    flushed_other_rows: int
+    flushed_neighbours: int
+    n_other_rows: int
+    n_neighbours: int
+
+
+def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm())
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Run small tensor ops on one thread: on a loaded 2-core machine, two threads on 32k-element ops spend more
+    time waiting for each other than computing (5x slower here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=2)
+def _weight_side(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """x without its outlier, w in float64, and w dequantised under each scheme (the outlier is only in x)."""
+    x, w = outlier_pair(0.0)
+    with _one_thread():
+        wq = tuple(block_dequantize(*block_cast(w, g.w_block, dtype, g.power_of_two)) for g in GRANULARITIES)
+    return x, w.double(), wq
+
+
+@functools.lru_cache(maxsize=64)
+def _granularity_errors(log10_outlier: float, dtype: torch.dtype) -> tuple[GranularityResult, ...]:
+    base, w64, wqs = _weight_side(dtype)
+    x = base.clone()
+    x[OUTLIER_AT] = 10.0 ** log10_outlier
+    row, col = OUTLIER_AT
+    x64 = x.double()
+    others = torch.cat([x64[:row], x64[row + 1:]])
+    ref_rows = others @ w64.T
+    neighbours = x64[row].clone()
+    neighbours[col] = 0.0
+    ref_n = neighbours @ w64.T
+    n_other, n_neigh = int((others != 0).sum()), int((neighbours != 0).sum())
+    results = []
+    for g, wq in zip(GRANULARITIES, wqs, strict=True):
+        xq = block_dequantize(*block_cast(x, g.x_block, dtype, g.power_of_two))
+        xq_others = torch.cat([xq[:row], xq[row + 1:]])
+        xq_n = xq[row].clone()
+        xq_n[col] = 0.0
+        results.append(GranularityResult(
+            g.name, log10_outlier, _relative(xq_others @ wq.T, ref_rows), _relative(xq_n @ wq.T, ref_n),
+            int(((xq_others == 0) & (others != 0)).sum()), int(((xq_n == 0) & (neighbours != 0)).sum()),
+            n_other, n_neigh))
+    return tuple(results)
+
+
+def granularity_errors(log10_outlier: float, fmt: str | torch.dtype = "e4m3") -> list[GranularityResult]:
+    """Each scheme of :data:`GRANULARITIES` on :func:`outlier_pair` with an outlier of ``10**log10_outlier``:
+    ``x`` and ``w`` cast to FP8 with the scheme's blocks, dequantised and multiplied in float64. An emulation, exact
+    in what matters: every FP8 value and scale is exact in float64, so the error is the casts' alone (no
+    accumulator, no kernel), the same on every CPU up to float64 summation order. Cached.
+
+    Example:
+        >>> [r.flushed_neighbours for r in granularity_errors(7.0)]  # of the outlier's 511 neighbours
+        [511, 511, 127, 31]
+    """
+    log10_outlier, dtype = _check_log10_outlier(log10_outlier), fp8_dtype(fmt)
+    with _one_thread():
+        return list(_granularity_errors(log10_outlier, dtype))
+
+
+def granularity_table(log10_outliers: Sequence[float] = (0.0, 4.0, 5.0, 6.0)) -> Table:
+    """:func:`granularity_errors` at a few outliers, one row per (outlier, scheme): a fact (float64 emulation)."""
+    if isinstance(log10_outliers, (str, bytes)) or not isinstance(log10_outliers, Sequence) or not log10_outliers:
+        raise TypeError(f"log10_outliers must be a non-empty list of numbers (got {log10_outliers!r})")
+    rows = []
+    for p in log10_outliers:
+        for r in granularity_errors(p):
+            rows.append({"outlier": f"10^{p:g}", "scaling": r.name,
+                         "error, other tokens": f"{r.other_rows_error:.1%}",
+                         "error, outlier's token": f"{r.neighbours_error:.1%}",
+                         "flushed, other tokens": f"{r.flushed_other_rows} of {r.n_other_rows}",
+                         "flushed, outlier's token": f"{r.flushed_neighbours} of {r.n_neighbours}"})
+    return Table(rows, title="x @ w.T in E4M3 with one outlier in x (float64 emulation of the casts)")
