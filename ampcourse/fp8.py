@@ -1017,7 +1017,7 @@ def outlier_pair(log10_outlier: float = 0.0, seed: int = 0) -> tuple[torch.Tenso
     tokens, k, n = PAIR_SHAPE
     rng = np.random.default_rng(seed)
     x = torch.from_numpy(rng.standard_normal((tokens, k), dtype=np.float32))
-    w = torch.from_numpy((rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)))
+    w = torch.from_numpy(rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02))
     x[OUTLIER_AT] = 10.0 ** log10_outlier
     return x, w
 
@@ -1113,19 +1113,18 @@ def granularity_table(log10_outliers: Sequence[float] = (0.0, 4.0, 5.0, 6.0)) ->
     for p in log10_outliers:
         for r in granularity_errors(p):
             rows.append({"outlier": f"10^{p:g}", "scaling": r.name,
-                         "error, other tokens": f"{r.other_rows_error:.1%}",
-                         "error, outlier's token": f"{r.neighbours_error:.1%}",
-                         "flushed, other tokens": f"{r.flushed_other_rows} of {r.n_other_rows}",
-                         "flushed, outlier's token": f"{r.flushed_neighbours} of {r.n_neighbours}"})
+                         "error: other tokens": f"{r.other_rows_error:.1%}",
+                         "error: token 0": f"{r.neighbours_error:.1%}",
+                         "flushed: other tokens": f"{r.flushed_other_rows} / {r.n_other_rows}",
+                         "flushed: token 0": f"{r.flushed_neighbours} / {r.n_neighbours}"})
     return Table(rows, title="x @ w.T in E4M3 with one outlier in x (float64 emulation of the casts)")
 
 
 # ------------------------------------------------------------------------------------ recipes and layer choice
 TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 #: What torchao's ``Float8LinearRecipeName`` docstring (torchao/float8/config.py) says each recipe is for.
-TORCHAO_RECIPE_USE = {"tensorwise": "fastest (cuBLAS tensorwise kernel); the default",
-                      "rowwise": "more accurate (CUTLASS rowwise kernel)",
-                      "rowwise_with_gw_hp": "most accurate: grad_weight in high precision"}
+TORCHAO_RECIPE_USE = {"tensorwise": "fastest; the default", "rowwise": "more accurate",
+                      "rowwise_with_gw_hp": "most accurate"}
 _TE_DOCS = "https://github.com/NVIDIA/TransformerEngine/blob/main/docs/features/low_precision_training/"
 #: Transformer Engine's recipes, from its docs (``docs/api/common.rst`` for the defaults, and
 #: ``docs/features/low_precision_training/<recipe>/<recipe>.rst``); nothing here is run.
@@ -1172,7 +1171,7 @@ def recipe_table() -> Table:
         rows.append({"recipe": f"torchao {recipe}", "one scale per": per,
                      "x / w / grad": " / ".join(_format_name(t.target_dtype) for t in (
                          c.cast_config_input, c.cast_config_weight, c.cast_config_grad_output)),
-                     "GPU": "SM 8.9+" if per == "tensor" else "torchao README", "for": TORCHAO_RECIPE_USE[recipe]})
+                     "GPU": "SM 8.9+" if per == "tensor" else "see README", "for": TORCHAO_RECIPE_USE[recipe]})
     rows += [{key: value for key, value in r.items() if key != "source"} for r in TE_RECIPES]
     return Table(rows, title="FP8 training recipes")
 
