@@ -11,7 +11,15 @@ the same steps as tested helpers for the checks, the widget and the training run
   and the same on every machine;
 * torchao: :func:`import_torchao` (quiet on machines where torchao's GPU kernels cannot load),
   :func:`fp8_tensor_cores`, :func:`to_float8`, and :func:`compare_precisions` (FP32, bf16 autocast and FP8
-  from the same seeds on lesson 09's digits).
+  from the same seeds on lesson 09's digits);
+* scaling granularity, emulated exactly: :func:`block_cast` / :func:`block_dequantize` (one scale per block,
+  optionally a power of two: :func:`round_scale_to_power_of_2`), :data:`GRANULARITIES` (per-tensor, rowwise,
+  1×128 / 128×128, MX), :func:`granularity_errors` on :func:`outlier_pair` (the lesson's table and widget);
+* recipes and layer choice: :func:`recipe_table`, :func:`gemm_table` (torchao read from its configs, Transformer
+  Engine from its docs), :func:`conversion_plan` and :func:`filter_grid` (torchao's own layer filter);
+* checking FP8 on one's own model: :func:`check_fp8` (converted layers, per-layer SQNR against bf16, amax and
+  scales), :func:`loss_gap` (lesson 09's paired rule on losses), :func:`profile_fp8` (FP8 GEMMs and step times
+  on a GPU with FP8 Tensor Cores).
 
 Facts checked against torch 2.13 (``torch/headeronly/util/Float8_e4m3fn.h``) and torchao 0.18:
 
