@@ -267,13 +267,15 @@ def _check_granularity(data: object) -> GranularityData:
 def granularity_readout(data: GranularityData) -> str:
     """The HTML table under the figure: each scheme's errors and flushed values at the slider's outlier."""
     _check_granularity(data)
+    td = '<td style="padding: 0 12px 0 0">'
     rows = "".join(
-        f"<tr><td>{r.name}</td><td>{r.other_rows_error:.1%}</td><td>{r.flushed_other_rows:,} of "
-        f"{r.n_other_rows:,}</td><td>{r.neighbours_error:.1%}</td><td>{r.flushed_neighbours} of "
+        f"<tr>{td}{r.name}</td>{td}{r.other_rows_error:.1%}</td>{td}{r.flushed_other_rows:,} of "
+        f"{r.n_other_rows:,}</td>{td}{r.neighbours_error:.1%}</td>{td}{r.flushed_neighbours} of "
         f"{r.n_neighbours}</td></tr>" for r in data.results)
+    th = '<th style="padding: 0 12px 0 0; text-align: left">'
     return (f"<b>one outlier of 10^{data.log10_outlier:g} in token 0</b> (E4M3, float64 emulation)"
-            "<table><tr><th>scaling</th><th>error, other tokens</th><th>flushed, other tokens</th>"
-            f"<th>error, token 0's other values</th><th>flushed, token 0</th></tr>{rows}</table>")
+            f"<table><tr>{th}scaling</th>{th}error, other tokens</th>{th}flushed, other tokens</th>"
+            f"{th}error, token 0's other values</th>{th}flushed, token 0</th></tr>{rows}</table>")
 
 
 def draw_granularity(fig: Figure, data: GranularityData) -> str:
@@ -281,7 +283,7 @@ def draw_granularity(fig: Figure, data: GranularityData) -> str:
     (its other values); one curve per scheme, drawn once, and markers at the slider."""
     _check_figure(fig)
     _check_granularity(data)
-    fig.subplots_adjust(left=0.11, right=0.99, bottom=0.14, top=0.84, wspace=0.12)
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.14, top=0.84, wspace=0.12)
     axes = fig.subplots(1, 2, sharey=True)
     xs = np.array(OUTLIER_LOG10)
     index = OUTLIER_LOG10.index(data.log10_outlier)
