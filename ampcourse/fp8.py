@@ -11,7 +11,15 @@ the same steps as tested helpers for the checks, the widget and the training run
   and the same on every machine;
 * torchao: :func:`import_torchao` (quiet on machines where torchao's GPU kernels cannot load),
   :func:`fp8_tensor_cores`, :func:`to_float8`, and :func:`compare_precisions` (FP32, bf16 autocast and FP8
-  from the same seeds on lesson 09's digits).
+  from the same seeds on lesson 09's digits);
+* scaling granularity, emulated exactly: :func:`block_cast` / :func:`block_dequantize` (one scale per block,
+  optionally a power of two: :func:`round_scale_to_power_of_2`), :data:`GRANULARITIES` (per-tensor, rowwise,
+  1×128 / 128×128, MX), :func:`granularity_errors` on :func:`outlier_pair` (the lesson's table and widget);
+* recipes and layer choice: :func:`recipe_table`, :func:`gemm_table` (torchao read from its configs, Transformer
+  Engine from its docs), :func:`conversion_plan` and :func:`filter_grid` (torchao's own layer filter);
+* checking FP8 on one's own model: :func:`check_fp8` (converted layers, per-layer SQNR against bf16, amax and
+  scales), :func:`loss_gap` (lesson 09's paired rule on losses), :func:`profile_fp8` (FP8 GEMMs and step times
+  on a GPU with FP8 Tensor Cores).
 
 Facts checked against torch 2.13 (``torch/headeronly/util/Float8_e4m3fn.h``) and torchao 0.18:
 
@@ -30,6 +38,7 @@ Facts checked against torch 2.13 (``torch/headeronly/util/Float8_e4m3fn.h``) and
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import logging
@@ -56,6 +65,10 @@ __all__ = [
     "to_float8", "to_fp8", "emulated_scaled_mm", "fp8_matmul_available",
     "ROLES", "ROLE_FORMAT", "TensorSample", "accuracy_table", "collect_tensors", "curves_png",
     "fate_table", "range_png", "train_step", "fp8_friendly", "SCALED_MM_OUT_DTYPES", "MAX_SEEDS",
+    "GRANULARITIES", "Granularity", "GranularityResult", "OUTLIER_AT", "OUTLIER_LOG10", "PAIR_SHAPE", "block_cast",
+    "block_dequantize", "granularity_errors", "granularity_table", "outlier_pair", "round_scale_to_power_of_2",
+    "TORCHAO_RECIPES", "TE_RECIPES", "recipe_table", "gemm_table", "torchao_filter", "conversion_plan", "filter_grid",
+    "SQNR_FLOOR_DB", "LayerCheck", "FP8Check", "check_fp8", "loss_gap", "profile_fp8",
 ]
 
 E4M3 = torch.float8_e4m3fn
@@ -881,3 +894,537 @@ def curves_png(runs: dict[str, list[PrecisionRun]]) -> bytes:
     ax.legend(fontsize=8)
     fig.tight_layout()
     return figure_png(fig)
+
+
+# -------------------------------------------------------------------------------------- scaling granularity
+@dataclass(frozen=True)
+class Granularity:
+    """One way to share scales: ``x_block`` and ``w_block`` are the (rows, columns) of the blocks that share one
+    scale in the activation ``x`` (tokens × k) and the weight ``w`` (n × k) — ``None`` for a whole dimension — and
+    ``power_of_two`` rounds every scale down to a power of two (torchao's ``round_scales_to_power_of_2``; MX's
+    E8M0 scales hold nothing else). ``used_by``: where the scheme comes from."""
+
+    name: str
+    x_block: tuple[int | None, int | None]
+    w_block: tuple[int | None, int | None]
+    power_of_two: bool
+    used_by: str
+
+
+#: The four schemes of lesson 10's granularity section, its widget and exercise Task 5. Sources: torchao 0.18
+#: (``Float8LinearConfig.from_recipe_name``: tensorwise without, rowwise with power-of-two scales — a test reads
+#: it from the installed torchao), Transformer Engine's docs (``Float8BlockScaling``: 1×128 activation and
+#: gradient blocks, 128×128 weight blocks, power-of-two FP32 scales by default; ``MXFP8BlockScaling``: 32 values
+#: along a row share one E8M0 scale), DeepSeek-V3's report (1×128 / 128×128).
+GRANULARITIES = (
+    Granularity("per-tensor", (None, None), (None, None), False, "torchao tensorwise; TE current and delayed"),
+    Granularity("rowwise", (1, None), (1, None), True, "torchao rowwise, rowwise_with_gw_hp"),
+    Granularity("1x128 / 128x128", (1, 128), (128, 128), True, "TE Float8BlockScaling; DeepSeek-V3"),
+    Granularity("MX: 1x32, E8M0", (1, 32), (1, 32), True, "TE MXFP8BlockScaling (Blackwell)"),
+)
+#: Lesson 10's activation/weight pair: 64 tokens × 512 features (N(0, 1)) times a 256 × 512 weight (N(0, 0.02²)).
+PAIR_SHAPE = (64, 512, 256)
+OUTLIER_AT = (0, 5)  # (token, feature) of the one outlier in x
+OUTLIER_LOG10 = tuple(float(v) for v in np.arange(0.0, 7.01, 0.5))  # the widget's positions: 10^0 … 10^7
+
+
+def round_scale_to_power_of_2(scale: torch.Tensor) -> torch.Tensor:
+    """Each float32 scale rounded *down* to a power of two, as torchao's ``round_scales_to_power_of_2`` does
+    (``torch.exp2(torch.floor(torch.log2(scale)))`` in ``torchao/float8/float8_utils.py``): down, so that
+    ``amax · scale`` stays at or below the format's max. Computed with ``torch.frexp``, which is exact on every
+    CPU (a vectorised ``log2`` one ulp off would move a scale just under a power of two up to it).
+
+    Example:
+        >>> round_scale_to_power_of_2(torch.tensor([448 / 3.0, 1.0, 0.3])).tolist()
+        [128.0, 1.0, 0.25]
+    """
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
+        raise TypeError(f"scale must be a float32 tensor (got {getattr(scale, 'dtype', type(scale).__name__)})")
+    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
+        raise ValueError("scale must hold positive finite numbers only")
+    _, exponent = torch.frexp(scale)  # scale = m · 2**exponent, 0.5 <= m < 1: exact, unlike a float log2
+    return torch.ldexp(torch.ones_like(scale), exponent - 1)
+
+
+def _block_shape(name: str, t: torch.Tensor, block: Any) -> tuple[int, int]:
+    if not isinstance(block, tuple) or len(block) != 2:
+        raise TypeError(f"{name} must be a (rows, columns) tuple, None for a whole dimension (got {block!r})")
+    shape = []
+    for size, b in zip(t.shape, block, strict=True):
+        if b is None:
+            shape.append(int(size))
+            continue
+        b = as_int(name, b, minimum=1)
+        if size % b:
+            raise ValueError(f"{name}={block} does not tile a {tuple(t.shape)} tensor: {size} is not a multiple "
+                             f"of {b}")
+        shape.append(b)
+    return shape[0], shape[1]
+
+
+def block_cast(t: torch.Tensor, block: tuple[int | None, int | None], fmt: str | torch.dtype = "e4m3",
+               power_of_two: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cast a 2-D tensor to FP8 with one scale per ``block`` (rows, columns; ``None``: the whole dimension):
+    ``scale = max / amax(block)`` in float32 (rounded down to a power of two if ``power_of_two``), then the
+    saturating cast of ``t · scale``. Returns ``(t_fp8, scales)``, ``scales`` of shape (rows / block rows,
+    columns / block columns): the factors ``t`` was multiplied by. ``(None, None)`` is per-tensor scaling,
+    ``(1, None)`` rowwise, ``(1, 32)`` with ``power_of_two`` MX-style.
+
+    Example:
+        >>> t8, s = block_cast(torch.tensor([[1.0, 2.0], [0.5, 0.25]]), (1, None))
+        >>> s.flatten().tolist(), t8.float().tolist()
+        ([224.0, 896.0], [[224.0, 448.0], [448.0, 224.0]])
+    """
+    t = _float_tensor("t", t)
+    if t.dim() != 2:
+        raise ValueError(f"t must be 2-D (got shape {tuple(t.shape)})")
+    if not isinstance(power_of_two, bool):
+        raise TypeError(f"power_of_two must be True or False (got {power_of_two!r})")
+    dtype = fp8_dtype(fmt)
+    br, bc = _block_shape("block", t, block)
+    rows, cols = t.shape[0] // br, t.shape[1] // bc
+    t32 = t.detach().float()
+    blocks = t32.reshape(rows, br, cols, bc)
+    amaxes = blocks.abs().amax(dim=(1, 3)).double()
+    scales = (torch.finfo(dtype).max / amaxes.clamp(min=EPS)).float()  # torchao's amax_to_scale
+    if power_of_two:
+        scales = round_scale_to_power_of_2(scales)
+    top = torch.finfo(dtype).max
+    scaled = blocks * scales[:, None, :, None]
+    return scaled.clamp(-top, top).to(dtype).reshape(t.shape), scales
+
+
+def block_dequantize(t_fp8: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The values an FP8 tensor from :func:`block_cast` stands for, ``t_fp8 / scale`` per block, in float64 (an
+    FP8 value divided by a float32 scale: exact to float64's 53 bits; exactly so for power-of-two scales)."""
+    if not isinstance(t_fp8, torch.Tensor) or t_fp8.dtype not in FORMATS.values() or t_fp8.dim() != 2:
+        raise TypeError("t_fp8 must be a 2-D FP8 tensor from block_cast")
+    if not isinstance(scales, torch.Tensor) or scales.dim() != 2 or any(
+            s == 0 or n % s for n, s in zip(t_fp8.shape, scales.shape, strict=True)):
+        raise ValueError(f"scales must be the 2-D scales block_cast returned with t_fp8 (got "
+                         f"{getattr(scales, 'shape', type(scales).__name__)} for {tuple(t_fp8.shape)})")
+    rows, cols = scales.shape
+    blocks = t_fp8.double().reshape(rows, t_fp8.shape[0] // rows, cols, t_fp8.shape[1] // cols)
+    return (blocks / scales.double()[:, None, :, None]).reshape(t_fp8.shape)
+
+
+def _check_log10_outlier(log10_outlier: Any) -> float:
+    if isinstance(log10_outlier, bool) or not isinstance(log10_outlier, (int, float)):
+        raise TypeError(f"log10_outlier must be a number from 0 to 7 (got {log10_outlier!r})")
+    if not 0 <= log10_outlier <= 7:
+        raise ValueError(f"log10_outlier must be from 0 to 7: an outlier of 10^0 to 10^7 (got {log10_outlier})")
+    return float(log10_outlier)
+
+
+def outlier_pair(log10_outlier: float = 0.0, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lesson 10's activation/weight pair (:data:`PAIR_SHAPE`): ``x`` (tokens × k, N(0, 1)) with one value,
+    ``x[OUTLIER_AT]``, set to ``10**log10_outlier``, and ``w`` (n × k, N(0, 0.02²)), both float32. Drawn with
+    NumPy's generator, so the values are the same on every CPU and under every torch kernel setting."""
+    log10_outlier = _check_log10_outlier(log10_outlier)
+    seed = as_int("seed", seed, minimum=0)
+    tokens, k, n = PAIR_SHAPE
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.standard_normal((tokens, k), dtype=np.float32))
+    w = torch.from_numpy(rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02))
+    x[OUTLIER_AT] = 10.0 ** log10_outlier
+    return x, w
+
+
+@dataclass(frozen=True)
+class GranularityResult:
+    """One scheme on one outlier: ``other_rows_error`` — relative error of the product ``x @ w.T`` on the tokens
+    without the outlier; ``neighbours_error`` — on the outlier's own token, the error of the part of its product
+    that the token's other values make; ``flushed_other_rows`` / ``flushed_neighbours``: how many of those values
+    of ``x`` the cast flushed to 0 (of ``n_other_rows`` / ``n_neighbours``)."""
+
+    name: str
+    log10_outlier: float
+    other_rows_error: float
+    neighbours_error: float
+    flushed_other_rows: int
+    flushed_neighbours: int
+    n_other_rows: int
+    n_neighbours: int
+
+
+def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm())
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Run small tensor ops on one thread: on a loaded 2-core machine, two threads on 32k-element ops spend more
+    time waiting for each other than computing (5x slower here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=2)
+def _weight_side(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """x without its outlier, w in float64, and w dequantised under each scheme (the outlier is only in x)."""
+    x, w = outlier_pair(0.0)
+    with _one_thread():
+        wq = tuple(block_dequantize(*block_cast(w, g.w_block, dtype, g.power_of_two)) for g in GRANULARITIES)
+    return x, w.double(), wq
+
+
+@functools.lru_cache(maxsize=64)
+def _granularity_errors(log10_outlier: float, dtype: torch.dtype) -> tuple[GranularityResult, ...]:
+    base, w64, wqs = _weight_side(dtype)
+    x = base.clone()
+    x[OUTLIER_AT] = 10.0 ** log10_outlier
+    row, col = OUTLIER_AT
+    x64 = x.double()
+    others = torch.cat([x64[:row], x64[row + 1:]])
+    ref_rows = others @ w64.T
+    neighbours = x64[row].clone()
+    neighbours[col] = 0.0
+    ref_n = neighbours @ w64.T
+    n_other, n_neigh = int((others != 0).sum()), int((neighbours != 0).sum())
+    results = []
+    for g, wq in zip(GRANULARITIES, wqs, strict=True):
+        xq = block_dequantize(*block_cast(x, g.x_block, dtype, g.power_of_two))
+        xq_others = torch.cat([xq[:row], xq[row + 1:]])
+        xq_n = xq[row].clone()
+        xq_n[col] = 0.0
+        results.append(GranularityResult(
+            g.name, log10_outlier, _relative(xq_others @ wq.T, ref_rows), _relative(xq_n @ wq.T, ref_n),
+            int(((xq_others == 0) & (others != 0)).sum()), int(((xq_n == 0) & (neighbours != 0)).sum()),
+            n_other, n_neigh))
+    return tuple(results)
+
+
+def granularity_errors(log10_outlier: float, fmt: str | torch.dtype = "e4m3") -> list[GranularityResult]:
+    """Each scheme of :data:`GRANULARITIES` on :func:`outlier_pair` with an outlier of ``10**log10_outlier``:
+    ``x`` and ``w`` cast to FP8 with the scheme's blocks, dequantised and multiplied in float64. An emulation, exact
+    in what matters: every FP8 value and scale is exact in float64, so the error is the casts' alone (no
+    accumulator, no kernel), the same on every CPU up to float64 summation order. Cached.
+
+    Example:
+        >>> [r.flushed_neighbours for r in granularity_errors(7.0)]  # of the outlier's 511 neighbours
+        [511, 511, 127, 31]
+    """
+    log10_outlier, dtype = _check_log10_outlier(log10_outlier), fp8_dtype(fmt)
+    with _one_thread():
+        return list(_granularity_errors(log10_outlier, dtype))
+
+
+def granularity_table(log10_outliers: Sequence[float] = (0.0, 4.0, 5.0, 6.0)) -> Table:
+    """:func:`granularity_errors` at a few outliers, one row per (outlier, scheme): a fact (float64 emulation)."""
+    if isinstance(log10_outliers, (str, bytes)) or not isinstance(log10_outliers, Sequence) or not log10_outliers:
+        raise TypeError(f"log10_outliers must be a non-empty list of numbers (got {log10_outliers!r})")
+    rows = []
+    for p in log10_outliers:
+        for r in granularity_errors(p):
+            rows.append({"outlier": f"10^{p:g}", "scaling": r.name,
+                         "error: other tokens": f"{r.other_rows_error:.1%}",
+                         "error: token 0": f"{r.neighbours_error:.1%}",
+                         "flushed: other tokens": f"{r.flushed_other_rows} / {r.n_other_rows}",
+                         "flushed: token 0": f"{r.flushed_neighbours} / {r.n_neighbours}"})
+    return Table(rows, title="x @ w.T in E4M3 with one outlier in x (float64 emulation of the casts)")
+
+
+# ------------------------------------------------------------------------------------ recipes and layer choice
+TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+#: What torchao's ``Float8LinearRecipeName`` docstring (torchao/float8/config.py) says each recipe is for.
+TORCHAO_RECIPE_USE = {"tensorwise": "fastest; the default", "rowwise": "more accurate",
+                      "rowwise_with_gw_hp": "most accurate"}
+_TE_DOCS = "https://github.com/NVIDIA/TransformerEngine/blob/main/docs/features/low_precision_training/"
+#: Transformer Engine's recipes, from its docs (``docs/api/common.rst`` for the defaults, and
+#: ``docs/features/low_precision_training/<recipe>/<recipe>.rst``); nothing here is run.
+TE_RECIPES = (
+    {"recipe": "TE DelayedScaling", "one scale per": "tensor, amax history (1024, max)",
+     "x / w / grad": "E4M3 / E4M3 / E5M2", "GPU": "SM 8.9+", "for": "one read per cast, not two",
+     "source": _TE_DOCS + "fp8_delayed_scaling/fp8_delayed_scaling.rst"},
+    {"recipe": "TE Float8CurrentScaling", "one scale per": "tensor, this step's amax",
+     "x / w / grad": "E4M3 / E4M3 / E5M2", "GPU": "SM 8.9+", "for": "the simplest recipe",
+     "source": _TE_DOCS + "fp8_current_scaling/fp8_current_scaling.rst"},
+    {"recipe": "TE Float8BlockScaling", "one scale per": "1x128 (x, grad), 128x128 (w); 2^k",
+     "x / w / grad": "E4M3 / E4M3 / E4M3", "GPU": "SM 9.0", "for": "DeepSeek-V3's scheme",
+     "source": _TE_DOCS + "fp8_blockwise_scaling/fp8_blockwise_scaling.rst"},
+    {"recipe": "TE MXFP8BlockScaling", "one scale per": "32 values of a row, E8M0 (2^k)",
+     "x / w / grad": "E4M3 / E4M3 / E4M3", "GPU": "SM 10.0, 10.3", "for": "Blackwell's own",
+     "source": _TE_DOCS + "mxfp8/mxfp8.rst"},
+)
+
+
+def _format_name(dtype: torch.dtype) -> str:
+    return "E4M3" if dtype == E4M3 else "E5M2" if dtype == E5M2 else str(dtype).removeprefix("torch.")
+
+
+def _cast_text(cast) -> str:
+    if cast.scaling_type.name == "DISABLED":
+        return "bf16"
+    return f"{_format_name(cast.target_dtype)} {cast.scaling_granularity.value}"
+
+
+def recipe_table() -> Table:
+    """torchao's three recipes, read from the installed ``Float8LinearConfig.from_recipe_name`` (what one scale
+    covers, the format of input, weight and output gradient), next to Transformer Engine's four
+    (:data:`TE_RECIPES`, from its docs). GPU: the compute capability each needs (FP8 Tensor Cores: 8.9+; which
+    GPUs run torchao's rowwise CUTLASS kernels its config does not say: see its README)."""
+    float8 = import_torchao()
+    rows = []
+    for recipe in TORCHAO_RECIPES:
+        c = float8.Float8LinearConfig.from_recipe_name(recipe)
+        per = "tensor" if c.cast_config_input.scaling_granularity.value == "tensorwise" else "row"
+        if c.round_scales_to_power_of_2:
+            per += "; 2^k"
+        if c.cast_config_input_for_grad_weight.scaling_type.name == "DISABLED":
+            per += "; grad_w in bf16"
+        rows.append({"recipe": f"torchao {recipe}", "one scale per": per,
+                     "x / w / grad": " / ".join(_format_name(t.target_dtype) for t in (
+                         c.cast_config_input, c.cast_config_weight, c.cast_config_grad_output)),
+                     "GPU": "SM 8.9+" if per == "tensor" else "see README", "for": TORCHAO_RECIPE_USE[recipe]})
+    rows += [{key: value for key, value in r.items() if key != "source"} for r in TE_RECIPES]
+    return Table(rows, title="FP8 training recipes")
+
+
+def gemm_table() -> Table:
+    """The operands of the three matrix products of a torchao ``Float8Linear`` under each recipe, read from the
+    installed configs: output = x @ w.T, grad_input = grad @ w, grad_weight = grad.T @ x."""
+    float8 = import_torchao()
+    rows = []
+    for recipe in TORCHAO_RECIPES:
+        c = float8.Float8LinearConfig.from_recipe_name(recipe)
+        rows.append({"recipe": recipe,
+                     "output": f"{_cast_text(c.cast_config_input)} x {_cast_text(c.cast_config_weight)}",
+                     "grad_input": f"{_cast_text(c.cast_config_grad_output)} x "
+                                   f"{_cast_text(c.cast_config_weight_for_grad_input)}",
+                     "grad_weight": f"{_cast_text(c.cast_config_grad_output_for_grad_weight)} x "
+                                    f"{_cast_text(c.cast_config_input_for_grad_weight)}",
+                     "fast accum. (output)": str(c.gemm_config_output.use_fast_accum)})
+    return Table(rows, title="torchao: the operands of each GEMM")
+
+
+def torchao_filter(recipe: str = "tensorwise") -> Callable[[nn.Module, str], bool]:
+    """torchao's own layer filter for a recipe (``torchao.float8._auto_filter_for_recipe(recipe, [])``): which
+    ``nn.Linear`` it would convert — sizes multiples of 16 and above thresholds measured on H100."""
+    if recipe not in ("tensorwise", "rowwise"):
+        raise ValueError(f"recipe must be 'tensorwise' or 'rowwise': torchao 0.18 has automatic filters for those "
+                         f"two only (got {recipe!r})")
+    return import_torchao()._auto_filter_for_recipe(recipe, [])
+
+
+def conversion_plan(model: nn.Module, recipes: Sequence[str] = ("tensorwise", "rowwise")) -> Table:
+    """Every ``nn.Linear`` of ``model`` with its weight's (N, K) and whether torchao's filter (:func:`torchao_filter`)
+    converts it under each recipe. Works on a model on the meta device (no memory), as the lesson does."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    if isinstance(recipes, str) or not recipes:
+        raise TypeError(f"recipes must be a non-empty list such as ['tensorwise'] (got {recipes!r})")
+    filters = {recipe: torchao_filter(recipe) for recipe in recipes}
+    rows = []
+    for fqn, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            n, k = module.weight.shape
+            rows.append({"layer": fqn, "weight (N, K)": f"({n}, {k})",
+                         **{f"{recipe} converts": "yes" if keep(module, fqn) else "no"
+                            for recipe, keep in filters.items()}})
+    if not rows:
+        raise ValueError("model has no nn.Linear: there is nothing torchao.float8 would convert")
+    return Table(rows, title="What torchao's automatic filter converts")
+
+
+def filter_grid(recipe: str, sizes: Sequence[int] = (1024, 2048, 4096, 8192, 16384)) -> Table:
+    """torchao's filter on a grid of weight sizes (rows: K = in_features, columns: N = out_features): 'yes' where
+    it converts. The thresholds come from running the installed filter on meta-device linears, not from a copy."""
+    keep = torchao_filter(recipe)
+    sizes = [as_int("size", s, minimum=16) for s in sizes]
+    rows = []
+    for k in sizes:
+        row = {"K (in) \\ N (out)": str(k)}
+        for n in sizes:
+            row[str(n)] = "yes" if keep(nn.Linear(k, n, device="meta"), "layer") else "."
+        rows.append(row)
+    return Table(rows, title=f"torchao's {recipe} filter: converted?")
+
+
+# --------------------------------------------------------------------------------- check FP8 on your own model
+#: A layer whose FP8 output is further than this from bf16 (SQNR in dB) deserves a look: 20 dB is a 10%
+#: relative error, nearly 3x the 3.7% (28.6 dB) of an E4M3 product of well-behaved tensors, and what the
+#: granularity section measured once an outlier took over a per-tensor scale (12.9% at 10^5).
+SQNR_FLOOR_DB = 20.0
+
+
+@dataclass(frozen=True)
+class LayerCheck:
+    """One converted layer: the SQNR of its output against the bf16 model's (same batch), and the amaxes and
+    FP8 scales its input and weight got (the smallest and largest scale, for rowwise recipes)."""
+
+    name: str
+    sqnr_db: float
+    input_amax: float
+    weight_amax: float
+    input_scales: tuple[float, float]
+    weight_scales: tuple[float, float]
+
+    @property
+    def suspect(self) -> bool:
+        return self.sqnr_db < SQNR_FLOOR_DB
+
+
+@dataclass(frozen=True, eq=False)
+class FP8Check:
+    """What :func:`check_fp8` found: the converted layers, one :class:`LayerCheck` each, and the bf16 and FP8 loss
+    on the batch."""
+
+    converted: tuple[str, ...]
+    skipped: tuple[str, ...]
+    layers: tuple[LayerCheck, ...]
+    recipe: str
+    emulated: bool
+
+    def table(self) -> Table:
+        return Table([{"layer": c.name, "SQNR vs bf16 (dB)": f"{c.sqnr_db:.1f}",
+                       "input amax": f"{c.input_amax:.3g}", "weight amax": f"{c.weight_amax:.3g}",
+                       "input scale": _span(c.input_scales), "weight scale": _span(c.weight_scales),
+                       f"below {SQNR_FLOOR_DB:g} dB": "yes" if c.suspect else "no"} for c in self.layers],
+                     title=f"FP8 ({self.recipe}{', emulated' if self.emulated else ''}) against bf16, layer by layer")
+
+
+def _span(pair: tuple[float, float]) -> str:
+    return f"{pair[0]:.4g}" if pair[0] == pair[1] else f"{pair[0]:.4g} – {pair[1]:.4g}"
+
+
+def check_fp8(model: nn.Module, batch: torch.Tensor, *, recipe: str = "tensorwise",
+              module_filter_fn: Callable[[nn.Module, str], bool] | None = None) -> FP8Check:
+    """Convert a *copy* of ``model`` with torchao (``recipe``; ``module_filter_fn``, default :func:`fp8_friendly`),
+    run both on ``batch`` under bf16 autocast, and compare every converted layer's output with the bf16 model's
+    (SQNR, torchao's ``compute_error``); record each layer's input and weight amax and the scales torchao's
+    ``tensor_to_scale`` gives them. Emulated where the device has no FP8 Tensor Cores. ``model`` is not changed.
+
+    The outputs compared are end to end (each FP8 layer gets the FP8 model's own input), so a low SQNR may come
+    from an earlier layer: read the table top to bottom.
+    """
+    import copy
+
+    from torch import nn as _nn
+
+    if not isinstance(model, _nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    batch = _float_tensor("batch", batch)
+    if recipe not in TORCHAO_RECIPES:
+        raise ValueError(f"recipe must be one of {TORCHAO_RECIPES} (got {recipe!r})")
+    if module_filter_fn is not None and not callable(module_filter_fn):
+        raise TypeError("module_filter_fn must be None or a function (module, fqn) -> bool")
+    float8 = import_torchao()
+    utils = importlib.import_module("torchao.float8.float8_utils")
+    device = batch.device
+    emulated = not fp8_tensor_cores(device)
+    config = float8.Float8LinearConfig.from_recipe_name(recipe)
+    config = type(config)(**{**{f.name: getattr(config, f.name) for f in config.__dataclass_fields__.values()},
+                             "emulate": emulated})
+    reference, converted = copy.deepcopy(model), copy.deepcopy(model)
+    float8.convert_to_float8_training(converted, config=config, module_filter_fn=module_filter_fn or fp8_friendly)
+    linear_class = importlib.import_module("torchao.float8.float8_linear").Float8Linear
+    names = tuple(n for n, m in converted.named_modules() if isinstance(m, linear_class))
+    if not names:
+        raise ValueError("no layer was converted: none passes the module filter (sizes multiples of 16?)")
+    skipped = tuple(n for n, m in converted.named_modules() if type(m) is _nn.Linear)
+    outputs: dict[str, dict[str, torch.Tensor]] = {"bf16": {}, "fp8": {}}
+    inputs: dict[str, torch.Tensor] = {}
+
+    def recorder(kind: str, name: str):
+        def hook(module, args, out):
+            outputs[kind][name] = out.detach().float()
+            if kind == "fp8":
+                inputs[name] = args[0].detach()
+        return hook
+
+    hooks = [m.register_forward_hook(recorder("bf16", n)) for n, m in reference.named_modules() if n in names]
+    hooks += [m.register_forward_hook(recorder("fp8", n)) for n, m in converted.named_modules() if n in names]
+    try:
+        with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            reference(batch)
+            converted(batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    modules = dict(converted.named_modules())
+    layers = []
+    for name in names:
+        cfg = modules[name].config
+        scales = []
+        for tensor, cast in ((inputs[name], cfg.cast_config_input), (modules[name].weight, cfg.cast_config_weight)):
+            s = utils.tensor_to_scale(tensor.detach().float(), cast.target_dtype,
+                                      scaling_granularity=cast.scaling_granularity, axiswise_dim=-1,
+                                      round_scales_to_power_of_2=cfg.round_scales_to_power_of_2)
+            scales.append((float(s.min()), float(s.max())))
+        sqnr = float(utils.compute_error(outputs["bf16"][name], outputs["fp8"][name]))
+        layers.append(LayerCheck(name, sqnr, float(amax(inputs[name].float())),
+                                 float(amax(modules[name].weight.detach())), scales[0], scales[1]))
+    return FP8Check(names, skipped, tuple(layers), recipe, emulated)
+
+
+def loss_gap(runs: dict[str, list[PrecisionRun]], reference: str = "bf16", candidate: str = "fp8",
+             window: int = 16) -> tuple[list[float], str]:
+    """Per seed, the relative gap of the mean training loss over the last ``window`` steps, ``(candidate −
+    reference) / reference``, and lesson 09's verdict rule on those losses (``capstone.paired_verdict``, fed
+    the negated losses so that "better" means a lower loss): ``"within noise"``, ``"fp8 better"`` or ``"fp8
+    worse"``."""
+    from .capstone import paired_verdict
+
+    _check_runs(runs)
+    for key in (reference, candidate):
+        if key not in runs:
+            raise ValueError(f"runs has no {key!r} runs (it has {sorted(runs)})")
+    if len(runs[reference]) != len(runs[candidate]):
+        raise ValueError("reference and candidate must have one run per seed, the same seeds")
+    window = as_int("window", window, minimum=1)
+    if window > min(len(r.losses) for r in runs[reference] + runs[candidate]):
+        raise ValueError(f"window={window} is longer than a run ({min(len(r.losses) for r in runs[reference])} "
+                         "steps)")
+    final = {key: [statistics.fmean(r.losses[-window:]) for r in runs[key]] for key in (reference, candidate)}
+    gaps = [(c - r) / r for r, c in zip(final[reference], final[candidate], strict=True)]
+    verdict = paired_verdict([-v for v in final[reference]], [-v for v in final[candidate]])
+    return gaps, verdict.replace("amp", candidate)
+
+
+def profile_fp8(model: nn.Module, batch: torch.Tensor, steps: int = 20) -> str:
+    """On a CUDA GPU with FP8 Tensor Cores: count the ``aten::_scaled_mm`` calls of one forward and backward of
+    the torchao-converted ``model`` in ``torch.profiler`` (the FP8 GEMMs: 3 per linear), then time ``steps``
+    forward+backward passes of bf16 and FP8 copies (CUDA events, after warm-up). Elsewhere it changes nothing
+    and says what it would do. ``model`` itself is not changed."""
+    import copy
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    batch = _float_tensor("batch", batch)
+    steps = as_int("steps", steps, minimum=1)
+    if not fp8_tensor_cores(batch.device):
+        return (f"{batch.device.type}: no FP8 Tensor Cores, so nothing to profile. On a GPU with compute capability "
+                "8.9+ this counts the aten::_scaled_mm calls of one forward and backward in torch.profiler (3 per "
+                "converted linear: output, grad_input, grad_weight) and times bf16 against FP8 steps.")
+    float8 = import_torchao()
+    fp8_model = float8.convert_to_float8_training(copy.deepcopy(model), module_filter_fn=fp8_friendly)
+    bf16_model = copy.deepcopy(model)
+
+    def step(m):
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            m(batch).float().pow(2).mean().backward()
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step(fp8_model)
+    calls = sum(e.count for e in prof.key_averages() if e.key == "aten::_scaled_mm")
+    times = {}
+    for label, m in (("bf16", bf16_model), ("fp8", fp8_model)):
+        for _ in range(3):
+            step(m)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            step(m)
+        end.record()
+        torch.cuda.synchronize()
+        times[label] = start.elapsed_time(end) / steps
+    linear_class = importlib.import_module("torchao.float8.float8_linear").Float8Linear
+    n = sum(isinstance(m, linear_class) for m in fp8_model.modules())
+    return (f"{torch.cuda.get_device_name(batch.device)}: {calls} aten::_scaled_mm calls in one step for {n} "
+            f"converted linears (3 each expected); forward+backward {times['bf16']:.2f} ms bf16, "
+            f"{times['fp8']:.2f} ms FP8 (eager, no torch.compile)")

@@ -3,6 +3,7 @@
     python benchmarks/browser_sliders.py                # every control of every widget, 8 moves each
     python benchmarks/browser_sliders.py --moves 20     # more moves per control
     python benchmarks/browser_sliders.py --screenshots artifacts/screenshots/widgets
+    python benchmarks/browser_sliders.py --only lesson10   # the widgets whose REGISTRY name starts so
 
 It starts JupyterLab on a copy of the course (as the browser tests do), opens one scratch notebook that
 builds every widget of :data:`ampcourse.widgets.REGISTRY` (the same factories the lessons call, without
@@ -49,7 +50,7 @@ from tests.browser.lab import (  # noqa: E402
 
 # Where a widget starts when its default makes some control's moves change nothing in the figure: lesson 10's
 # history length matters only around a spike (without one, every history gives the same curves).
-START = {"lesson10.delayed_scaling": "spike_bits=6"}
+START = {"lesson10.delayed_scaling": "spike_bits=6", "lesson10.granularity_explorer": "log10_outlier=5.0"}
 
 OBSERVER = """(area) => {
     const state = {inputs: [], images: []};
@@ -168,12 +169,16 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=8, help="moves per control (default 8)")
     parser.add_argument("--screenshots", type=Path, default=None,
                         help="folder for a screenshot of every widget at 1280×800, DPR 1 and DPR 2")
+    parser.add_argument("--only", default="", metavar="PREFIX",
+                        help="only the widgets whose REGISTRY name starts with PREFIX (e.g. lesson10)")
     args = parser.parse_args()
     if not CHROMIUM.exists():
         raise SystemExit(f"{CHROMIUM} not found: install Debian's chromium (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
-    names = sorted(REGISTRY)
+    names = sorted(name for name in REGISTRY if name.startswith(args.only))
+    if not names:
+        raise SystemExit(f"no widget in REGISTRY starts with {args.only!r}: {sorted(REGISTRY)}")
     cells = [nbformat.v4.new_code_cell("from ampcourse.widgets import REGISTRY")]
     cells += [nbformat.v4.new_code_cell(f"REGISTRY[{name!r}][0]({START.get(name, '')})") for name in names]
     nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC, "language_info": LANGUAGE_INFO})

@@ -339,6 +339,75 @@ def r4_torch(h, sm):
     return None, None
 
 
+# ------------------------------------------------------------------------------------------------- task 5
+def blocks(per="block", rounding="floor", invert=False, signed=False, inplace=False, columns=False, apply=True,
+           flat=False):
+    """A block_cast with one mistake switched on (the defaults are the right answer)."""
+    def block_cast(x, block):
+        rows, cols = x.shape
+        source = x.t().reshape(-1, block) if columns else x.reshape(rows, cols // block, block)
+        if per == "tensor":
+            amax = x.abs().max().expand(rows, cols // block)
+        elif per == "row":
+            amax = x.abs().amax(dim=1, keepdim=True).expand(rows, cols // block)
+        else:
+            amax = (source.amax(dim=-1) if signed else source.abs().amax(dim=-1)).reshape(rows, cols // block)
+        raw = amax / 448.0 if invert else 448.0 / amax
+        scale = {"floor": torch.floor, "nearest": torch.round, "ceil": torch.ceil,
+                 "none": None}[rounding]
+        s = raw if scale is None else torch.exp2(scale(torch.log2(raw)))
+        b = x.reshape(rows, cols // block, block)
+        if inplace:
+            y = b.mul_(s[..., None])
+        else:
+            y = b * s[..., None] if apply else b
+        x8 = y.reshape(rows, cols).clamp(-448, 448).to(E4M3)
+        return x8, (s.flatten() if flat else s)
+    return block_cast
+
+
+def blocks_scalar_per_tensor(x, block):
+    x8, s = cast()(x, E4M3)
+    return x8, torch.exp2(torch.floor(torch.log2(s)))
+
+
+def blocks_frexp_loop(x, block):
+    """Right, written otherwise: a Python loop over rows and blocks, math.frexp for the power of two."""
+    rows, cols = x.shape
+    x8 = torch.empty(rows, cols, dtype=E4M3)
+    scales = torch.empty(rows, cols // block)
+    for r in range(rows):
+        for j in range(cols // block):
+            part = x[r, j * block:(j + 1) * block]
+            _, exponent = math.frexp(448.0 / float(part.abs().max()))
+            scales[r, j] = 2.0 ** (exponent - 1)
+            x8[r, j * block:(j + 1) * block] = (part * scales[r, j]).to(E4M3)
+    return x8, scales
+
+
+def blocks_flat_view_torchao(x, block):
+    """Right, written otherwise: blocks as rows of x.reshape(-1, block) (row-major), torchao's amax_to_scale."""
+    from torchao.float8.float8_utils import amax_to_scale
+
+    fp8_module.import_torchao()
+    rows, cols = x.shape
+    flat = x.reshape(-1, block)
+    scales = amax_to_scale(flat.abs().amax(dim=1), E4M3, round_scales_to_power_of_2=True)
+    x8 = (flat * scales[:, None]).clamp(-448, 448).to(E4M3).reshape(rows, cols)
+    return x8, scales.reshape(rows, cols // block)
+
+
+def blocks_ldexp_validated(x, block):
+    """Right, stricter: validates its input, torch.frexp/ldexp for the power of two."""
+    if x.dim() != 2 or x.shape[1] % block:
+        raise ValueError("x must be 2-D with rows divisible into blocks")
+    rows, cols = x.shape
+    b = x.reshape(rows, cols // block, block)
+    _, e = torch.frexp(448.0 / b.abs().amax(dim=-1))
+    s = torch.ldexp(torch.ones(rows, cols // block), e - 1)
+    return (b * s[..., None]).reshape(rows, cols).to(E4M3), s
+
+
 WRONG = {
     ("10", "scaled_cast"): {
         "scale inverted": (cast(invert=True), "your scale is inverted"),
@@ -412,6 +481,24 @@ WRONG = {
         "E5M2's subnormals counted (review 2, finding 1)": (w4_e5m2_with_subnormals,
                                                             "with E5M2 the smallest value would be subnormal"),
     },
+    ("10", "block_cast"): {
+        "one amax for the whole tensor": (blocks(per="tensor"), "per-tensor scaling"),
+        "per-tensor, one scalar scale": (blocks_scalar_per_tensor, "one scale for the whole tensor"),
+        "one amax per row": (blocks(per="row"), "one scale per row (rowwise)"),
+        "blocks down the columns": (blocks(columns=True), "blocks that run down the columns"),
+        "scale not a power of two": (blocks(rounding="none"), "not powers of two"),
+        "rounded to the nearest power of two": (blocks(rounding="nearest"), "rounded to the *nearest*"),
+        "rounded up": (blocks(rounding="ceil"), "rounded *up*"),
+        "inverted scale": (blocks(invert=True, rounding="none"), "inverted (amax / 448"),
+        "inverted, E8M0 exponent rounded up": (blocks(invert=True, rounding="ceil"), "inverted and rounded"),
+        "signed amax": (blocks(signed=True), "from the signed maximum"),
+        "scales flattened": (blocks(flat=True), "one row of scales per token"),
+        "x not multiplied": (blocks(apply=False), "without its scales"),
+        "x changed in place": (blocks(inplace=True), "changed x in place"),
+        "only x_fp8": (lambda x, block: blocks()(x, block)[0], "should return a tuple of 2"),
+        "a bf16 result": (lambda x, block: (blocks()(x, block)[0].to(torch.bfloat16), blocks()(x, block)[1]),
+                          "should be a torch.float8_e4m3fn tensor"),
+    },
 }
 
 
@@ -448,13 +535,19 @@ RIGHT = {
         "ampcourse.fp8's limits": fmt_with_ampcourse,
         "float64 torch arithmetic compared in log2": r4_torch,
     },
+    ("10", "block_cast"): {
+        "reshape, amax, exp2(floor(log2))": blocks(),
+        "python loop, math.frexp": blocks_frexp_loop,
+        "row-major flat view, torchao's amax_to_scale": blocks_flat_view_torchao,
+        "validated input, torch.frexp and ldexp": blocks_ldexp_validated,
+    },
 }
 
 test_wrong_answer_is_named, test_right_answer_passes = grader_fixtures.tests(WRONG, RIGHT)
 
 
 @pytest.mark.parametrize("check", [lesson10.scaled_cast, lesson10.fp8_linear, lesson10.delayed_cast,
-                                   lesson10.fp8_format])
+                                   lesson10.fp8_format, lesson10.block_cast])
 def test_a_stub_is_not_started(check):
     def stub(*args):
         raise NotImplementedError("a hint")

@@ -77,3 +77,50 @@ def test_arguments_are_validated(kwargs, error):
         scaling_data(**kwargs)
     with pytest.raises(error):
         delayed_scaling(**kwargs)
+
+
+# --- the granularity widget ---------------------------------------------------------------------------------
+from ampcourse.fp8 import OUTLIER_LOG10, granularity_errors  # noqa: E402
+from ampcourse.widgets.lesson10 import (  # noqa: E402
+    GRANULARITY_MOVES,
+    draw_granularity,
+    granularity_data,
+    granularity_explorer,
+    granularity_readout,
+    update_granularity,
+)
+
+
+def test_granularity_widget_is_registered_and_every_move_changes_it():
+    plot = granularity_explorer()
+    assert REGISTRY["lesson10.granularity_explorer"] == (granularity_explorer, GRANULARITY_MOVES)
+    assert list(plot.controls["log10_outlier"].options) == [(f"10^{p:g}", p) for p in OUTLIER_LOG10]
+    for move in GRANULARITY_MOVES:
+        before = (plot.image.value, plot.readout.value)
+        plot.set(**move)
+        assert (plot.image.value, plot.readout.value) != before, move
+
+
+def test_granularity_data_is_the_emulation_at_the_slider():
+    data = granularity_data(6.0)
+    assert list(data.results) == granularity_errors(6.0)
+    index = OUTLIER_LOG10.index(6.0)
+    assert data.curves["per-tensor"][0][index] == pytest.approx(100 * data.results[0].other_rows_error)
+
+
+def test_granularity_update_shows_what_a_full_draw_shows():
+    fig, fresh = Figure(), Figure()
+    draw_granularity(fig, granularity_data(0.0))
+    data = granularity_data(6.5)
+    assert update_granularity(fig, data) == draw_granularity(fresh, data) == granularity_readout(data)
+    moved = [line.get_xydata().tolist() for ax in fig.axes for line in ax.lines]
+    drawn = [line.get_xydata().tolist() for ax in fresh.axes for line in ax.lines]
+    assert moved == drawn
+
+
+@pytest.mark.parametrize("value", [0.25, 8.0, -0.5, "5", True])
+def test_granularity_positions_are_validated(value):
+    with pytest.raises(ValueError):
+        granularity_data(value)
+    with pytest.raises(ValueError):
+        granularity_explorer(value)

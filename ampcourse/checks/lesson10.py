@@ -1,5 +1,5 @@
 """Checks for exercise 10 (FP8): a per-tensor scaled cast, an FP8 linear with ``torch._scaled_mm``, one step of
-delayed scaling, and the FP8 format for each tensor role.
+delayed scaling, the FP8 format for each tensor role, and a block-scaled cast with power-of-two scales.
 
 Each check runs the learner's function on tensors chosen so that the typical mistakes give clearly different
 results, then compares with :mod:`ampcourse.fp8`'s reference and with the reference *of each mistake*: the
@@ -533,7 +533,119 @@ def fp8_format(fn) -> None:
                   "subnormals not counted), (None, None) when neither does; scale = max / max(history).")
 
 
-__all__ = ["LINEAR_BOUND", "CheckFailed", "delayed_cast", "format_for", "fp8_format", "fp8_linear", "scaled_cast"]
+
+# ----------------------------------------------------------------------------------------------- task 5
+TASK5 = "Task 5 (block_cast)"
+
+
+def _task5_cases() -> list[tuple[str, torch.Tensor, int]]:
+    """(what, x, block) on 64 tokens × 256 values. Token 0 holds a negative outlier; block amaxes land on the
+    rounding boundaries: 3.5 (448 / 3.5 = 128, already a power of two), 2.0 (224: down 128, nearest 256), 1.5
+    (298.7: down 256, up 512), 0.875 (512 exactly) and 448 (scale 1)."""
+    x = torch.randn(64, 256, generator=_gen(5))
+    x[0, 40] = -3.0e4  # the outlier: its largest magnitude is negative
+    x[1] = x[1].clamp(-2.0, 2.0)
+    x[1, 0:32] = x[1, 0:32].clamp(-1.5, 1.5)
+    x[1, 7], x[1, 100] = -1.5, 2.0
+    x[2] = x[2].clamp(-3.5, 3.5)
+    x[2, 3] = 3.5
+    x[3] = x[3].clamp(-0.875, 0.875)
+    x[3, 200], x[3, 130] = 0.875, 448.0
+    return [("blocks of 32", x, 32), ("blocks of 128", x, 128), ("one block per row (block = row length)", x, 256)]
+
+
+def _task5_candidates(x: torch.Tensor, block: int) -> list[tuple[str, torch.Tensor]]:
+    """(message, the scales that mistake gives), shaped (rows, row length / block) like the right answer."""
+    rows, cols = x.shape
+    blocks = x.reshape(rows, cols // block, block)
+    amax = blocks.abs().amax(dim=-1)
+    raw = 448.0 / amax
+    pow2 = fp8.round_scale_to_power_of_2
+    shape = raw.shape
+    return [
+        ("one amax for the whole tensor (per-tensor scaling): every block of every token then shares the "
+         "outlier's scale. Take the amax of each block of `block` values of a row.",
+         pow2((448.0 / x.abs().max()).expand(shape).clone())),
+        ("one scale per row (rowwise): the outlier's whole token shares its scale. Split each row into blocks of "
+         "`block` consecutive values, one amax each.",
+         pow2((448.0 / x.abs().amax(dim=1, keepdim=True)).expand(shape).clone())),
+        ("from blocks that run down the columns (x.t()): a block is `block` consecutive values of one row, "
+         "x.reshape(rows, cols // block, block).",
+         pow2(448.0 / x.t().reshape(-1, block).abs().amax(dim=-1)).reshape(shape)),
+        ("not powers of two: round 448 / amax *down* to one (2 ** floor(log2(s))), as torchao's "
+         "round_scales_to_power_of_2 and MX's E8M0 scales do.", raw),
+        ("rounded to the *nearest* power of two: where that rounds up, amax · scale lands above 448 and "
+         "saturates. Round down: 2 ** floor(log2(s)).", torch.exp2(torch.round(torch.log2(raw)))),
+        ("rounded *up* to a power of two: amax · scale then lands above 448 and saturates. Round down: "
+         "2 ** floor(log2(s)).", torch.exp2(torch.ceil(torch.log2(raw)))),
+        ("inverted (amax / 448, the factor that undoes the cast): return the factor x is multiplied by, "
+         "448 / amax rounded down to a power of two.", pow2(amax / 448.0)),
+        ("inverted (amax / 448, the factor that undoes the cast), and not powers of two: the scale is 448 / amax, "
+         "rounded down to a power of two.", amax / 448.0),
+        ("inverted and rounded (2 ** ceil(log2(amax / 448)), the E8M0 exponent that undoes the cast): return "
+         "the factor x is multiplied by, 448 / amax rounded down.", torch.exp2(torch.ceil(torch.log2(amax / 448.0)))),
+        ("from the signed maximum (.amax() without .abs()): a block whose largest magnitude is negative gets too "
+         "large a scale. Use the largest magnitude, .abs().amax().",
+         pow2(448.0 / blocks.amax(dim=-1).clamp(min=1e-12))),
+    ]
+
+
+def _task5_scales(what: str, x: torch.Tensor, block: int, scales, want: torch.Tensor) -> None:
+    task = TASK5
+    if not isinstance(scales, torch.Tensor):
+        raise fail(task, f"scales should be a tensor of shape {tuple(want.shape)} (rows, row length / block), "
+                         f"not {type(scales).__name__}.")
+    if scales.numel() != want.numel():
+        named = {1: " — one scale for the whole tensor (per-tensor scaling)",
+                 x.shape[0]: " — one scale per row (rowwise)"}.get(scales.numel(), "")
+        raise fail(task, f"{what}: scales should have shape {tuple(want.shape)}, one per block of {block} "
+                         f"consecutive values in each of the {x.shape[0]} rows; yours has {tuple(scales.shape)}"
+                         f"{named}.")
+    if tuple(scales.shape) != tuple(want.shape):
+        raise fail(task, f"{what}: scales should have shape {tuple(want.shape)} (rows, row length / block); "
+                         f"yours has {tuple(scales.shape)}: one row of scales per token.")
+    got = scales.detach().float()
+    if torch.equal(got, want):
+        return
+    for message, candidate in _task5_candidates(x, block):
+        if torch.equal(got, candidate.float()):
+            raise fail(task, f"{what}: your scales are {message}")
+    raise fail(task, f"{what}: {int((got != want).sum())} of {want.numel()} scales differ from 448 / amax(block) "
+                     "rounded down to a power of two.")
+
+
+def block_cast(fn) -> None:
+    """``block_cast(x, block) -> (x_fp8, scales)``: E4M3, one power-of-two scale per ``block`` values of a row."""
+    task = TASK5
+    fn = require_callable(task, fn, "block_cast")
+    for what, x, block in _task5_cases():
+        given = x.clone()
+        x_fp8, scales = _unpack(task, call(task, fn, "block_cast", given, block), "block_cast", 2)
+        if not torch.equal(given, x):
+            raise fail(task, "your function changed x in place: the caller's tensor is no longer what it was. "
+                             "Compute x * scale into a new tensor.")
+        want8, want = fp8.block_cast(x, (1, block), E4M3, power_of_two=True)
+        _task5_scales(what, x, block, scales, want)
+        if not isinstance(x_fp8, torch.Tensor) or x_fp8.dtype != E4M3:
+            kind = x_fp8.dtype if isinstance(x_fp8, torch.Tensor) else type(x_fp8).__name__
+            raise fail(task, f"x_fp8 should be a torch.float8_e4m3fn tensor; yours is {kind}. Cast with "
+                             ".to(torch.float8_e4m3fn).")
+        if x_fp8.shape != x.shape:
+            raise fail(task, f"x_fp8 has shape {tuple(x_fp8.shape)}; it should keep x's shape {tuple(x.shape)}.")
+        if torch.equal(x_fp8.float(), want8.float()):
+            continue
+        if torch.equal(x_fp8.float(), x.clamp(-448, 448).to(E4M3).float()):
+            raise fail(task, f"{what}: x_fp8 is x cast without its scales: multiply each block by its scale "
+                             "before the cast.")
+        raise fail(task, f"{what}: x_fp8 differs from (x · its block's scale) cast to E4M3 in "
+                         f"{int((x_fp8.float() != want8.float()).sum())} of {x.numel()} values.")
+    passed(task, "one scale per block of 32, 128 and a whole row (256) of each token's values: 448 / amax "
+                 "rounded down to a power of two (amaxes 3.5, 2.0, 1.5, 0.875, 448 and a negative outlier), "
+                 "x_fp8 = (x · scale) in E4M3, x left unchanged.")
+
+
+__all__ = ["LINEAR_BOUND", "CheckFailed", "block_cast", "delayed_cast", "format_for", "fp8_format", "fp8_linear",
+           "scaled_cast"]
 
 
 # --- tiered hints: shown one tier per failed check, or on request with `check.hint(task)` ---
@@ -572,6 +684,15 @@ HINTS = {
         "try E4M3 first (one more mantissa bit), then E5M2 (more range); if neither fits, (None, None).",
         "for dtype in (E4M3, E5M2): scale = finfo(dtype).max / max(history); if smallest * scale >= "
         "finfo(dtype).tiny: return dtype, scale — then return None, None.",
+    ],
+    "block_cast": [
+        "Which values share one scale here — the whole tensor, a row, or a few neighbours in a row? And which way "
+        "must a scale be rounded so that the block's largest magnitude still fits under 448?",
+        "View x as (rows, row length / block, block): one amax per block of consecutive values of a row, "
+        "scale = 448 / amax, rounded *down* to a power of two (the floor of its log2); multiply each block by its "
+        "scale and cast to E4M3.",
+        "b = x.reshape(rows, cols // block, block); s = torch.exp2(torch.floor(torch.log2(448 / b.abs().amax(-1)))"
+        "); x_fp8 = (b * s[..., None]).reshape(x.shape).to(torch.float8_e4m3fn); return x_fp8, s.",
     ],
 }
 hint = hints(__name__, HINTS)

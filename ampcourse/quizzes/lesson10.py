@@ -4,7 +4,19 @@ import math
 
 import torch
 
+from ..fp8 import granularity_errors
 from ..quiz import Question
+
+
+def _granularity_why() -> str:
+    """The explanation, from the lesson's own emulation (fp8.granularity_errors at an outlier of 10^6)."""
+    r = {x.name: x for x in granularity_errors(6.0)}
+    return (f"A row shares one scale, so the outlier's scale covers all of token 0: rowwise flushes "
+            f"{r['rowwise'].flushed_neighbours} of its {r['rowwise'].n_neighbours} other values to 0 and leaves the "
+            f"other tokens at {r['rowwise'].other_rows_error:.1%} error (flushed: {r['rowwise'].flushed_other_rows}). "
+            f"Per-tensor scaling would hurt every token ({r['per-tensor'].flushed_other_rows:,} of "
+            f"{r['per-tensor'].n_other_rows:,} flushed); MX's 32-value blocks lose only "
+            f"{r['MX: 1x32, E8M0'].flushed_neighbours} neighbours.")
 
 
 def _e4m3_of_1000() -> int:
@@ -60,6 +72,15 @@ def questions() -> list[Question]:
                 "E4M3's 448 / 2^-6 ≈ 2^14.8, so E4M3 is more accurate (lesson 10's backward products showed it). "
                 "torchao's tensorwise default still uses E5M2 for gradients as the safe bet for one scale per large "
                 "tensor; its rowwise recipes use E4M3.",
+            kind="transfer",
+        ),
+        Question(
+            "An activation (64 tokens × 512 features, about N(0, 1)) has one value of 10^6 in token 0. It is cast to "
+            "E4M3 with rowwise scales. Which values lose their precision?",
+            ["every token's: one outlier ruins the scale", "token 0's other values: its row shares the outlier's "
+             "scale", "only the 31 values of the outlier's own 32-value block"],
+            answer=1,
+            why=_granularity_why(),
             kind="transfer",
         ),
         Question(

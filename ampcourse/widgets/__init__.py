@@ -22,4 +22,5 @@ REGISTRY: dict[str, tuple[Callable, list[dict]]] = {
     "lesson05.clipping_explorer": (lesson05.clipping_explorer, lesson05.BENCHMARK_MOVES),
     "lesson06.speed_memory_explorer": (lesson06.speed_memory_explorer, lesson06.BENCHMARK_MOVES),
     "lesson10.delayed_scaling": (lesson10.delayed_scaling, lesson10.BENCHMARK_MOVES),
+    "lesson10.granularity_explorer": (lesson10.granularity_explorer, lesson10.GRANULARITY_MOVES),
 }

@@ -1,4 +1,5 @@
-"""Lesson 10 widget: dynamic vs delayed per-tensor FP8 scaling — history length, margin and a spike.
+"""Lesson 10 widgets: dynamic vs delayed per-tensor FP8 scaling — history length, margin and a spike — and
+scaling granularity: one outlier in an activation under per-tensor, rowwise, blockwise and MX scales.
 
 :func:`scaling_data` (pure, cached) runs :func:`ampcourse.fp8.simulate_scaling` on the amax sequence of
 :func:`ampcourse.fp8.amax_sequence` twice — delayed scaling with the chosen history and margin, and dynamic
@@ -6,6 +7,11 @@ scaling, which has no margin (torchao's dynamic scaling uses none) — and :func
 top, the tensor's amax and the amax each step's scale was built from (a step where the tensor's amax is above
 it clips its largest values); below, the share of values flushed to zero each step. :func:`readout` says what
 happened, computed from the traces.
+
+:func:`granularity_data` (cached) takes :func:`ampcourse.fp8.granularity_errors` at the slider's outlier and at
+every position of :data:`ampcourse.fp8.OUTLIER_LOG10` (the curves); :func:`draw_granularity` draws the curves once
+and a marker at the slider; :func:`update_granularity` moves only the marker; :func:`granularity_readout` is the
+table under it.
 """
 
 from __future__ import annotations
@@ -17,11 +23,23 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..fp8 import HISTORY_LENGTHS, N_STEPS, SPIKE_STEP, ScalingTrace, amax_sequence, simulate_scaling
+from ..fp8 import (
+    GRANULARITIES,
+    HISTORY_LENGTHS,
+    N_STEPS,
+    OUTLIER_LOG10,
+    SPIKE_STEP,
+    GranularityResult,
+    ScalingTrace,
+    amax_sequence,
+    granularity_errors,
+    simulate_scaling,
+)
 from .base import COLORS, LivePlot, live
 
-__all__ = ["BENCHMARK_MOVES", "MARGIN_RANGE", "SPIKE_RANGE", "ScalingData", "delayed_scaling", "draw_scaling",
-           "readout", "scaling_data", "update_scaling"]
+__all__ = ["BENCHMARK_MOVES", "GRANULARITY_MOVES", "MARGIN_RANGE", "SPIKE_RANGE", "GranularityData", "ScalingData",
+           "delayed_scaling", "draw_granularity", "draw_scaling", "granularity_data", "granularity_explorer",
+           "granularity_readout", "readout", "scaling_data", "update_granularity", "update_scaling"]
 
 MARGIN_RANGE = (0, 4)
 SPIKE_RANGE = (0, 8)
@@ -207,3 +225,119 @@ BENCHMARK_MOVES = [
     {"margin": 2},
     {"margin": 0, "spike_bits": 0, "history": 16},  # back to the defaults
 ]
+
+
+# -------------------------------------------------------------------------------------- scaling granularity
+SCHEME_STYLE = {"per-tensor": (COLORS["vermillion"], "-", "o"), "rowwise": (COLORS["blue"], "--", "s"),
+                "1x128 / 128x128": (COLORS["green"], "-.", "^"), "MX: 1x32, E8M0": (COLORS["purple"], ":", "D")}
+
+
+@dataclass(frozen=True, eq=False)
+class GranularityData:
+    """The slider's position: the results there, and every scheme's two error curves over the slider's range."""
+
+    log10_outlier: float
+    results: tuple[GranularityResult, ...]
+    curves: dict[str, tuple[np.ndarray, np.ndarray]]  # scheme -> (other tokens, outlier's token), in %
+
+
+@functools.lru_cache(maxsize=1)
+def _curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    table = [granularity_errors(p) for p in OUTLIER_LOG10]
+    return {g.name: (np.array([100 * row[i].other_rows_error for row in table]),
+                     np.array([100 * row[i].neighbours_error for row in table]))
+            for i, g in enumerate(GRANULARITIES)}
+
+
+def granularity_data(log10_outlier: float = 5.0) -> GranularityData:
+    """The four schemes at an outlier of ``10**log10_outlier`` (one of :data:`~ampcourse.fp8.OUTLIER_LOG10`)."""
+    if isinstance(log10_outlier, bool) or not isinstance(log10_outlier, (int, float)) \
+            or float(log10_outlier) not in OUTLIER_LOG10:
+        raise ValueError(f"log10_outlier must be one of {list(OUTLIER_LOG10)}, the slider's positions "
+                         f"(got {log10_outlier!r})")
+    return GranularityData(float(log10_outlier), tuple(granularity_errors(float(log10_outlier))), _curves())
+
+
+def _check_granularity(data: object) -> GranularityData:
+    if not isinstance(data, GranularityData):
+        raise TypeError(f"data must be a GranularityData from granularity_data() (got {type(data).__name__})")
+    return data
+
+
+def granularity_readout(data: GranularityData) -> str:
+    """The HTML table under the figure: each scheme's errors and flushed values at the slider's outlier."""
+    _check_granularity(data)
+    td = '<td style="padding: 0 12px 0 0">'
+    rows = "".join(
+        f"<tr>{td}{r.name}</td>{td}{r.other_rows_error:.1%}</td>{td}{r.flushed_other_rows:,} of "
+        f"{r.n_other_rows:,}</td>{td}{r.neighbours_error:.1%}</td>{td}{r.flushed_neighbours} of "
+        f"{r.n_neighbours}</td></tr>" for r in data.results)
+    th = '<th style="padding: 0 12px 0 0; text-align: left">'
+    return (f"<b>one outlier of 10^{data.log10_outlier:g} in token 0</b> (E4M3, float64 emulation)"
+            f"<table><tr>{th}scaling</th>{th}error, other tokens</th>{th}flushed, other tokens</th>"
+            f"{th}error, token 0's other values</th>{th}flushed, token 0</th></tr>{rows}</table>")
+
+
+def draw_granularity(fig: Figure, data: GranularityData) -> str:
+    """Two panels over the outlier's size: the product error on the other tokens, and on the outlier's own token
+    (its other values); one curve per scheme, drawn once, and markers at the slider."""
+    _check_figure(fig)
+    _check_granularity(data)
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.14, top=0.84, wspace=0.12)
+    axes = fig.subplots(1, 2, sharey=True)
+    xs = np.array(OUTLIER_LOG10)
+    index = OUTLIER_LOG10.index(data.log10_outlier)
+    markers, cursors = [], []
+    for panel, (ax, title) in enumerate(zip(axes, ("other tokens", "the outlier's token, its other values"),
+                                            strict=True)):
+        for name, curves in data.curves.items():
+            color, style, marker = SCHEME_STYLE[name]
+            ax.plot(xs, curves[panel], color=color, linestyle=style, linewidth=1.5,
+                    label=name if panel == 0 else None)
+            (dot,) = ax.plot([xs[index]], [curves[panel][index]], linestyle="none", marker=marker, color=color,
+                             markersize=6)
+            markers.append(dot)
+        cursors.append(ax.axvline(data.log10_outlier, color=COLORS["black"], linewidth=1, alpha=0.6))
+        ax.set_yscale("log")
+        ax.set_ylim(2, 150)
+        ax.set_yticks([3, 10, 30, 100], ["3%", "10%", "30%", "100%"])
+        ax.minorticks_off()
+        ax.set_xlim(0, 7)
+        ax.set_xticks(range(8))
+        ax.set_xlabel("log10 (outlier)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(color="0.9")
+    axes[0].set_ylabel("relative error of x @ w.T")
+    fig.legend(loc="upper center", ncol=4, fontsize=8, frameon=False)
+    live(fig).update(granularity_markers=markers, granularity_cursors=cursors, dynamic=markers + cursors)
+    return granularity_readout(data)
+
+
+def update_granularity(fig: Figure, data: GranularityData) -> str:
+    """Move the markers and cursors of a figure :func:`draw_granularity` made; the curves never change."""
+    _check_figure(fig)
+    _check_granularity(data)
+    artists = live(fig)
+    if "granularity_markers" not in artists:
+        raise ValueError("fig must be a figure that draw_granularity drew (its markers are what this moves)")
+    index = OUTLIER_LOG10.index(data.log10_outlier)
+    dots = iter(artists["granularity_markers"])
+    for panel in range(2):
+        for curves in data.curves.values():
+            next(dots).set_data([data.log10_outlier], [curves[panel][index]])
+    for cursor in artists["granularity_cursors"]:
+        cursor.set_xdata([data.log10_outlier] * 2)
+    return granularity_readout(data)
+
+
+def granularity_explorer(log10_outlier: float = 5.0) -> LivePlot:
+    """The lesson-10 granularity slider: the size of one outlier in token 0 → the product error of each scheme."""
+    granularity_data(log10_outlier)  # validates the starting value
+    slider = widgets.SelectionSlider(options=[(f"10^{p:g}", p) for p in OUTLIER_LOG10], value=float(log10_outlier),
+                                     description="outlier in x", continuous_update=False,
+                                     style={"description_width": "initial"}, layout=widgets.Layout(width="420px"))
+    return LivePlot(granularity_data, draw_granularity, {"log10_outlier": slider}, figsize=(7.5, 3.6),
+                    update=update_granularity, title="one outlier, four ways to share scales")
+
+
+GRANULARITY_MOVES = [{"log10_outlier": p} for p in (6.0, 4.0, 0.0, 7.0, 5.5, 5.0)]
