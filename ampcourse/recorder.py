@@ -1,0 +1,839 @@
+"""The AMP flight recorder (lesson 11): watch any training loop and say, in plain words, what went wrong and where.
+
+:class:`AmpRecorder` attaches to a model, its optimizer and (optionally) its ``torch.amp.GradScaler`` and
+learning-rate scheduler; the training loop stays the user's own, with one added call, ``rec.step(loss)``
+after each ``scaler.update()``. It records, per step, through public PyTorch APIs only:
+
+* every step: the loss, the scale before and after the step, whether ``optimizer.step()`` really ran
+  (``Optimizer.register_step_post_hook``; the scale going down, :func:`ampcourse.scaler_run.step_was_skipped`,
+  is recorded beside it), the lr and the scheduler's ``last_epoch``;
+* on sampled steps (``every=N``: steps 0, N, 2N, ...; the hooks are attached only for those steps, so the
+  other steps run at full speed): the first module in execution order whose forward output holds an inf or
+  NaN (the rule of :func:`ampcourse.troubleshoot.find_nonfinite`, applied to the user's own forward pass),
+  each module's peak |output| and its headroom in bits to the autocast dtype's largest value, the
+  gradient flowing out of each module (fraction zero or below float16's normal range at the current scale,
+  and the first module whose backward made a finite gradient non-finite), each parameter's gradient
+  (same fractions, first non-finite in backward order) and the true, unscaled gradient norm.
+
+:meth:`AmpRecorder.findings` turns the records into :class:`Finding` s (kinds in :data:`KINDS`), each with a
+message that names the fix. The scale rule is :func:`ampcourse.troubleshoot.diagnose_scale` (one rule for
+the course: ``collapsing`` → ``scale_collapse``, ``unstable`` → ``frequent_skips``); the thresholds of the
+other kinds are the constants below.
+
+Under DDP each process records its own rank (its own batch; gradients after DDP's all-reduce), and module
+names carry DDP's ``module.`` prefix. A ``torch.compile`` d model gets a warning and step-level records only
+(loss, scale, skips, lr, parameter gradients): module hooks cannot see inside a compiled graph, so record
+the uncompiled model to find *where*.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .scaler_run import step_was_skipped
+from .tables import Table
+from .troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale
+from .validate import as_int
+
+__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "UNDERFLOW_FRACTION", "AmpRecorder", "Finding",
+           "ModuleStats", "StepRecord"]
+
+FP16_MAX = float(torch.finfo(torch.float16).max)
+FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
+LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
+UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
+
+KINDS = ("overflow", "nonfinite_input", "nonfinite_loss", "scale_collapse", "frequent_skips", "underflow",
+         "low_headroom", "unneeded_scaler", "scheduler_on_skipped_step", "healthy")
+
+
+# --- What the recorder gives back --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis: ``kind`` (one of :data:`KINDS`), the first ``step`` it showed at, ``where`` (a module's
+    qualified name as in ``model.named_modules()``, ``""`` for the model itself; a parameter's name; or
+    ``"scaler"``, ``"scheduler"``, ``"loss"``, ``"input"``) and a ``message`` that names the fix."""
+
+    kind: str
+    step: int
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        where = ("" if self.kind == "healthy" or self.where in ("scaler", "scheduler", "loss")
+                 else f" in {self.where or '(model)'}")
+        return f"[{self.kind}] step {self.step}{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ModuleStats:
+    """What one module did on a sampled step (its calls merged: the largest peak, the worst gradient).
+
+    Attributes:
+        name: qualified name (``""``: the model itself).
+        kind: class name.
+        peak: the largest |value| of its floating-point outputs (inf if one is inf, NaN if one is NaN).
+        limit: the largest finite value of the dtype it is measured against: the autocast dtype when autocast
+            was on for that module (what the next autocast op casts to), else its output's dtype.
+        grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
+            holds it: multiplied by the loss scale) that is 0 or below fp16's normal range; None if no
+            gradient reached it.
+        grad_subnormal: the fraction of its *non-zero* output-gradient entries below fp16's normal range.
+        grad_finite: whether that gradient was finite (None if none reached it).
+    """
+
+    name: str
+    kind: str
+    peak: float
+    limit: float
+    grad_lost: float | None = None
+    grad_subnormal: float | None = None
+    grad_finite: bool | None = None
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.peak)
+
+    @property
+    def headroom_bits(self) -> float:
+        """log2(limit / peak): how many doublings the largest output can take before it overflows."""
+        if not self.finite:
+            return -math.inf
+        return math.inf if self.peak == 0 else math.log2(self.limit / self.peak)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What the recorder saw at one optimizer step (the sampled-only fields are None/empty on other steps).
+
+    Attributes:
+        step: 0, 1, 2, ... (one per ``rec.step`` call).
+        loss: the loss as passed (float; inf/NaN if it was).
+        scale_before, scale_after: ``scaler.get_scale()`` before the step and after its ``update()`` (None
+            without an enabled scaler).
+        stepped: ``optimizer.step()`` ran during the step (``register_step_post_hook``).
+        skipped: it did not (with a scaler: the scaler skipped it because a gradient was inf/NaN).
+        scale_decreased: the scale went down (:func:`~ampcourse.scaler_run.step_was_skipped`).
+        lr: ``optimizer.param_groups[0]["lr"]`` when ``rec.step`` ran.
+        scheduler_epoch: the scheduler's ``last_epoch`` when ``rec.step`` ran (None without a scheduler).
+        sampled: the hooks watched this step.
+        autocast_dtype: the autocast dtype the forward pass ran under (None: autocast off, or not sampled).
+        grad_norm: the true (unscaled) gradient norm: the norm of the gradients the backward pass produced,
+            divided by the scale (inf if one is inf or NaN; None if no parameter got a gradient).
+        first_nonfinite_module: the first module, in execution order, whose forward output held inf/NaN.
+        first_nonfinite_backward: the first module, in backward order, whose backward turned a finite
+            gradient (w.r.t. its output) into a non-finite one (w.r.t. its input).
+        first_nonfinite_grad: the first parameter, in backward order, whose gradient was inf/NaN.
+        input_finite: the model's floating-point inputs were finite (None if not sampled).
+        modules: one :class:`ModuleStats` per module that ran, in execution order (first call).
+        param_grad_lost: parameter name → fraction of its gradient 0 or below fp16's normal range at the
+            current scale (for an ``nn.Embedding``: over the rows that got a gradient).
+    """
+
+    step: int
+    loss: float
+    scale_before: float | None
+    scale_after: float | None
+    stepped: bool
+    skipped: bool
+    scale_decreased: bool
+    lr: float
+    scheduler_epoch: int | None
+    sampled: bool
+    autocast_dtype: torch.dtype | None = None
+    grad_norm: float | None = None
+    first_nonfinite_module: str | None = None
+    first_nonfinite_backward: str | None = None
+    first_nonfinite_grad: str | None = None
+    input_finite: bool | None = None
+    modules: tuple[ModuleStats, ...] = ()
+    param_grad_lost: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def headroom_bits(self) -> dict[str, float]:
+        """Module name → headroom in bits (sampled steps)."""
+        return {m.name: m.headroom_bits for m in self.modules}
+
+
+# --- The hooks of one sampled step -------------------------------------------------------------------------
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    """The floating-point tensors in a module's output or inputs (a tensor, or tuples/lists/dicts of them)."""
+    if isinstance(tree, torch.Tensor):
+        return [tree] if tree.is_floating_point() and tree.numel() else []
+    if isinstance(tree, (list, tuple)):
+        return [t for item in tree for t in _tensors(item)]
+    if isinstance(tree, dict):
+        return [t for item in tree.values() for t in _tensors(item)]
+    return []
+
+
+def _is_compiled(module: nn.Module) -> bool:
+    """A ``torch.compile`` wrapper (``OptimizedModule``): it keeps the original module as ``_orig_mod``."""
+    return type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module)
+
+
+def _clean(name: str) -> str:
+    """A name without ``torch.compile``'s ``_orig_mod`` level, so it reads as in the uncompiled model."""
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
+class _Probe:
+    """The hooks of one sampled step and what they collect. Everything a hook measures stays a tensor on the
+    model's device; :meth:`collect` brings them to the CPU in one transfer (one GPU sync per sampled step)."""
+
+    def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
+                 root: nn.Module) -> None:
+        self.handles: list[Any] = []
+        self.order: list[str] = []
+        self.kinds: dict[str, str] = {}
+        self.peaks: dict[str, list[torch.Tensor]] = {}
+        self.limits: dict[str, float] = {}
+        self.autocast: set[torch.dtype | None] = set()
+        self.grad_out: dict[str, list[tuple[torch.Tensor, int]]] = {}
+        self.events: list[tuple[str, bool, torch.Tensor]] = []  # (module, is-input-gradient, non-finite count)
+        self.params: dict[str, tuple[torch.Tensor, ...]] = {}  # in backward order: lost, counted, bad, norm
+        self.inputs: list[torch.Tensor] = []
+        self.handles.append(root.register_forward_pre_hook(self._root_inputs))
+        for name, module in modules:
+            self.handles.append(module.register_forward_hook(self._forward_hook(name)))
+        for name, param, embedding in params:
+            self.handles.append(param.register_post_accumulate_grad_hook(self._param_hook(name, embedding)))
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    def _root_inputs(self, module: nn.Module, args: Any) -> None:
+        self.inputs += [(~torch.isfinite(t.detach())).sum() for t in _tensors(args)]
+
+    def _forward_hook(self, name: str) -> Callable:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            outs = _tensors(output)
+            if not outs:
+                return
+            device = outs[0].device.type
+            autocast = torch.is_autocast_enabled(device)
+            dtype = torch.get_autocast_dtype(device) if autocast else None
+            self.autocast.add(dtype)
+            limit = float(torch.finfo(dtype if autocast else outs[0].dtype).max)
+            peaks = [t.detach().abs().amax().float() for t in outs]
+            if name not in self.peaks:
+                self.order.append(name)
+                self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
+            self.peaks[name] += peaks
+            self.limits[name] = min(limit, self.limits[name])
+            if torch.is_grad_enabled():
+                for t in outs:
+                    if t.requires_grad:
+                        t.register_hook(self._grad_out_hook(name))
+                for t in _tensors(args):
+                    if t.requires_grad:
+                        t.register_hook(self._grad_in_hook(name))
+        return hook
+
+    def _grad_out_hook(self, name: str) -> Callable:
+        def hook(grad: torch.Tensor) -> None:
+            a = grad.detach().abs()
+            counts = torch.stack([(a == 0).sum(), (a < FP16_NORMAL_MIN).sum(), (~torch.isfinite(a)).sum()])
+            self.grad_out.setdefault(name, []).append((counts, grad.numel()))
+            self.events.append((name, False, counts[2]))
+        return hook
+
+    def _grad_in_hook(self, name: str) -> Callable:
+        def hook(grad: torch.Tensor) -> None:
+            self.events.append((name, True, (~torch.isfinite(grad.detach())).sum()))
+        return hook
+
+    def _param_hook(self, name: str, embedding: bool) -> Callable:
+        def hook(param: torch.Tensor) -> None:
+            grad = param.grad
+            if grad is None or grad.is_sparse:
+                return
+            a = grad.detach().abs()
+            lost = a < FP16_NORMAL_MIN
+            if embedding and a.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
+                used = (a > 0).any(dim=1, keepdim=True)
+                counted, lost = used.sum() * a.shape[1], (lost & used).sum()
+            else:
+                counted, lost = torch.tensor(a.numel(), device=a.device), lost.sum()
+            norm = torch.linalg.vector_norm(a.float())
+            self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
+            self.params[name] = (lost, counted, (~torch.isfinite(a)).sum(), norm)
+        return hook
+
+    def collect(self, scale: float) -> dict[str, Any]:
+        """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
+        flat: list[torch.Tensor] = []
+
+        def put(t: torch.Tensor) -> int:
+            flat.append(t.detach().reshape(-1).to(torch.float64, copy=False))
+            return len(flat) - 1
+
+        peaks = {name: [put(p) for p in values] for name, values in self.peaks.items()}
+        outs = {name: [(put(c), n) for c, n in values] for name, values in self.grad_out.items()}
+        events = [(name, is_input, put(bad)) for name, is_input, bad in self.events]
+        params = {name: [put(t) for t in values] for name, values in self.params.items()}
+        inputs = [put(bad) for bad in self.inputs]
+        values: list[float] = []
+        if flat:
+            devices = {t.device for t in flat}
+            values = torch.cat([t.cpu() for t in flat] if len(devices) > 1 else flat).tolist()
+            sizes = [t.numel() for t in flat]
+            starts = [0]
+            for size in sizes:
+                starts.append(starts[-1] + size)
+            values = [values[starts[i]:starts[i + 1]] for i in range(len(flat))]
+        return {
+            "autocast_dtype": _lowest(self.autocast),
+            "input_finite": None if not self.inputs else not any(values[i][0] for i in inputs),
+            "modules": self._modules(peaks, outs, values),
+            "first_nonfinite_module": next((n for n in self.order if not all(
+                math.isfinite(values[i][0]) for i in peaks[n])), None),
+            "first_nonfinite_backward": _backward_culprit(events, values),
+            **_param_fields(params, values, scale),
+        }
+
+    def _modules(self, peaks: dict, outs: dict, values: list) -> tuple[ModuleStats, ...]:
+        stats = []
+        for name in self.order:
+            ps = [values[i][0] for i in peaks[name]]
+            peak = math.nan if any(math.isnan(p) for p in ps) else max(ps)
+            grad: dict[str, Any] = {}
+            if outs.get(name):
+                counts = [values[i] for i, _ in outs[name]]
+                total = sum(n for _, n in outs[name])
+                zero, lost, bad = (sum(c[k] for c in counts) for k in range(3))
+                grad = {"grad_lost": lost / total, "grad_finite": bad == 0,
+                        "grad_subnormal": (lost - zero) / (total - zero - bad) if total - zero - bad > 0 else 0.0}
+            stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
+        return tuple(stats)
+
+
+def _lowest(dtypes: set[torch.dtype | None]) -> torch.dtype | None:
+    """The autocast dtype a forward pass ran under: float16 if any module saw it, else bfloat16, else None."""
+    for dtype in (torch.float16, torch.bfloat16):
+        if dtype in dtypes:
+            return dtype
+    return next((d for d in dtypes if d is not None), None)
+
+
+def _backward_culprit(events: list[tuple[str, bool, int]], values: list[list[float]]) -> str | None:
+    """The first module (backward order) whose input gradient is non-finite while every gradient that reached
+    its output so far was finite: its own backward made the inf/NaN."""
+    out_seen: dict[str, bool] = {}
+    for name, is_input, i in events:
+        bad = values[i][0] > 0
+        if not is_input:
+            out_seen[name] = out_seen.get(name, True) and not bad
+        elif bad and out_seen.get(name, False):
+            return name
+    return None
+
+
+def _param_fields(params: dict[str, list[int]], values: list[list[float]], scale: float) -> dict[str, Any]:
+    lost, bad_first, squares, any_bad = {}, None, 0.0, False
+    for name, (i_lost, i_counted, i_bad, i_norm) in params.items():
+        counted = values[i_counted][0]
+        lost[name] = values[i_lost][0] / counted if counted else 1.0
+        if values[i_bad][0] and bad_first is None:
+            bad_first = name
+        any_bad = any_bad or values[i_bad][0] > 0
+        squares += values[i_norm][0] ** 2
+    norm = None if not params else (math.inf if any_bad else math.sqrt(squares) / scale)
+    return {"param_grad_lost": lost, "first_nonfinite_grad": bad_first, "grad_norm": norm}
+
+
+# --- The recorder ------------------------------------------------------------------------------------------
+
+def _float32(value: float) -> float:
+    """``value`` rounded to float32, as GradScaler holds its scale."""
+    return float(torch.tensor(value, dtype=torch.float32))
+
+
+class AmpRecorder:
+    """Watch a mixed-precision training loop and diagnose it: ``rec.step(loss)`` once per optimizer step.
+
+    ::
+
+        rec = AmpRecorder(model, optimizer, scaler)        # attaches hooks; also a context manager
+        for x, y in batches:                               # the loop stays your own
+            ...; scaler.step(optimizer); scaler.update()
+            rec.step(loss)                                 # after scaler.update()
+        print(rec.report()); rec.findings(); rec.plot(); rec.detach()
+
+    Args:
+        model: the ``nn.Module`` the loop trains (a DDP-wrapped one records its own rank; names start with
+            ``module.``; a ``torch.compile`` d one records step-level data only, with a warning).
+        optimizer: its optimizer (it must hold some of ``model``'s parameters).
+        scaler: the ``torch.amp.GradScaler``, if the loop uses one.
+        scheduler: the learning-rate scheduler, if any: enables ``scheduler_on_skipped_step``.
+        every: sample every ``every``-th step (0, every, 2·every, ...): the hooks are attached only for those
+            steps. The loss, scale, skipped flag and lr are recorded on every step.
+
+    Call ``rec.step(loss)`` after ``scaler.update()`` (and before the next ``zero_grad``), once per
+    optimizer step, also when the scaler skipped it. With an enabled scaler, each step reads
+    ``scaler.get_scale()`` once (on CUDA a GPU-to-CPU sync), and a sampled step adds one more sync.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> x, y = torch.randn(16, 4, generator=torch.Generator().manual_seed(0)), torch.zeros(16, 1)
+        >>> with AmpRecorder(model, optimizer) as rec:
+        ...     for _ in range(3):
+        ...         optimizer.zero_grad()
+        ...         with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...             loss = torch.nn.functional.mse_loss(model(x), y)
+        ...         loss.backward()
+        ...         optimizer.step()
+        ...         rec.step(loss)
+        >>> [f.kind for f in rec.findings()]
+        ['healthy']
+        >>> rec.records[0].autocast_dtype, rec.records[2].skipped
+        (torch.bfloat16, False)
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None,
+                 *, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, every: int = 1) -> None:
+        _check_args(model, optimizer, scaler, scheduler)
+        self.every = as_int("every", every, minimum=1)
+        self.model, self.optimizer, self.scaler, self.scheduler = model, optimizer, scaler, scheduler
+        self.compiled = any(_is_compiled(m) for m in model.modules())
+        if self.compiled:
+            warnings.warn("AmpRecorder: the model is torch.compile'd, so module hooks cannot see inside it: only "
+                          "step-level data are recorded (loss, scale, skips, lr, parameter gradients), not where an "
+                          "overflow starts. Record the uncompiled model to find the module.", stacklevel=2)
+        self._modules = self._watched_modules()
+        embeddings = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
+        self._params = [(_clean(n), p, id(p) in embeddings) for n, p in model.named_parameters() if p.requires_grad]
+        self._records: list[StepRecord] = []
+        self._optimizer_steps = 0
+        self._step_handle = optimizer.register_step_post_hook(self._on_optimizer_step)
+        self._epoch0 = None if scheduler is None else int(scheduler.last_epoch)
+        self._scale = self._read_scale()
+        self._probe: _Probe | None = None
+        self.attached = True
+        self._open_probe()
+
+    def _watched_modules(self) -> list[tuple[str, nn.Module]]:
+        """Every module with its clean name; inside a compiled module, only the compiled wrapper itself."""
+        compiled = [n for n, m in self.model.named_modules() if _is_compiled(m)]
+        return [(_clean(n), m) for n, m in self.model.named_modules()
+                if not any(n.startswith(c + ".") or (c == "" and n) for c in compiled)]
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_steps += 1
+
+    def _read_scale(self) -> float | None:
+        if self.scaler is None or not self.scaler.is_enabled():
+            return None
+        return _float32(self.scaler.get_scale())
+
+    def _open_probe(self) -> None:
+        if len(self._records) % self.every == 0:
+            self._probe = _Probe(self._modules, self._params, self.model)
+
+    # --- recording ---
+
+    @property
+    def records(self) -> tuple[StepRecord, ...]:
+        """One :class:`StepRecord` per ``rec.step`` call, in order."""
+        return tuple(self._records)
+
+    def step(self, loss: torch.Tensor | float) -> None:
+        """Record one optimizer step: call it after ``scaler.update()``, also when the scaler skipped the step
+        (its :class:`StepRecord` is then ``rec.records[-1]``)."""
+        if not self.attached:
+            raise RuntimeError("this AmpRecorder is detached: create a new one to record more steps")
+        value = _as_loss(loss)
+        stepped, self._optimizer_steps = self._optimizer_steps > 0, 0
+        before, after = self._scale, self._read_scale()
+        decreased = bool(before and after is not None and step_was_skipped(before, after))
+        sampled = {}
+        if self._probe is not None:
+            self._probe.remove()
+            sampled = self._probe.collect(before or 1.0)
+            self._probe = None
+        record = StepRecord(
+            step=len(self._records), loss=value, scale_before=before, scale_after=after, stepped=stepped,
+            skipped=not stepped, scale_decreased=decreased, lr=float(self.optimizer.param_groups[0]["lr"]),
+            scheduler_epoch=None if self.scheduler is None else int(self.scheduler.last_epoch),
+            sampled=bool(sampled), **sampled)
+        self._records.append(record)
+        self._scale = after
+        self._open_probe()
+
+    def detach(self) -> None:
+        """Remove every hook the recorder attached (the records stay). Calling it twice is fine."""
+        if self._probe is not None:
+            self._probe.remove()
+            self._probe = None
+        self._step_handle.remove()
+        self.attached = False
+
+    def __enter__(self) -> AmpRecorder:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
+    def __repr__(self) -> str:
+        state = "attached" if self.attached else "detached"
+        return f"AmpRecorder({len(self._records)} steps recorded, every={self.every}, {state})"
+
+    # --- diagnosis ---
+
+    def findings(self) -> list[Finding]:
+        """What the recorded steps show, as :class:`Finding` s (``[healthy]`` when nothing is wrong; ``[]``
+        before the first ``rec.step``)."""
+        if not self._records:
+            return []
+        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0)
+
+    def report(self) -> str:
+        """The recording as plain text: the run, the sampled steps, the modules nearest to overflow, the findings."""
+        return _report(self)
+
+    def plot(self):
+        """A figure (:class:`~ampcourse.widgets.base.Png`): scale and skipped steps, loss, per-module headroom."""
+        return _plot(self)
+
+
+def _check_args(model: Any, optimizer: Any, scaler: Any, scheduler: Any) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, e.g. torch.optim.AdamW(model.parameters()) "
+                        f"(got {type(optimizer).__name__})")
+    if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+        raise TypeError(f"scaler must be a torch.amp.GradScaler or None (got {type(scaler).__name__})")
+    if scheduler is not None:
+        if not isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
+            raise TypeError(f"scheduler must be a torch.optim.lr_scheduler scheduler or None "
+                            f"(got {type(scheduler).__name__})")
+        if scheduler.optimizer is not optimizer:
+            raise ValueError("scheduler must schedule this optimizer (scheduler.optimizer is another one)")
+    ids = {id(p) for p in model.parameters()}
+    if not any(id(p) in ids for group in optimizer.param_groups for p in group["params"]):
+        raise ValueError("optimizer must hold model's parameters (it holds none of them): pass the optimizer made "
+                         "with model.parameters()")
+
+
+def _as_loss(loss: Any) -> float:
+    if isinstance(loss, torch.Tensor):
+        if loss.numel() != 1:
+            raise ValueError(f"loss must be the step's scalar loss (got a tensor of shape {tuple(loss.shape)})")
+        return float(loss.detach().float())
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+        raise TypeError(f"loss must be the step's loss: a scalar tensor or a float (got {type(loss).__name__})")
+    return float(loss)
+
+
+# --- The rules: records -> findings ------------------------------------------------------------------------
+
+def _dtype_name(dtype: torch.dtype | None) -> str:
+    return "no autocast (FP32)" if dtype is None else str(dtype).removeprefix("torch.") + " autocast"
+
+
+def _label(name: str) -> str:
+    return name or "(model)"
+
+
+def _module(record: StepRecord, name: str) -> ModuleStats | None:
+    return next((m for m in record.modules if m.name == name), None)
+
+
+def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None) -> list[Finding]:
+    sampled = [r for r in records if r.sampled]
+    found: list[Finding] = []
+    for rule in (_nonfinite_input, _overflow, _nonfinite_loss):
+        finding = rule(records, sampled)
+        if finding is not None:
+            found.append(finding)
+    if scaler is not None and scaler.is_enabled():
+        found += _scale_findings(records, sampled, found)
+        finding = _unneeded_scaler(sampled)
+        if finding is not None:
+            found.append(finding)
+    for rule in (_underflow, _low_headroom):
+        finding = rule(records, sampled)
+        if finding is not None:
+            found.append(finding)
+    if scheduler is not None:
+        finding = _scheduler_on_skipped(records, epoch0)
+        if finding is not None:
+            found.append(finding)
+    return found or [_healthy(records, sampled)]
+
+
+def _nonfinite_input(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    r = next((r for r in sampled if r.input_finite is False), None)
+    if r is None:
+        return None
+    return Finding("nonfinite_input", r.step, "input",
+                   f"the batch fed to the model at step {r.step} already holds inf/NaN, before any module ran: "
+                   "the data are broken, not the precision — check the data pipeline (torch.isfinite on each batch).")
+
+
+def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    r = next((r for r in sampled if r.first_nonfinite_module is not None and r.input_finite is not False), None)
+    if r is None:
+        return None
+    name = r.first_nonfinite_module
+    module = _module(r, name)
+    kind = f" ({module.kind})" if module else ""
+    if r.autocast_dtype == torch.float16:
+        fix = (f"it passed float16's largest value, {FP16_MAX:g}. Run it in FP32 (troubleshoot.FP32Island), train in "
+               "bf16, or keep its values smaller (normalise its inputs; in attention, F.scaled_dot_product_attention "
+               "and a mask of torch.finfo(dtype).min instead of -1e9).")
+    else:
+        fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence, not a precision limit: lower the learning "
+               "rate, clip the gradients, check the data.")
+    return Finding("overflow", r.step, name,
+                   f"{_label(name)}{kind} is the first module whose output holds inf/NaN (step {r.step}; every later "
+                   f"module only inherits it): {fix}")
+
+
+def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    r = next((r for r in records if not math.isfinite(r.loss)), None)
+    if r is None:
+        return None
+    n = sum(not math.isfinite(x.loss) for x in records)
+    overflow = next((x for x in sampled if x.first_nonfinite_module is not None), None)
+    if overflow is not None:
+        cause = (f"the forward pass overflowed first, in {_label(overflow.first_nonfinite_module)}: fix that "
+                 "(see the overflow finding) and the loss follows.")
+    else:
+        cause = ("no sampled module output was inf/NaN, so it comes from the loss computation: compute the loss in "
+                 "FP32 (troubleshoot.fp32_loss, or outside autocast) and look for log(0) or a division by 0.")
+    return Finding("nonfinite_loss", r.step, "loss",
+                   f"the loss is {r.loss} at step {r.step} ({n} of {len(records)} steps non-finite): {cause}")
+
+
+def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> tuple[str, str]:
+    """Where the skipped steps' inf/NaN comes from, and what to do: (where, one or two sentences)."""
+    kinds = {f.kind: f for f in found}
+    if "overflow" in kinds:
+        where = kinds["overflow"].where
+        return where, (f"the forward pass overflows in {_label(where)}, and no loss scale can fix a forward "
+                       "overflow: fix that module (see the overflow finding).")
+    if "nonfinite_loss" in kinds:
+        return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)."
+    skipped = [r for r in sampled if r.skipped]
+    r = skipped[-1] if skipped else None
+    if r is not None and r.first_nonfinite_backward is not None:
+        name = r.first_nonfinite_backward
+        tiny = float(torch.finfo(torch.float16).smallest_normal)
+        return name, (f"the backward pass of {_label(name)} turns finite gradients into inf/NaN even at scale "
+                      f"{r.scale_before:g}: an fp16-unsafe constant (eps=1e-8 is 0 in float16 — use eps >= {tiny:.2g}, "
+                      "its smallest normal) or a sqrt/log/division at 0 there; or run it in FP32 (FP32Island).")
+    root = _module(r, "") if r is not None else None
+    if root is not None and root.grad_finite is False:
+        return "loss", ("the gradient is inf already where it enters the model: the loss is too large for float16 "
+                        "(a sum instead of a mean, unnormalised targets) — average it or normalise the targets.")
+    if r is not None and r.first_nonfinite_grad is not None:
+        return r.first_nonfinite_grad, f"the first non-finite gradient is that of {r.first_nonfinite_grad}."
+    return "scaler", ("no sampled step saw where the inf/NaN starts: record with every=1, or run "
+                      "troubleshoot.find_nonfinite on a failing batch.")
+
+
+def _scale_findings(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> list[Finding]:
+    scales = [records[0].scale_before] + [r.scale_after for r in records]
+    if any(s is None for s in scales) or scales[0] <= 0:
+        return []
+    diagnosis = diagnose_scale(scales, window=COLLAPSE_WINDOW, max_skip_fraction=MAX_SKIP_FRACTION)
+    final = diagnosis.final_scale
+    if diagnosis.status == "collapsing" or final < 1:
+        where, cause = _likely_cause(records, sampled, found)
+        start = diagnosis.steps - diagnosis.trailing_skips if diagnosis.trailing_skips else records[-1].step
+        what = diagnosis.reason.split(". ")[0] if diagnosis.status == "collapsing" else (
+            f"the scale fell below 1 ({diagnosis.first_scale:g} → {final:g}): the gradients are scaled down")
+        return [Finding("scale_collapse", start, where, f"{what}. Likely cause: {cause}")]
+    if diagnosis.status == "unstable":
+        where, cause = _likely_cause(records, sampled, found)
+        after = [s for s in diagnosis.skipped_steps if s >= diagnosis.warmup_skips]
+        return [Finding("frequent_skips", after[0] if after else 0, where,
+                        f"{diagnosis.reason} Likely cause: {cause} Or a loss spike / too-large learning rate: lower it "
+                        "or clip the gradients (after scaler.unscale_).")]
+    return []
+
+
+def _unneeded_scaler(sampled: list[StepRecord]) -> Finding | None:
+    dtypes = [r.autocast_dtype for r in sampled if r.modules]
+    if not dtypes or torch.float16 in dtypes:
+        return None
+    r = next(r for r in sampled if r.modules)
+    return Finding("unneeded_scaler", r.step, "scaler",
+                   f"a GradScaler is enabled but the forward pass ran under {_dtype_name(r.autocast_dtype)}, which "
+                   "has float32's range: no gradient underflows, so the scaler only costs time and skips steps now "
+                   "and then. Drop it, or create it with enabled=(dtype == torch.float16).")
+
+
+def _majority(flags: list[bool]) -> bool:
+    return bool(flags) and 2 * sum(flags) > len(flags)
+
+
+def _underflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    steps = [r for r in sampled if r.autocast_dtype == torch.float16 and not r.skipped and r.param_grad_lost]
+    if not steps:
+        return None
+    where = next((name for name in steps[-1].param_grad_lost
+                  if _majority([r.param_grad_lost.get(name, 0.0) > UNDERFLOW_FRACTION for r in steps])), None)
+    if where is not None:
+        share = steps[-1].param_grad_lost[where]
+        what = f"{share:.0%} of the gradient of parameter {where}"
+    else:
+        names = [m.name for m in reversed(steps[-1].modules) if m.grad_lost is not None]  # backward order
+        where = next((n for n in names if _majority([_lost_activation(_module(r, n)) for r in steps])), None)
+        if where is None:
+            return None
+        module = _module(steps[-1], where)
+        what = f"{module.grad_subnormal:.0%} of the non-zero gradient flowing out of {_label(where)}"
+    r = steps[0]
+    scale = r.scale_before
+    if scale is None:
+        fix = "there is no GradScaler: use torch.amp.GradScaler with float16, or train in bf16."
+    else:
+        fix = (f"the loss scale {scale:g} is too small for it: let the scaler grow (a larger init_scale, a shorter "
+               "growth_interval), make the loss or the inputs larger (normalise them), or train in bf16.")
+    return Finding("underflow", r.step, where,
+                   f"{what} is 0 or below float16's smallest normal ({FP16_NORMAL_MIN:.2g}) at the current scale, on "
+                   f"most sampled steps: those gradients are lost or imprecise; {fix}")
+
+
+def _lost_activation(module: ModuleStats | None) -> bool:
+    if module is None or module.grad_lost is None:
+        return False
+    return module.grad_lost >= 1.0 or (module.grad_subnormal or 0.0) > UNDERFLOW_FRACTION
+
+
+def _low_headroom(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    for r in sampled:
+        low = [m for m in r.modules if m.finite and m.headroom_bits < LOW_HEADROOM_BITS]
+        if low:
+            m = low[0]
+            others = ", ".join(_label(x.name) for x in low[1:4]) + (", ..." if len(low) > 4 else "")
+            return Finding("low_headroom", r.step, m.name,
+                           f"{_label(m.name)} ({m.kind}) peaks at {m.peak:.4g}, {m.headroom_bits:.1f} bits below the "
+                           f"largest value {m.limit:g} of {_dtype_name(r.autocast_dtype)} (less than "
+                           f"{LOW_HEADROOM_BITS:g}): a little growth overflows it. Normalise what feeds it, run it in "
+                           "FP32 (FP32Island) or train in bf16."
+                           + (f" Also near the limit: {others}." if others else ""))
+    return None
+
+
+def _scheduler_on_skipped(records: list[StepRecord], epoch0: int | None) -> Finding | None:
+    """A skipped step k with the scheduler moving both in k's interval and in the next one: with the scheduler
+    stepped before ``rec.step`` or after it, a loop that steps it only on applied steps never moves it in both."""
+    epochs = [epoch0] + [r.scheduler_epoch for r in records]
+    moved = [epochs[i + 1] - epochs[i] > 0 for i in range(len(records))]
+    bad = [r.step for r in records[:-1] if r.skipped and moved[r.step] and moved[r.step + 1]]
+    if not bad:
+        return None
+    n_skipped = sum(r.skipped for r in records)
+    return Finding("scheduler_on_skipped_step", bad[0], "scheduler",
+                   f"the scheduler stepped on {len(bad)} of the {n_skipped} steps the scaler skipped (first: step "
+                   f"{bad[0]}), so the lr schedule runs ahead of the model. Call scheduler.step() only when the step "
+                   "ran: read scale = scaler.get_scale() before scaler.update(), then step the scheduler if "
+                   "scaler.get_scale() >= scale.")
+
+
+def _healthy(records: list[StepRecord], sampled: list[StepRecord]) -> Finding:
+    skipped = sum(r.skipped for r in records)
+    modules = [m for m in (sampled[-1].modules if sampled else ()) if m.finite]
+    closest = min(modules, key=lambda m: m.headroom_bits, default=None)
+    headroom = (f"; the module nearest to overflow is {_label(closest.name)}, {closest.headroom_bits:.1f} bits below "
+                f"its dtype's max" if closest is not None and math.isfinite(closest.headroom_bits) else "")
+    return Finding("healthy", records[-1].step, "",
+                   f"{len(records)} steps ({len(sampled)} sampled), {skipped} skipped (only while the scale settled, "
+                   f"if any){headroom}: nothing to fix.")
+
+
+# --- Report and figure -------------------------------------------------------------------------------------
+
+def _fmt(value: Any) -> str:
+    return "—" if value is None else f"{value:.4g}"
+
+
+def _report(rec: AmpRecorder) -> str:
+    records = rec.records
+    if not records:
+        return "AmpRecorder: no step recorded yet — call rec.step(loss) after each scaler.update()."
+    sampled = [r for r in records if r.sampled]
+    scaler = "no GradScaler" if rec.scaler is None else ("GradScaler enabled" if rec.scaler.is_enabled()
+                                                        else "GradScaler disabled")
+    dtype = _dtype_name(sampled[-1].autocast_dtype) if sampled and sampled[-1].modules else "autocast unknown"
+    lines = [f"AmpRecorder: {len(records)} steps, {len(sampled)} sampled (every={rec.every}), {dtype}, {scaler}, "
+             f"{sum(r.skipped for r in records)} skipped"]
+    rows = [{"step": r.step, "loss": r.loss, "scale": r.scale_before, "skipped": "yes" if r.skipped else "",
+             "grad norm": r.grad_norm, "lr": r.lr, "first inf/NaN": _label(r.first_nonfinite_module)
+             if r.first_nonfinite_module is not None else ""} for r in sampled[-8:]]
+    lines.append(Table(rows, formats={"loss": _fmt, "scale": _fmt, "grad norm": _fmt, "lr": _fmt},
+                       title="sampled steps (the last 8)").text())
+    if sampled and sampled[-1].modules:
+        last = sampled[-1]
+        closest = sorted(last.modules, key=lambda m: m.headroom_bits)[:6]
+        rows = [{"module": _label(m.name), "type": m.kind, "peak |out|": m.peak, "headroom (bits)": m.headroom_bits,
+                 "grad lost": m.grad_lost} for m in closest]
+        lines.append(Table(rows, formats={"peak |out|": _fmt, "headroom (bits)": "{:.1f}",
+                                          "grad lost": lambda v: "—" if v is None else f"{v:.0%}"},
+                           title=f"modules nearest to overflow at step {last.step}").text())
+    findings = "\n".join(["findings:"] + [f"- {f}" for f in rec.findings()])
+    return "\n\n".join(lines + [findings])
+
+
+def _plot(rec: AmpRecorder):
+    from matplotlib.figure import Figure
+
+    from .widgets.base import COLORS, figure_png
+
+    records = rec.records
+    if not records:
+        raise ValueError("nothing to plot yet: call rec.step(loss) after each optimizer step first")
+    fig = Figure(figsize=(9.0, 3.0))
+    axes = fig.subplots(1, 3)
+    steps = [r.step for r in records]
+    ax = axes[0]
+    if records[0].scale_before is not None:
+        scales = [r.scale_before for r in records]
+        ax.step(steps, [math.log2(s) if s > 0 else math.nan for s in scales], where="post", color=COLORS["blue"])
+        ax.set_ylabel("log2(scale)")
+    else:
+        ax.text(0.5, 0.5, "no GradScaler", ha="center", va="center", transform=ax.transAxes)
+    skipped = [r.step for r in records if r.skipped]
+    for s in skipped:
+        ax.axvline(s, color=COLORS["vermillion"], alpha=0.3, linewidth=1)
+    ax.set_title(f"scale; {len(skipped)} skipped (red)", fontsize=9)
+    ax.set_xlabel("step")
+    ax = axes[1]
+    ax.plot(steps, [r.loss if math.isfinite(r.loss) else math.nan for r in records], color=COLORS["black"])
+    for r in records:
+        if not math.isfinite(r.loss):
+            ax.axvline(r.step, color=COLORS["vermillion"], alpha=0.5, linewidth=1)
+    ax.set_title("loss (red: inf/NaN)", fontsize=9)
+    ax.set_xlabel("step")
+    ax = axes[2]
+    sampled = [r for r in records if r.sampled and r.modules]
+    if sampled:
+        worst: dict[str, float] = {}
+        for r in sampled:
+            for m in r.modules:
+                worst[m.name] = min(worst.get(m.name, math.inf), m.headroom_bits)
+        shown = sorted(worst.items(), key=lambda kv: kv[1])[:8][::-1]
+        values = [max(v, 0.0) if math.isfinite(v) or v > 0 else 0.0 for _, v in shown]
+        colors = [COLORS["vermillion"] if v < LOW_HEADROOM_BITS else COLORS["green"] for _, v in shown]
+        ax.barh([_label(n)[-18:] for n, _ in shown], [min(v, 64.0) for v in values], color=colors)
+        ax.axvline(LOW_HEADROOM_BITS, color=COLORS["black"], linestyle="--", linewidth=1)
+        ax.tick_params(axis="y", labelsize=7)
+    ax.set_title("headroom (bits, worst step)", fontsize=9)
+    fig.tight_layout()
+    return figure_png(fig)

@@ -1,0 +1,474 @@
+"""Tests for ampcourse.recorder: each finding kind from a small broken run (with the right ``where``), a healthy
+run gives exactly [healthy], sampling, hooks removed, bad input. Tiny models, a few steps each, CPU only
+(CPU autocast runs float16 and ``GradScaler("cpu")`` exists, so the fp16 cases run here too)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import OrderedDict
+
+import pytest
+import torch
+from torch import nn
+
+from ampcourse.recorder import KINDS, LOW_HEADROOM_BITS, AmpRecorder, Finding, StepRecord
+from ampcourse.troubleshoot import COLLAPSE_WINDOW
+from ampcourse.widgets.base import Png
+
+STEPS = COLLAPSE_WINDOW + 4  # long enough for diagnose_scale's collapse window
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny ops: one thread is faster than two that wait for each other on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# --- Small models and one training loop --------------------------------------------------------------------
+
+def classifier(gain: float = 1.0, seed: int = 0) -> nn.Module:
+    """embed → block (up, act) → norm → head; ``gain`` multiplies block.up's weights (its output grows with it)."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(OrderedDict([
+        ("embed", nn.Linear(8, 16)),
+        ("block", nn.Sequential(OrderedDict([("up", nn.Linear(16, 16)), ("act", nn.ReLU())]))),
+        ("norm", nn.LayerNorm(16)),
+        ("head", nn.Linear(16, 4)),
+    ]))
+    with torch.no_grad():
+        model.block.up.weight.mul_(gain)
+        model.block.up.bias.mul_(gain)
+    return model
+
+
+class SmoothAbs(nn.Module):
+    """sqrt(x² + eps): with eps=1e-8 and a float16 x it is sqrt(0) = 0 at x = 0, whose backward is 0/0 = NaN."""
+
+    def __init__(self, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sqrt(x * x + self.eps)
+
+
+def smooth_model(eps: float) -> nn.Module:
+    """embed → smooth → head, with half of embed's units pruned (weights and bias 0): their output is exactly 0."""
+    torch.manual_seed(0)
+    model = nn.Sequential(OrderedDict([("embed", nn.Linear(8, 16)), ("smooth", SmoothAbs(eps)),
+                                       ("head", nn.Linear(16, 4))]))
+    with torch.no_grad():
+        model.embed.weight[:8] = 0
+        model.embed.bias[:8] = 0
+    return model
+
+
+def data(seed: int = 0, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(32, 8, generator=g) * scale, torch.randint(0, 4, (32,), generator=g)
+
+
+def train(model: nn.Module, dtype: torch.dtype | None = torch.float16, *, scaler: bool | None = True,
+          steps: int = 6, every: int = 1, inputs: torch.Tensor | None = None, loss_factor: float = 1.0,
+          init_scale: float = 2.0**16, growth_interval: int = 2000, lr: float = 0.01, scheduler: str | None = None,
+          loss_fn=None) -> AmpRecorder:
+    """A plain AMP loop on CPU. ``dtype`` None: no autocast. ``scaler`` None: none; False: a disabled one.
+    ``scheduler``: None, "every step" (also on skipped steps), "guarded" (only on applied steps),
+    "every step, after rec.step" or "guarded, after rec.step"."""
+    x, y = data()
+    x = x if inputs is None else inputs
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    grad_scaler = None if scaler is None else torch.amp.GradScaler(
+        "cpu", init_scale=init_scale, growth_interval=growth_interval, enabled=scaler)
+    schedule = None if scheduler is None else torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the scheduler's "lr_scheduler.step() before optimizer.step()"
+        rec = AmpRecorder(model, optimizer, grad_scaler, scheduler=schedule, every=every)
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+                out = model(x)
+                loss = (loss_fn or nn.functional.cross_entropy)(out, y) * loss_factor
+            scale = grad_scaler.get_scale() if grad_scaler else None
+            if grad_scaler is not None:
+                grad_scaler.scale(loss).backward()
+                grad_scaler.step(optimizer)
+                grad_scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+            applied = grad_scaler is None or grad_scaler.get_scale() >= scale
+            step_now = schedule is not None and (applied or not scheduler.startswith("guarded"))
+            if step_now and "after" not in scheduler:
+                schedule.step()
+            rec.step(loss)
+            if step_now and "after" in scheduler:
+                schedule.step()
+    return rec
+
+
+def kinds(rec: AmpRecorder) -> list[str]:
+    return [f.kind for f in rec.findings()]
+
+
+def finding(rec: AmpRecorder, kind: str) -> Finding:
+    found = [f for f in rec.findings() if f.kind == kind]
+    assert found, f"no {kind} finding; got {[str(f) for f in rec.findings()]}"
+    return found[0]
+
+
+def hook_count(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
+    modules = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+                  + len(m._backward_pre_hooks) for m in model.modules())
+    params = sum(len(p._post_accumulate_grad_hooks or {}) for p in model.parameters()
+                 if getattr(p, "_post_accumulate_grad_hooks", None) is not None)
+    steps = 0 if optimizer is None else len(optimizer._optimizer_step_post_hooks) + len(
+        optimizer._optimizer_step_pre_hooks)
+    return modules + params + steps
+
+
+# --- Healthy runs ------------------------------------------------------------------------------------------
+
+def test_a_healthy_fp16_run_with_a_scaler_gives_exactly_healthy():
+    rec = train(classifier(), torch.float16)
+    assert kinds(rec) == ["healthy"]
+
+
+def test_a_healthy_bf16_run_without_a_scaler_gives_exactly_healthy_and_records_bf16():
+    rec = train(classifier(), torch.bfloat16, scaler=None)
+    assert kinds(rec) == ["healthy"]
+    assert rec.records[0].autocast_dtype == torch.bfloat16
+    assert rec.records[0].scale_before is None
+
+
+def test_a_healthy_fp32_run_gives_exactly_healthy():
+    rec = train(classifier(), None, scaler=None)
+    assert kinds(rec) == ["healthy"]
+    assert rec.records[0].autocast_dtype is None
+
+
+def test_a_disabled_scaler_with_bf16_is_not_an_unneeded_scaler():
+    rec = train(classifier(), torch.bfloat16, scaler=False)
+    assert kinds(rec) == ["healthy"]
+
+
+# --- Each kind from a broken run ---------------------------------------------------------------------------
+
+def test_fp16_overflow_is_named_in_the_submodule_where_it_starts():
+    rec = train(classifier(gain=1e5), torch.float16)
+    f = finding(rec, "overflow")
+    assert f.where == "block.up"
+    assert f.step == 0
+    assert "FP32Island" in f.message
+
+
+def test_the_same_model_in_bf16_does_not_overflow():
+    rec = train(classifier(gain=1e5), torch.bfloat16, scaler=None)
+    assert "overflow" not in kinds(rec)
+
+
+def test_a_forward_overflow_collapses_the_scale_and_names_the_module_as_the_cause():
+    rec = train(classifier(gain=1e5), torch.float16, steps=STEPS)
+    f = finding(rec, "scale_collapse")
+    assert f.where == "block.up"
+    assert "no loss scale can fix" in f.message
+
+
+def test_a_nonfinite_loss_with_finite_module_outputs_is_nonfinite_loss_not_overflow():
+    def log_loss(out, y):  # log of a ReLU output: log(0) = -inf
+        return torch.relu(out).log().mean()
+
+    rec = train(classifier(), None, scaler=None, loss_fn=log_loss, steps=2)
+    f = finding(rec, "nonfinite_loss")
+    assert f.where == "loss"
+    assert "FP32" in f.message
+    assert "overflow" not in kinds(rec)
+
+
+def test_a_nan_in_the_batch_is_nonfinite_input_not_an_overflow_of_the_first_module():
+    x, _ = data()
+    x[0, 0] = math.nan
+    rec = train(classifier(), torch.float16, inputs=x, steps=2)
+    assert finding(rec, "nonfinite_input").where == "input"
+    assert "overflow" not in kinds(rec)
+
+
+def test_an_fp16_unsafe_eps_collapses_the_scale_and_names_the_module_whose_backward_makes_the_nan():
+    rec = train(smooth_model(eps=1e-8), torch.float16, steps=STEPS)
+    f = finding(rec, "scale_collapse")
+    assert f.where == "smooth"
+    assert "eps=1e-8" in f.message
+    assert "overflow" not in kinds(rec)  # the forward pass is finite
+    assert all(r.skipped for r in rec.records)
+
+
+def test_the_same_module_with_an_fp16_safe_eps_is_healthy():
+    rec = train(smooth_model(eps=1e-4), torch.float16, steps=STEPS)
+    assert kinds(rec) == ["healthy"]
+
+
+def test_a_too_large_loss_collapses_the_scale_and_blames_the_loss():
+    rec = train(classifier(), torch.float16, steps=STEPS, loss_factor=1e9)
+    f = finding(rec, "scale_collapse")
+    assert f.where == "loss"
+    assert "too large" in f.message
+
+
+def test_the_scale_falling_below_one_is_a_collapse_even_before_the_window_is_full():
+    rec = train(classifier(), torch.float16, steps=4, init_scale=2.0, loss_factor=1e9)
+    assert rec.records[-1].scale_after < 1
+    assert finding(rec, "scale_collapse").where == "loss"
+
+
+def test_a_scale_that_grows_into_overflow_again_and_again_is_frequent_skips():
+    rec = train(classifier(), torch.float16, steps=16, growth_interval=1, init_scale=2.0**10)
+    skipped = [r.step for r in rec.records if r.skipped]
+    assert len(skipped) >= 3 and not rec.records[-2].skipped  # skips keep coming back, no collapse
+    f = finding(rec, "frequent_skips")
+    assert f.step == skipped[0]
+    assert "scale_collapse" not in kinds(rec)
+
+
+def test_tiny_inputs_underflow_the_first_layers_weight_gradient_in_fp16_without_a_scaler():
+    x, _ = data(scale=1e-6)
+    rec = train(classifier(), torch.float16, scaler=None, inputs=x)
+    f = finding(rec, "underflow")
+    assert f.where == "embed.weight"
+    assert "GradScaler" in f.message
+
+
+def test_the_same_tiny_inputs_with_a_scaler_do_not_underflow():
+    x, _ = data(scale=1e-6)
+    rec = train(classifier(), torch.float16, scaler=True, inputs=x)
+    assert "underflow" not in kinds(rec)
+    assert rec.records[-1].param_grad_lost["embed.weight"] < 0.5
+
+
+def test_a_tiny_loss_underflows_from_the_parameter_nearest_the_loss_on():
+    rec = train(classifier(), torch.float16, scaler=None, loss_factor=2.0**-22)
+    assert finding(rec, "underflow").where == "head.weight"  # the first parameter in backward order
+    assert rec.records[-1].modules[-1].grad_lost == 1.0  # the gradient entering the model is lost already
+
+
+def test_an_activation_near_65504_is_low_headroom_in_that_module():
+    gain = low_headroom_gain()
+    rec = train(classifier(gain=gain), torch.float16, scaler=None, lr=0.0, steps=2)
+    f = finding(rec, "low_headroom")
+    assert f.where == "block.up"
+    assert "overflow" not in kinds(rec)
+    assert rec.records[0].headroom_bits["block.up"] < LOW_HEADROOM_BITS
+
+
+def low_headroom_gain() -> float:
+    """A gain that puts block.up's fp32 peak at 30,000: within 2 bits of 65504, still finite."""
+    model, (x, _) = classifier(), data()
+    with torch.no_grad():
+        peak = float(model.block.up(model.embed(x)).abs().max())
+    return 30_000 / peak
+
+
+def test_a_grad_scaler_with_bf16_is_an_unneeded_scaler():
+    rec = train(classifier(), torch.bfloat16, scaler=True)
+    f = finding(rec, "unneeded_scaler")
+    assert f.where == "scaler"
+    assert "enabled=" in f.message
+
+
+def test_a_grad_scaler_without_autocast_is_an_unneeded_scaler():
+    rec = train(classifier(), None, scaler=True)
+    assert "FP32" in finding(rec, "unneeded_scaler").message
+
+
+@pytest.mark.parametrize("order", ["every step", "every step, after rec.step"])
+def test_a_scheduler_stepped_on_skipped_steps_is_found_whether_stepped_before_or_after_rec_step(order):
+    rec = train(classifier(), torch.float16, init_scale=2.0**20, loss_factor=10.0, steps=8, scheduler=order)
+    assert sum(r.skipped for r in rec.records) >= 2
+    f = finding(rec, "scheduler_on_skipped_step")
+    assert f.where == "scheduler"
+    assert f.step == (0 if order == "every step" else 1)  # stepped after rec.step: step 0's move shows at step 1
+
+
+@pytest.mark.parametrize("order", ["guarded", "guarded, after rec.step"])
+def test_a_scheduler_stepped_only_on_applied_steps_is_not_a_finding(order):
+    rec = train(classifier(), torch.float16, init_scale=2.0**20, loss_factor=10.0, steps=8, scheduler=order)
+    assert sum(r.skipped for r in rec.records) >= 2
+    assert "scheduler_on_skipped_step" not in kinds(rec)
+
+
+def test_every_finding_kind_is_listed_in_kinds():
+    assert set(KINDS) >= {"overflow", "nonfinite_loss", "scale_collapse", "frequent_skips", "underflow",
+                          "low_headroom", "unneeded_scaler", "scheduler_on_skipped_step", "healthy"}
+
+
+# --- What is recorded --------------------------------------------------------------------------------------
+
+def test_skipped_steps_match_the_scale_going_down_and_the_optimizer_not_stepping():
+    rec = train(classifier(), torch.float16, init_scale=2.0**20, loss_factor=10.0, steps=8)
+    assert [r.skipped for r in rec.records] == [r.scale_decreased for r in rec.records]
+    assert any(r.skipped for r in rec.records) and not all(r.skipped for r in rec.records)
+
+
+def test_the_gradient_norm_is_the_unscaled_one():
+    model = classifier()
+    rec = train(model, torch.float16, init_scale=2.0**10, steps=1)
+    true_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    assert rec.records[0].grad_norm == pytest.approx(float(true_norm), rel=1e-4)
+
+
+def test_the_first_nonfinite_gradient_is_named():
+    rec = train(classifier(gain=1e5), torch.float16, steps=1)
+    assert rec.records[0].first_nonfinite_grad in {name for name, _ in rec.model.named_parameters()}
+
+
+def test_the_lr_and_the_scale_before_and_after_are_recorded():
+    rec = train(classifier(), torch.float16, init_scale=2.0**10, steps=2, scheduler="guarded")
+    first = rec.records[0]
+    assert (first.scale_before, first.scale_after) == (2.0**10, 2.0**10)
+    assert first.lr == pytest.approx(0.01 * 0.9)
+    assert isinstance(first, StepRecord)
+
+
+def test_every_samples_steps_0_n_2n_and_records_the_rest_without_hooks():
+    rec = train(classifier(), torch.float16, steps=7, every=3)
+    assert [r.sampled for r in rec.records] == [True, False, False, True, False, False, True]
+    unsampled = rec.records[1]
+    assert unsampled.modules == () and unsampled.grad_norm is None
+    assert math.isfinite(unsampled.loss) and unsampled.scale_after is not None
+
+
+def test_hooks_are_attached_only_while_a_sampled_step_runs():
+    model = classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = hook_count(model)
+    rec = AmpRecorder(model, optimizer, every=2)
+    assert hook_count(model) > before  # step 0 is sampled
+    x, y = data()
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    rec.step(1.0)
+    assert hook_count(model) == before  # step 1 is not
+    rec.detach()
+
+
+def test_detach_removes_every_hook_also_in_the_middle_of_a_sampled_step():
+    model = classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = hook_count(model, optimizer)
+    rec = AmpRecorder(model, optimizer, torch.amp.GradScaler("cpu"))
+    x, y = data()
+    model(x)  # hooks fire, tensor hooks registered on the graph
+    assert hook_count(model, optimizer) > before
+    rec.detach()
+    assert hook_count(model, optimizer) == before
+    rec.detach()  # twice is fine
+    with pytest.raises(RuntimeError, match="detached"):
+        rec.step(1.0)
+
+
+def test_the_recorder_is_a_context_manager_that_detaches_on_exit():
+    model = classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = hook_count(model, optimizer)
+    with AmpRecorder(model, optimizer) as rec:
+        assert rec.attached
+    assert not rec.attached
+    assert hook_count(model, optimizer) == before
+
+
+def test_report_is_plain_text_naming_each_finding_and_plot_is_a_png():
+    rec = train(classifier(gain=1e5), torch.float16, steps=3)
+    text = rec.report()
+    assert isinstance(text, str)
+    assert "[overflow] step 0 in block.up" in text
+    png = rec.plot()
+    assert isinstance(png, Png) and bytes(png[:8]) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_findings_before_any_step_are_empty_and_the_report_says_what_to_do():
+    model = classifier()
+    with AmpRecorder(model, torch.optim.SGD(model.parameters(), lr=0.1)) as rec:
+        assert rec.findings() == []
+        assert "rec.step(loss)" in rec.report()
+
+
+def test_a_compiled_model_gets_a_warning_and_step_level_records():
+    model = classifier()
+    compiled = torch.compile(model, backend="eager")  # no inductor: cheap on CPU
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.warns(UserWarning, match="torch.compile"):
+        rec = AmpRecorder(compiled, optimizer)
+    x, y = data()
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(compiled(x), y).backward()
+    optimizer.step()
+    rec.step(1.0)
+    rec.detach()
+    first = rec.records[0]
+    assert first.stepped and first.grad_norm > 0
+    assert "embed.weight" in first.param_grad_lost  # names as in the uncompiled model
+    assert [m.name for m in first.modules] == [""]  # only the compiled wrapper is watched
+
+
+# --- Bad input ---------------------------------------------------------------------------------------------
+
+def _parts():
+    model = classifier()
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "words"), [
+    ({"model": "net"}, TypeError, "model must be a torch.nn.Module"),
+    ({"optimizer": None}, TypeError, "optimizer must be a torch.optim.Optimizer"),
+    ({"scaler": "fp16"}, TypeError, "scaler must be a torch.amp.GradScaler"),
+    ({"scheduler": 0.9}, TypeError, "scheduler must be"),
+    ({"every": 0}, ValueError, "every must be an int >= 1"),
+    ({"every": 2.5}, TypeError, "every must be an int"),
+    ({"every": True}, TypeError, "every must be an int"),
+])
+def test_bad_arguments_are_refused_by_name(kwargs, error, words):
+    model, optimizer = _parts()
+    args = {"model": model, "optimizer": optimizer} | kwargs
+    with pytest.raises(error, match=words):
+        AmpRecorder(args.pop("model"), args.pop("optimizer"), **args)
+
+
+def test_an_optimizer_of_another_model_is_refused():
+    model, _ = _parts()
+    _, other = _parts()
+    with pytest.raises(ValueError, match="optimizer must hold model's parameters"):
+        AmpRecorder(model, other)
+
+
+def test_a_scheduler_of_another_optimizer_is_refused():
+    model, optimizer = _parts()
+    other = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="scheduler must schedule this optimizer"):
+        AmpRecorder(model, optimizer, scheduler=torch.optim.lr_scheduler.StepLR(other, 1))
+
+
+@pytest.mark.parametrize(("loss", "error", "words"), [
+    ("0.5", TypeError, "loss must be the step's loss"),
+    (None, TypeError, "loss must be the step's loss"),
+    (torch.ones(2), ValueError, r"loss must be the step's scalar loss \(got a tensor of shape \(2,\)\)"),
+])
+def test_a_bad_loss_is_refused_by_name(loss, error, words):
+    model, optimizer = _parts()
+    with AmpRecorder(model, optimizer) as rec, pytest.raises(error, match=words):
+        rec.step(loss)
+
+
+def test_under_ddp_each_rank_records_with_ddp_s_module_prefix(tmp_path):
+    """One process, world size 1 (gloo): the recorder sees a DDP-wrapped model like any other."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        rec = train(nn.parallel.DistributedDataParallel(classifier(gain=1e5)), torch.float16, steps=2)
+    finally:
+        dist.destroy_process_group()
+    assert finding(rec, "overflow").where == "module.block.up"
+    assert "module.embed.weight" in rec.records[0].param_grad_lost
