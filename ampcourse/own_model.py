@@ -186,7 +186,7 @@ class GPTConfig:
 
 
 LESSON = GPTConfig()
-TINY = GPTConfig(block=16, width=32, heads=2, layers=2)
+TINY = GPTConfig(block=16, width=64, heads=4, layers=2)
 
 
 class Attention(nn.Module):
@@ -378,7 +378,7 @@ class Size:
     """How long to train and fine-tune: steps, batch, learning rate."""
 
     pretrain_steps: int = 30
-    finetune_steps: int = 8
+    finetune_steps: int = 10
     collapse_steps: int = 30
     batch: int = 8
     lr: float = 3e-3
@@ -386,7 +386,7 @@ class Size:
 
 LESSON_SIZE = Size()
 
-TINY_SIZE = Size(pretrain_steps=4, finetune_steps=6, collapse_steps=30, batch=2)
+TINY_SIZE = Size(pretrain_steps=8, finetune_steps=10, collapse_steps=30, batch=4)
 
 
 def pretrain(config: GPTConfig = LESSON, size: Size = LESSON_SIZE, *, dtype: torch.dtype = torch.bfloat16,
@@ -406,8 +406,8 @@ def pretrain(config: GPTConfig = LESSON, size: Size = LESSON_SIZE, *, dtype: tor
 FP16_MAX = float(torch.finfo(torch.float16).max)
 
 
-def largest_score(model: TinyGPT, ids: torch.Tensor, block: int = 0) -> float:
-    """The largest ``|q · k|`` (before the 1/√d scaling) that ``blocks[block]`` computes on ``ids`` in float32,
+def largest_score(model: TinyGPT, ids: torch.Tensor, block: int = 0, head: int = 0) -> float:
+    """The largest ``|q · k|`` (before the 1/√d scaling) of one head of ``blocks[block]`` on ``ids``, in float32,
     over the positions the causal mask keeps."""
     found: list[float] = []
 
@@ -415,7 +415,8 @@ def largest_score(model: TinyGPT, ids: torch.Tensor, block: int = 0) -> float:
         batch, time, _ = output.shape
         q, k, _ = output.float().view(batch, time, 3, model.config.heads, -1).permute(2, 0, 3, 1, 4)
         kept = torch.ones(time, time, dtype=torch.bool, device=output.device).tril()
-        found.append(float((q @ k.transpose(-2, -1)).abs().masked_fill(~kept, 0).max()))
+        scores = q[:, head] @ k[:, head].transpose(-2, -1)
+        found.append(float(scores.abs().masked_fill(~kept, 0).max()))
 
     handle = model.blocks[block].qkv.register_forward_hook(hook)
     try:
@@ -439,17 +440,19 @@ def peak_output(model: TinyGPT, ids: torch.Tensor, name: str) -> float:
     return found[0]
 
 
-def grow_attention_logits(model: TinyGPT, ids: torch.Tensor, factor: float = 4.0, block: int = 0) -> float:
-    """Multiply the query and key rows of ``blocks[block].qkv`` by one gain, chosen so that the largest ``q · k``
-    on ``ids`` becomes ``factor × 65504`` (as attention logits grow in large trained models). In place; returns
-    the gain."""
+def grow_attention_logits(model: TinyGPT, ids: torch.Tensor, factor: float = 4.0, block: int = 0,
+                          head: int = 0) -> float:
+    """Multiply the query and key rows of one head of ``blocks[block].qkv`` by one gain, chosen so that that
+    head's largest ``q · k`` on ``ids`` becomes ``factor × 65504`` (as attention logits grow in some heads of large
+    trained models). In place; returns the gain."""
     factor = as_positive("factor", factor)
-    gain = math.sqrt(factor * FP16_MAX / largest_score(model, ids, block))
-    width = model.config.width
+    gain = math.sqrt(factor * FP16_MAX / largest_score(model, ids, block, head))
+    width, size = model.config.width, model.config.width // model.config.heads
+    rows = [*range(head * size, (head + 1) * size), *range(width + head * size, width + (head + 1) * size)]
     with torch.no_grad():
         qkv = model.blocks[block].qkv
-        qkv.weight[:2 * width] *= gain
-        qkv.bias[:2 * width] *= gain
+        qkv.weight[rows] *= gain
+        qkv.bias[rows] *= gain
     return gain
 
 
@@ -482,8 +485,8 @@ class BrokenRun:
 
 
 BROKEN_RUNS: dict[str, BrokenRun] = {row.name: row for row in (
-    BrokenRun("attention", "fp16 attention scores computed as q @ kᵀ and scaled after the product, on a model "
-              "whose queries and keys have grown", "overflow", "blocks.0.attn",
+    BrokenRun("attention", "fp16 attention scores computed as q @ kᵀ and scaled after the product, in a model "
+              "with one head whose queries and keys have grown", "overflow", "blocks.0.attn",
               "scale q before the product or use F.scaled_dot_product_attention"),
     BrokenRun("unsafe_constant", "a static loss scale of 2**24 left in the loss under a GradScaler",
               "scale_collapse", None, "remove the constant: the GradScaler does the scaling"),
@@ -545,13 +548,13 @@ def run_bf16_checkpoint(recorder_factory, base: TinyGPT, *, fixed: bool = False,
     return train_steps(model, optimizer, data, dtype=dtype, scaler=scaler, recorder=recorder)
 
 
-SKIP_SCALE = 2.0**30
+SKIP_SCALE = 2.0**22
 """The scheduler run's initial loss scale: far too large, so its first steps overflow and are skipped."""
 
 
 def run_scheduler(recorder_factory, base: TinyGPT, *, fixed: bool = False, size: Size = LESSON_SIZE,
                   device="cpu") -> Run:
-    """(d) Fine-tune in fp16 with a linear-decay schedule and a first scale of 2**30 (the first steps are
+    """(d) Fine-tune in fp16 with a linear-decay schedule and a first scale of 2**22 (the first steps are
     skipped): the scheduler stepped on every iteration (``fixed``: only on applied steps)."""
     device = as_device("device", device)
     model, optimizer, scaler = _finetune_objects(base, size, device, init_scale=SKIP_SCALE)
