@@ -48,13 +48,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .scaler_run import step_was_skipped
 from .validate import as_device, as_int, as_positive
 
 __all__ = [
     "ALPHABET", "ATTENTIONS", "BROKEN_RUNS", "LESSON", "TINY", "Attention", "BrokenRun", "Corpus", "GPTConfig",
     "Run", "STATIC_LOSS_SCALE", "TinyGPT", "batches", "corpus", "decode", "encode", "grow_attention_logits",
     "grow_mlp_output", "largest_score", "lesson_text", "peak_output", "pretrain", "run_attention", "run_bf16_checkpoint", "run_scheduler",
-    "run_unsafe_constant", "train_steps", "train_steps_scheduler_every_step", "train_steps_static_scale",
+    "run_unsafe_constant", "WHAT_TO_DO", "train_steps", "train_steps_scheduler_every_step", "train_steps_static_scale",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -311,11 +312,12 @@ def train_steps(model, optimizer, data, *, dtype, scaler=None, scheduler=None, r
             optimizer.step()
             applied = True
         else:
-            scale = scaler.get_scale()
-            scaler.scale(loss).backward()
+            scaled = scaler.scale(loss)
+            scale = scaler.get_scale()  # read after scale(): see scaler_run.step_was_skipped
+            scaled.backward()
             scaler.step(optimizer)      # skipped when a gradient is inf/NaN
             scaler.update()
-            applied = scaler.get_scale() >= scale   # a skip always lowers the scale (public API only)
+            applied = not step_was_skipped(scale, scaler.get_scale())  # a skip always lowers the scale
         if scheduler is not None and applied:
             scheduler.step()            # the schedule counts the steps that were applied
         if recorder is not None:
@@ -567,3 +569,20 @@ def run_scheduler(recorder_factory, base: TinyGPT, *, fixed: bool = False, size:
                            recorder=recorder)
     return train_steps_scheduler_every_step(model, optimizer, data, dtype=torch.float16, scaler=scaler,
                                             scheduler=scheduler, recorder=recorder)
+
+
+# --- what to do with each finding ----------------------------------------------------------------------------
+
+WHAT_TO_DO: dict[str, str] = {
+    "overflow": "fix that module: SDPA for attention, bf16, or that module in FP32 (troubleshoot.FP32Island)",
+    "nonfinite_input": "fix the data: a batch holds inf/NaN before the model runs",
+    "nonfinite_loss": "fix the overflow it names, or compute the loss in FP32",
+    "scale_collapse": "read its likely cause: a forward overflow, a loss too large for fp16, an unsafe constant",
+    "frequent_skips": "lower the learning rate or clip (after unscale_); look for activations near 65504",
+    "underflow": "let the scale grow (init_scale, growth_interval), normalise the loss or inputs, or use bf16",
+    "low_headroom": "normalise what feeds the module, keep it in FP32, or use bf16 before it overflows",
+    "unneeded_scaler": "drop the GradScaler: bf16 and fp32 have float32's range",
+    "scheduler_on_skipped_step": "step the scheduler only when the scale did not go down",
+    "healthy": "nothing to fix; keep the recorder with every=10 or more while you train",
+}
+"""Finding kind → the first thing to do (lesson 11's last section; one line per kind of the recorder)."""
