@@ -54,8 +54,10 @@ from .validate import as_device, as_int, as_positive
 __all__ = [
     "ALPHABET", "ATTENTIONS", "BROKEN_RUNS", "LESSON", "TINY", "Attention", "BrokenRun", "Corpus", "GPTConfig",
     "Run", "STATIC_LOSS_SCALE", "TinyGPT", "batches", "corpus", "decode", "encode", "grow_attention_logits",
-    "grow_mlp_output", "largest_score", "lesson_text", "peak_output", "pretrain", "run_attention", "run_bf16_checkpoint", "run_scheduler",
-    "run_unsafe_constant", "WHAT_TO_DO", "train_steps", "train_steps_scheduler_every_step", "train_steps_static_scale",
+    "grow_mlp_output", "largest_score", "lesson_text", "peak_output", "pretrain", "run_attention",
+    "run_bf16_checkpoint", "run_scheduler", "run_unsafe_constant", "WHAT_TO_DO", "train_steps",
+    "train_steps_scheduler_every_step", "train_steps_static_scale", "clean", "Size", "LESSON_SIZE", "TINY_SIZE",
+    "SKIP_SCALE", "FP16_MAX",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -149,7 +149,7 @@ def _one(task, fn, scaler, *, seed=0):
     result = call(task, fn, "applied_step", scaler, optimizer, _loss(model, x))
     if not isinstance(result, bool):
         raise fail(task, f"applied_step returned {result!r}: return True or False (was the step applied?).")
-    moved = any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    moved = any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
     return result, bool(steps), moved
 
 
@@ -167,7 +167,8 @@ def applied_step(fn) -> None:
     task = "Task 2 (applied_step)"
     require_callable(task, fn, "applied_step")
     if _private(fn):
-        raise fail(task, "applied_step reads a private attribute (a name starting with _, such as GradScaler's found-inf state): it can "
+        raise fail(task, "applied_step reads a private attribute (a name starting with _, such as GradScaler's "
+                         "found-inf state): it can "
                          "change in any release. Compare scaler.get_scale() before and after update().")
     result, stepped, moved = _one(task, fn, torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1000))
     if not moved:

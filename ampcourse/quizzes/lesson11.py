@@ -33,11 +33,12 @@ def questions() -> list[Question]:
         ),
         Question(
             "torch tells you a scheduler stepped on a skipped step…",
-            ["every time, with a warning", "only on the very first optimizer step (a UserWarning), never later",
+            ["every time, with a warning",
+             "once at most: a UserWarning at the first scheduler.step() if no optimizer.step() ran before it",
              "never"],
             answer=1,
-            why="The lesson shows the one warning torch gives: 'Detected call of lr_scheduler.step() before "
-                "optimizer.step()', when the first step was skipped. Later skips are silent; the recorder's "
-                "scheduler_on_skipped_step finding catches them.",
+            why="LRScheduler.step checks only on its first call whether optimizer.step() has run (torch/optim/"
+                "lr_scheduler.py): the lesson shows that one warning, when the first step was skipped. Later skips "
+                "are silent; the recorder's scheduler_on_skipped_step finding catches them.",
         ),
     ]
