@@ -20,8 +20,9 @@ message that names the fix. The scale rule is :func:`ampcourse.troubleshoot.diag
 the course: ``collapsing`` → ``scale_collapse``, ``unstable`` → ``frequent_skips``); the thresholds of the
 other kinds are the constants below.
 
-Under DDP each process records its own rank (its own batch; gradients after DDP's all-reduce), and module
-names carry DDP's ``module.`` prefix. A ``torch.compile`` d model gets a warning and step-level records only
+Under DDP each process records its own rank: its own batch, and the gradients its own backward pass produced
+(the parameter hooks fire as each gradient is accumulated, before DDP's all-reduce averages it); module and
+parameter names carry DDP's ``module.`` prefix. A ``torch.compile`` d model gets a warning and step-level records only
 (loss, scale, skips, lr, parameter gradients): module hooks cannot see inside a compiled graph, so record
 the uncompiled model to find *where*.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,16 +44,17 @@ from .tables import Table
 from .troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale
 from .validate import as_int
 
-__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "UNDERFLOW_FRACTION", "AmpRecorder", "Finding",
-           "ModuleStats", "StepRecord"]
+__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "SAMPLE", "UNDERFLOW_FRACTION", "AmpRecorder",
+           "Finding", "ModuleStats", "StepRecord"]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
+SAMPLE = 16_384  # gradient fractions are counted on at most this many evenly strided entries of each tensor
 
 KINDS = ("overflow", "nonfinite_input", "nonfinite_loss", "scale_collapse", "frequent_skips", "underflow",
-         "low_headroom", "unneeded_scaler", "scheduler_on_skipped_step", "healthy")
+         "low_headroom", "unneeded_scaler", "scheduler_on_skipped_step", "optimizer_not_stepped", "healthy")
 
 
 # --- What the recorder gives back --------------------------------------------------------------------------
@@ -60,7 +63,7 @@ KINDS = ("overflow", "nonfinite_input", "nonfinite_loss", "scale_collapse", "fre
 class Finding:
     """One diagnosis: ``kind`` (one of :data:`KINDS`), the first ``step`` it showed at, ``where`` (a module's
     qualified name as in ``model.named_modules()``, ``""`` for the model itself; a parameter's name; or
-    ``"scaler"``, ``"scheduler"``, ``"loss"``, ``"input"``) and a ``message`` that names the fix."""
+    ``"scaler"``, ``"scheduler"``, ``"optimizer"``, ``"loss"``, ``"input"``) and a ``message`` that names the fix."""
 
     kind: str
     step: int
@@ -68,7 +71,7 @@ class Finding:
     message: str
 
     def __str__(self) -> str:
-        where = ("" if self.kind == "healthy" or self.where in ("scaler", "scheduler", "loss")
+        where = ("" if self.kind == "healthy" or self.where in ("scaler", "scheduler", "loss", "optimizer")
                  else f" in {self.where or '(model)'}")
         return f"[{self.kind}] step {self.step}{where}: {self.message}"
 
@@ -84,8 +87,8 @@ class ModuleStats:
         limit: the largest finite value of the dtype it is measured against: the autocast dtype when autocast
             was on for that module (what the next autocast op casts to), else its output's dtype.
         grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
-            holds it: multiplied by the loss scale) that is 0 or below fp16's normal range; None if no
-            gradient reached it.
+            holds it: multiplied by the loss scale) that is 0 or below fp16's normal range, counted on at most
+            :data:`SAMPLE` evenly strided entries of each tensor; None if no gradient reached it.
         grad_subnormal: the fraction of its *non-zero* output-gradient entries below fp16's normal range.
         grad_finite: whether that gradient was finite (None if none reached it).
     """
@@ -135,7 +138,8 @@ class StepRecord:
         input_finite: the model's floating-point inputs were finite (None if not sampled).
         modules: one :class:`ModuleStats` per module that ran, in execution order (first call).
         param_grad_lost: parameter name → fraction of its gradient 0 or below fp16's normal range at the
-            current scale (for an ``nn.Embedding``: over the rows that got a gradient).
+            current scale, in backward order (on a strided sample of at most :data:`SAMPLE` entries; for an
+            ``nn.Embedding``: over all the rows that got a gradient).
     """
 
     step: int
@@ -176,6 +180,12 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     return []
 
 
+def _sample(t: torch.Tensor) -> torch.Tensor:
+    """At most :data:`SAMPLE` evenly strided entries of ``t`` (all of them when it is that small)."""
+    flat = t.reshape(-1)
+    return flat if flat.numel() <= SAMPLE else flat[:: flat.numel() // SAMPLE][:SAMPLE]
+
+
 def _is_compiled(module: nn.Module) -> bool:
     """A ``torch.compile`` wrapper (``OptimizedModule``): it keeps the original module as ``_orig_mod``."""
     return type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module)
@@ -188,7 +198,12 @@ def _clean(name: str) -> str:
 
 class _Probe:
     """The hooks of one sampled step and what they collect. Everything a hook measures stays a tensor on the
-    model's device; :meth:`collect` brings them to the CPU in one transfer (one GPU sync per sampled step)."""
+    model's device; :meth:`collect` brings them to the CPU in one transfer (one GPU sync per sampled step).
+
+    Each tensor is measured once, however many modules share it (a container's output is its last child's; a
+    residual stream feeds several modules): one forward reduction (max |x|, which is inf/NaN exactly when the
+    tensor holds one) and one gradient hook. The gradient fractions are counted on an evenly strided sample of
+    at most :data:`SAMPLE` entries per tensor (every entry below that)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
                  root: nn.Module) -> None:
@@ -199,9 +214,11 @@ class _Probe:
         self.limits: dict[str, float] = {}
         self.autocast: set[torch.dtype | None] = set()
         self.grad_out: dict[str, list[tuple[torch.Tensor, int]]] = {}
-        self.events: list[tuple[str, bool, torch.Tensor]] = []  # (module, is-input-gradient, non-finite count)
-        self.params: dict[str, tuple[torch.Tensor, ...]] = {}  # in backward order: lost, counted, bad, norm
+        self.events: list[tuple[str, bool, torch.Tensor]] = []  # (module, is-input-gradient, max |gradient|)
+        self.params: dict[str, tuple[torch.Tensor, ...]] = {}  # in backward order: lost, counted, norm
         self.inputs: list[torch.Tensor] = []
+        self._peaks: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # id(tensor) -> (tensor, its max |x|)
+        self._roles: dict[int, tuple[weakref.ref, list[tuple[str, bool]]]] = {}  # id(tensor) -> gradient roles
         self.handles.append(root.register_forward_pre_hook(self._root_inputs))
         for name, module in modules:
             self.handles.append(module.register_forward_hook(self._forward_hook(name)))
@@ -212,9 +229,19 @@ class _Probe:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+        self._peaks.clear()
+        self._roles.clear()
 
     def _root_inputs(self, module: nn.Module, args: Any) -> None:
-        self.inputs += [(~torch.isfinite(t.detach())).sum() for t in _tensors(args)]
+        self.inputs += [self._peak(t) for t in _tensors(args)]
+
+    def _peak(self, t: torch.Tensor) -> torch.Tensor:
+        entry = self._peaks.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        peak = torch.linalg.vector_norm(t.detach(), math.inf).float()  # max |x|; NaN if one is NaN
+        self._peaks[id(t)] = (weakref.ref(t), peak)
+        return peak
 
     def _forward_hook(self, name: str) -> Callable:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
@@ -226,32 +253,40 @@ class _Probe:
             dtype = torch.get_autocast_dtype(device) if autocast else None
             self.autocast.add(dtype)
             limit = float(torch.finfo(dtype if autocast else outs[0].dtype).max)
-            peaks = [t.detach().abs().amax().float() for t in outs]
             if name not in self.peaks:
                 self.order.append(name)
                 self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
-            self.peaks[name] += peaks
+            self.peaks[name] += [self._peak(t) for t in outs]
             self.limits[name] = min(limit, self.limits[name])
             if torch.is_grad_enabled():
                 for t in outs:
-                    if t.requires_grad:
-                        t.register_hook(self._grad_out_hook(name))
+                    self._watch_gradient(t, name, is_input=False)
                 for t in _tensors(args):
-                    if t.requires_grad:
-                        t.register_hook(self._grad_in_hook(name))
+                    self._watch_gradient(t, name, is_input=True)
         return hook
 
-    def _grad_out_hook(self, name: str) -> Callable:
-        def hook(grad: torch.Tensor) -> None:
-            a = grad.detach().abs()
-            counts = torch.stack([(a == 0).sum(), (a < FP16_NORMAL_MIN).sum(), (~torch.isfinite(a)).sum()])
-            self.grad_out.setdefault(name, []).append((counts, grad.numel()))
-            self.events.append((name, False, counts[2]))
-        return hook
+    def _watch_gradient(self, t: torch.Tensor, name: str, is_input: bool) -> None:
+        if not t.requires_grad:
+            return
+        entry = self._roles.get(id(t))
+        if entry is not None and entry[0]() is t:
+            entry[1].append((name, is_input))
+            return
+        roles = [(name, is_input)]
+        self._roles[id(t)] = (weakref.ref(t), roles)
+        t.register_hook(self._gradient_hook(roles))
 
-    def _grad_in_hook(self, name: str) -> Callable:
+    def _gradient_hook(self, roles: list[tuple[str, bool]]) -> Callable:
         def hook(grad: torch.Tensor) -> None:
-            self.events.append((name, True, (~torch.isfinite(grad.detach())).sum()))
+            g = grad.detach()
+            top = torch.linalg.vector_norm(g, math.inf)  # inf/NaN exactly when the gradient holds one
+            if not all(is_input for _, is_input in roles):
+                a = _sample(g).abs()
+                counts = torch.stack([(a == 0).sum(), (a < FP16_NORMAL_MIN).sum()]), a.numel()
+            for name, is_input in roles:
+                self.events.append((name, is_input, top))
+                if not is_input:
+                    self.grad_out.setdefault(name, []).append(counts)
         return hook
 
     def _param_hook(self, name: str, embedding: bool) -> Callable:
@@ -259,16 +294,16 @@ class _Probe:
             grad = param.grad
             if grad is None or grad.is_sparse:
                 return
-            a = grad.detach().abs()
-            lost = a < FP16_NORMAL_MIN
-            if embedding and a.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
+            g = grad.detach()
+            if embedding and g.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
+                a = g.abs()
                 used = (a > 0).any(dim=1, keepdim=True)
-                counted, lost = used.sum() * a.shape[1], (lost & used).sum()
+                counted, lost = used.sum() * a.shape[1], ((a < FP16_NORMAL_MIN) & used).sum()
             else:
-                counted, lost = torch.tensor(a.numel(), device=a.device), lost.sum()
-            norm = torch.linalg.vector_norm(a.float())
+                a = _sample(g).abs()
+                counted, lost = torch.tensor(a.numel(), device=a.device), (a < FP16_NORMAL_MIN).sum()
             self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
-            self.params[name] = (lost, counted, (~torch.isfinite(a)).sum(), norm)
+            self.params[name] = (lost, counted, torch.linalg.vector_norm(g, dtype=torch.float32))
         return hook
 
     def collect(self, scale: float) -> dict[str, Any]:
@@ -295,15 +330,15 @@ class _Probe:
             values = [values[starts[i]:starts[i + 1]] for i in range(len(flat))]
         return {
             "autocast_dtype": _lowest(self.autocast),
-            "input_finite": None if not self.inputs else not any(values[i][0] for i in inputs),
-            "modules": self._modules(peaks, outs, values),
+            "input_finite": None if not self.inputs else all(math.isfinite(values[i][0]) for i in inputs),
+            "modules": self._modules(peaks, outs, events, values),
             "first_nonfinite_module": next((n for n in self.order if not all(
                 math.isfinite(values[i][0]) for i in peaks[n])), None),
             "first_nonfinite_backward": _backward_culprit(events, values),
             **_param_fields(params, values, scale),
         }
 
-    def _modules(self, peaks: dict, outs: dict, values: list) -> tuple[ModuleStats, ...]:
+    def _modules(self, peaks: dict, outs: dict, events: list, values: list) -> tuple[ModuleStats, ...]:
         stats = []
         for name in self.order:
             ps = [values[i][0] for i in peaks[name]]
@@ -312,9 +347,10 @@ class _Probe:
             if outs.get(name):
                 counts = [values[i] for i, _ in outs[name]]
                 total = sum(n for _, n in outs[name])
-                zero, lost, bad = (sum(c[k] for c in counts) for k in range(3))
-                grad = {"grad_lost": lost / total, "grad_finite": bad == 0,
-                        "grad_subnormal": (lost - zero) / (total - zero - bad) if total - zero - bad > 0 else 0.0}
+                zero, lost = (sum(c[k] for c in counts) for k in range(2))
+                finite = all(math.isfinite(values[i][0]) for n, is_input, i in events if n == name and not is_input)
+                grad = {"grad_lost": lost / total, "grad_finite": finite,
+                        "grad_subnormal": (lost - zero) / (total - zero) if total > zero else 0.0}
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
         return tuple(stats)
 
@@ -332,7 +368,7 @@ def _backward_culprit(events: list[tuple[str, bool, int]], values: list[list[flo
     its output so far was finite: its own backward made the inf/NaN."""
     out_seen: dict[str, bool] = {}
     for name, is_input, i in events:
-        bad = values[i][0] > 0
+        bad = not math.isfinite(values[i][0])
         if not is_input:
             out_seen[name] = out_seen.get(name, True) and not bad
         elif bad and out_seen.get(name, False):
@@ -342,13 +378,13 @@ def _backward_culprit(events: list[tuple[str, bool, int]], values: list[list[flo
 
 def _param_fields(params: dict[str, list[int]], values: list[list[float]], scale: float) -> dict[str, Any]:
     lost, bad_first, squares, any_bad = {}, None, 0.0, False
-    for name, (i_lost, i_counted, i_bad, i_norm) in params.items():
-        counted = values[i_counted][0]
+    for name, (i_lost, i_counted, i_norm) in params.items():
+        counted, norm = values[i_counted][0], values[i_norm][0]
         lost[name] = values[i_lost][0] / counted if counted else 1.0
-        if values[i_bad][0] and bad_first is None:
+        if not math.isfinite(norm) and bad_first is None:
             bad_first = name
-        any_bad = any_bad or values[i_bad][0] > 0
-        squares += values[i_norm][0] ** 2
+        any_bad = any_bad or not math.isfinite(norm)
+        squares += norm**2
     norm = None if not params else (math.inf if any_bad else math.sqrt(squares) / scale)
     return {"param_grad_lost": lost, "first_nonfinite_grad": bad_first, "grad_norm": norm}
 
@@ -555,7 +591,7 @@ def _module(record: StepRecord, name: str) -> ModuleStats | None:
 def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None) -> list[Finding]:
     sampled = [r for r in records if r.sampled]
     found: list[Finding] = []
-    for rule in (_nonfinite_input, _overflow, _nonfinite_loss):
+    for rule in (_nonfinite_input, _overflow, _nonfinite_loss, _not_stepped):
         finding = rule(records, sampled)
         if finding is not None:
             found.append(finding)
@@ -603,6 +639,16 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
                    f"module only inherits it): {fix}")
 
 
+def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    missed = [r.step for r in records if not r.stepped and not r.scale_decreased]
+    if not missed:
+        return None
+    return Finding("optimizer_not_stepped", missed[0], "optimizer",
+                   f"optimizer.step() did not run on {len(missed)} of {len(records)} steps (first: step {missed[0]}), "
+                   "and no GradScaler skipped them: call scaler.step(optimizer) (or optimizer.step()) before "
+                   "rec.step(loss); with gradient accumulation, call rec.step only on the steps that update.")
+
+
 def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
     r = next((r for r in records if not math.isfinite(r.loss)), None)
     if r is None:
@@ -619,8 +665,10 @@ def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
                    f"the loss is {r.loss} at step {r.step} ({n} of {len(records)} steps non-finite): {cause}")
 
 
-def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> tuple[str, str]:
-    """Where the skipped steps' inf/NaN comes from, and what to do: (where, one or two sentences)."""
+def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding],
+                  collapse: bool) -> tuple[str, str]:
+    """Where the skipped steps' inf/NaN comes from, and what to do: (where, one or two sentences). ``collapse``:
+    every recent step was skipped, down to a small scale (else: skips that keep coming back)."""
     kinds = {f.kind: f for f in found}
     if "overflow" in kinds:
         where = kinds["overflow"].where
@@ -632,6 +680,9 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
     r = skipped[-1] if skipped else None
     if r is not None and r.first_nonfinite_backward is not None:
         name = r.first_nonfinite_backward
+        if not collapse:
+            return name, (f"the backward pass of {_label(name)} overflows float16 at scale {r.scale_before:g} "
+                          f"(scale × gradient > {FP16_MAX:g}): its gradients spike; run it in FP32 (FP32Island).")
         tiny = float(torch.finfo(torch.float16).smallest_normal)
         return name, (f"the backward pass of {_label(name)} turns finite gradients into inf/NaN even at scale "
                       f"{r.scale_before:g}: an fp16-unsafe constant (eps=1e-8 is 0 in float16 — use eps >= {tiny:.2g}, "
@@ -641,7 +692,11 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         return "loss", ("the gradient is inf already where it enters the model: the loss is too large for float16 "
                         "(a sum instead of a mean, unnormalised targets) — average it or normalise the targets.")
     if r is not None and r.first_nonfinite_grad is not None:
-        return r.first_nonfinite_grad, f"the first non-finite gradient is that of {r.first_nonfinite_grad}."
+        name = r.first_nonfinite_grad
+        if not collapse:
+            return name, (f"the gradient of {name} overflows float16 at scale {r.scale_before:g} (scale × gradient > "
+                          f"{FP16_MAX:g}): the gradients spike.")
+        return name, f"the first non-finite gradient is that of {name}, even at scale {r.scale_before:g}."
     return "scaler", ("no sampled step saw where the inf/NaN starts: record with every=1, or run "
                       "troubleshoot.find_nonfinite on a failing batch.")
 
@@ -653,13 +708,13 @@ def _scale_findings(records: list[StepRecord], sampled: list[StepRecord], found:
     diagnosis = diagnose_scale(scales, window=COLLAPSE_WINDOW, max_skip_fraction=MAX_SKIP_FRACTION)
     final = diagnosis.final_scale
     if diagnosis.status == "collapsing" or final < 1:
-        where, cause = _likely_cause(records, sampled, found)
+        where, cause = _likely_cause(records, sampled, found, collapse=True)
         start = diagnosis.steps - diagnosis.trailing_skips if diagnosis.trailing_skips else records[-1].step
         what = diagnosis.reason.split(". ")[0] if diagnosis.status == "collapsing" else (
             f"the scale fell below 1 ({diagnosis.first_scale:g} → {final:g}): the gradients are scaled down")
         return [Finding("scale_collapse", start, where, f"{what}. Likely cause: {cause}")]
     if diagnosis.status == "unstable":
-        where, cause = _likely_cause(records, sampled, found)
+        where, cause = _likely_cause(records, sampled, found, collapse=False)
         after = [s for s in diagnosis.skipped_steps if s >= diagnosis.warmup_skips]
         return [Finding("frequent_skips", after[0] if after else 0, where,
                         f"{diagnosis.reason} Likely cause: {cause} Or a loss spike / too-large learning rate: lower it "

@@ -230,6 +230,7 @@ def test_a_scale_that_grows_into_overflow_again_and_again_is_frequent_skips():
     assert len(skipped) >= 3 and not rec.records[-2].skipped  # skips keep coming back, no collapse
     f = finding(rec, "frequent_skips")
     assert f.step == skipped[0]
+    assert "overflows float16 at scale" in f.message  # large gradients at a large scale, not an unsafe constant
     assert "scale_collapse" not in kinds(rec)
 
 
@@ -297,6 +298,21 @@ def test_a_scheduler_stepped_only_on_applied_steps_is_not_a_finding(order):
     rec = train(classifier(), torch.float16, init_scale=2.0**20, loss_factor=10.0, steps=8, scheduler=order)
     assert sum(r.skipped for r in rec.records) >= 2
     assert "scheduler_on_skipped_step" not in kinds(rec)
+
+
+def test_a_loop_that_never_calls_optimizer_step_is_optimizer_not_stepped():
+    model = classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = data()
+    with AmpRecorder(model, optimizer) as rec:
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            rec.step(loss)  # optimizer.step() forgotten
+    f = finding(rec, "optimizer_not_stepped")
+    assert (f.step, f.where) == (0, "optimizer")
+    assert "optimizer.step()" in f.message
 
 
 def test_every_finding_kind_is_listed_in_kinds():
