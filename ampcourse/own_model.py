@@ -585,6 +585,7 @@ WHAT_TO_DO: dict[str, str] = {
     "low_headroom": "normalise what feeds the module, keep it in FP32, or use bf16 before it overflows",
     "unneeded_scaler": "drop the GradScaler: bf16 and fp32 have float32's range",
     "scheduler_on_skipped_step": "step the scheduler only when the scale did not go down",
+    "optimizer_not_stepped": "call scaler.step(optimizer) before rec.step; with accumulation, rec.step on updates only",
     "healthy": "nothing to fix; keep the recorder with every=10 or more while you train",
 }
 """Finding kind → the first thing to do (lesson 11's last section; one line per kind of the recorder)."""

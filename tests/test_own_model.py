@@ -133,3 +133,9 @@ def test_the_skipped_scheduler_steps_are_counted_by_the_fixed_loop():
     run = om.train_steps(model, optimizer, data, dtype=torch.float16, scaler=scaler, scheduler=scheduler)
     applied = sum(1 for before, after in zip([2.0**40] + run.scales[:-1], run.scales, strict=True) if after >= before)
     assert scheduler.last_epoch == applied
+
+
+def test_what_to_do_has_one_line_for_each_kind_of_the_recorder():
+    from ampcourse.recorder import KINDS
+
+    assert tuple(om.WHAT_TO_DO) == KINDS
