@@ -311,7 +311,7 @@ class _Probe:
         flat: list[torch.Tensor] = []
 
         def put(t: torch.Tensor) -> int:
-            flat.append(t.detach().reshape(-1).to(torch.float64, copy=False))
+            flat.append(t.detach().reshape(-1).to(torch.float32, copy=False))  # float64: not on MPS
             return len(flat) - 1
 
         peaks = {name: [put(p) for p in values] for name, values in self.peaks.items()}
