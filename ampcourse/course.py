@@ -77,6 +77,10 @@ LESSONS: tuple[Lesson, ...] = (
            "per-tensor scaling from scratch, E4M3 forward / E5M2 gradients, dynamic vs delayed scaling, "
            "a real FP8 run with torchao",
            modules=("fp8", "capstone")),
+    Lesson("11", "own_model", "Your own model",
+           "a small transformer's real fp16/bf16 failures (attention scores and masks, a bf16 checkpoint in fp16, "
+           "unsafe constants, schedulers on skipped steps), diagnosed by the AMP flight recorder",
+           modules=("own_model", "recorder")),
 )
 
 

@@ -1,0 +1,289 @@
+"""Checks for exercise 11 (your own model): read recorder traces, detect a skipped step, plan a fine-tune.
+
+``diagnose(trace)`` names the finding kind, where and the fix of five recorder traces from runs lesson 11 did
+not show (:data:`TRACES`, printed by :func:`show_traces`); the answers come from a fixed list of kinds (the
+recorder's :data:`~ampcourse.recorder.KINDS`) and fixes (:data:`FIXES`), so the check compares them strictly.
+``applied_step(scaler, optimizer, loss)`` is run on a tiny model with real GradScalers: a clean step, an
+overflowing one, a growth step, a used scaler and a disabled one. ``finetune_plan(peaks, bf16)`` is compared
+with the rule of lesson 11 on cases at its boundaries (a peak exactly 2 bits below 65504, inf, NaN, no bf16).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Mapping
+
+import torch
+
+from ..recorder import KINDS, LOW_HEADROOM_BITS
+from ..tables import Table
+from . import call, fail, hints, passed, require_callable
+
+FP16_MAX = float(torch.finfo(torch.float16).max)
+
+# --- Task 1: traces ------------------------------------------------------------------------------------------
+
+FIXES: dict[str, str] = {
+    "sdpa": "compute attention with F.scaled_dot_product_attention (or scale q before q @ kᵀ)",
+    "bf16_or_fp32_island": "fine-tune in bf16, or keep that module in FP32 where only fp16 is fast",
+    "drop_constant": "remove the constant that multiplies the loss: the GradScaler does the scaling",
+    "mean_loss": "average the loss over the tokens instead of summing it",
+    "step_if_applied": "step the scheduler only when the scaler applied the step",
+    "drop_scaler": "remove the GradScaler (or create it with enabled=(dtype == torch.float16))",
+    "larger_scale": "let the scale grow: a larger init_scale or growth_interval back to its default",
+    "lower_lr": "lower the learning rate or clip the gradients",
+    "fp32_loss": "compute the loss in FP32, outside autocast",
+}
+"""The fixes a diagnosis may name (key → what it means)."""
+
+
+def _rows(n, *, dtype="float16", scale=2.0**16, skipped=(), lr=None, loss=2.5, forward="", grad="", lost=""):
+    rows = []
+    for step in range(n):
+        s = scale / 2 ** sum(1 for k in skipped if k < step)  # the scale before the step: halved by each skip
+        rows.append({"step": step, "autocast": dtype, "scale": s, "skipped": "yes" if step in skipped else "",
+                     "lr": lr(step) if lr else 1e-3, "loss": loss(step) if callable(loss) else loss,
+                     "first inf/NaN output": forward, "first inf/NaN grad": grad, "grad lost > 50%": lost})
+    return rows
+
+
+TRACES: dict[str, list[dict]] = {
+    "A": _rows(6, skipped=range(6), loss=math.nan, forward="encoder.layers.5.ffn.wo",
+               grad="encoder.layers.5.ffn.wo.weight"),
+    "B": _rows(6, dtype="bfloat16", scale=2.0**16, skipped=(3,), loss=lambda s: 2.5 - 0.1 * s),
+    "C": _rows(6, skipped=range(6), loss=lambda s: 3000.0 - s, grad="loss"),
+    "D": _rows(6, scale=2.0**24, skipped=range(4), lr=lambda s: 1e-3 * (1 - s / 6)),
+    "E": _rows(6, scale=1.0, loss=lambda s: 2.5 - 0.01 * s, lost="embed.weight"),
+}
+"""Five runs, as the recorder saw them (one row per step). The loss of C is the sum over 4096 tokens."""
+
+ANSWERS: dict[str, tuple[str, str, str]] = {
+    "A": ("overflow", "encoder.layers.5.ffn.wo", "bf16_or_fp32_island"),
+    "B": ("unneeded_scaler", "scaler", "drop_scaler"),
+    "C": ("scale_collapse", "loss", "mean_loss"),
+    "D": ("scheduler_on_skipped_step", "scheduler", "step_if_applied"),
+    "E": ("underflow", "embed.weight", "larger_scale"),
+}
+
+_WHY = {
+    "A": "the first module whose output holds inf/NaN is the cause; the loss, the skips and the collapsing scale only "
+         "inherit it",
+    "B": "the forward ran in bfloat16, which has float32's range: a GradScaler is not needed",
+    "C": "the loss is in the thousands (a sum, not a mean), so its gradient is inf where it enters the model at any "
+         "scale ≥ 1: the scale keeps halving",
+    "D": "the lr keeps falling on the skipped steps 0-3: the scheduler ran on steps the scaler skipped",
+    "E": "the scale is stuck at 1, so the embedding's small gradients fall below fp16's normal range",
+}
+
+
+def show_traces() -> None:
+    """Print the five traces of Task 1 and the fixes to choose from."""
+    for name, rows in TRACES.items():
+        print(Table(rows, formats={"scale": "{:g}", "lr": "{:.2e}", "loss": "{:g}"}, title=f"trace {name}").text())
+        print()
+    print("fixes:\n" + "\n".join(f"  {key!r}: {text}" for key, text in FIXES.items()))
+
+
+def _answer(task: str, value, trace: str) -> tuple[str, str, str]:
+    if isinstance(value, Mapping):
+        value = (value.get("kind"), value.get("where"), value.get("fix"))
+    if not isinstance(value, (tuple, list)) or len(value) != 3 or not all(isinstance(v, str) for v in value):
+        raise fail(task, f"diagnose({trace!r}) returned {value!r}: return three strings (kind, where, fix), e.g. "
+                         "('overflow', 'blocks.0.attn', 'sdpa').")
+    kind, where, fix = (v.strip() for v in value)
+    kind, fix = kind.lower(), fix.lower()
+    if kind not in KINDS:
+        raise fail(task, f"trace {trace}: {kind!r} is not a finding kind; choose one of {', '.join(KINDS)}.")
+    if fix not in FIXES:
+        raise fail(task, f"trace {trace}: {fix!r} is not one of the fixes; choose a key of FIXES: "
+                         f"{', '.join(FIXES)}.")
+    return kind, where, fix
+
+
+def _judge(task: str, trace: str, got: tuple[str, str, str]) -> None:
+    kind, where, fix = ANSWERS[trace]
+    if got[0] != kind:
+        extra = {("A", "nonfinite_loss"): " The NaN loss is a symptom: look for the first module that made it.",
+                 ("A", "scale_collapse"): " No loss scale can fix a forward overflow; the scale only follows it.",
+                 ("B", "frequent_skips"): " One skip in bf16 says the scaler should not be there at all.",
+                 ("D", "frequent_skips"): " Four skips at the start are the scale backing off; look at the lr."}
+        raise fail(task, f"trace {trace}: not {got[0]!r} — {_WHY[trace]}.{extra.get((trace, got[0]), '')}")
+    if got[1] != where:
+        raise fail(task, f"trace {trace}: the kind {kind!r} is right, but where is not {got[1]!r}: name the exact "
+                         f"module, parameter or object the trace points at ({_WHY[trace]}).")
+    if got[2] != fix:
+        raise fail(task, f"trace {trace}: {got[0]!r} at {got[1]!r} is right, but {got[2]!r} ({FIXES[got[2]]}) does not "
+                         f"remove the cause: {_WHY[trace]}.")
+
+
+def diagnose(fn) -> None:
+    """Task 1: ``diagnose(trace) -> (kind, where, fix)`` for each trace of :data:`TRACES`."""
+    task = "Task 1 (diagnose)"
+    require_callable(task, fn, "diagnose")
+    for trace in TRACES:
+        got = _answer(task, call(task, fn, "diagnose", trace), trace)
+        _judge(task, trace, got)
+    passed(task, f"all {len(TRACES)} traces diagnosed: kind, where and fix of each")
+
+
+# --- Task 2: applied_step ------------------------------------------------------------------------------------
+
+def _tiny(seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), torch.randn(8, 4)
+
+
+def _loss(model, x):
+    with torch.autocast("cpu", dtype=torch.float16):
+        return model(x).float().pow(2).mean()
+
+
+def _one(task, fn, scaler, *, seed=0):
+    model, optimizer, x = _tiny(seed)
+    before = [p.detach().clone() for p in model.parameters()]
+    steps = []
+    optimizer.register_step_post_hook(lambda *a: steps.append(1))
+    result = call(task, fn, "applied_step", scaler, optimizer, _loss(model, x))
+    if not isinstance(result, bool):
+        raise fail(task, f"applied_step returned {result!r}: return True or False (was the step applied?).")
+    moved = any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    return result, bool(steps), moved
+
+
+def _private(fn) -> bool:
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    return re.search(r"\.\s*_[A-Za-z]", source) is not None  # obj._name: a private attribute
+
+
+def applied_step(fn) -> None:
+    """Task 2: ``applied_step(scaler, optimizer, loss) -> bool`` does the scaled backward, the step and the update,
+    and says whether the step was applied."""
+    task = "Task 2 (applied_step)"
+    require_callable(task, fn, "applied_step")
+    if _private(fn):
+        raise fail(task, "applied_step reads a private attribute (a name starting with _, such as GradScaler's "
+                         "found-inf state): it can "
+                         "change in any release. Compare scaler.get_scale() before and after update().")
+    result, stepped, moved = _one(task, fn, torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1000))
+    if not moved:
+        raise fail(task, "a clean step at scale 1024 left the weights unchanged: call scaler.scale(loss).backward(), "
+                         "then scaler.step(optimizer) and scaler.update().")
+    if not result:
+        raise fail(task, "a clean step (weights updated, scale unchanged) was reported as skipped: the scale stays the "
+                         "same on an applied step, so compare with >= (or: not smaller), not >.")
+    overflow = torch.amp.GradScaler("cpu", init_scale=2.0**40)
+    result, stepped, moved = _one(task, fn, overflow)
+    if overflow.get_scale() == 2.0**40:
+        raise fail(task, "after an overflowing step the scale is still 2**40: call scaler.update() after "
+                         "scaler.step(optimizer) — it is what backs the scale off.")
+    if result:
+        raise fail(task, "a step whose gradients overflowed (scale 2**40, the optimizer did not step) was reported as "
+                         "applied: read the scale before update() and after it — reading it after step() but before "
+                         "update() sees no change; scaler.step's return value does not say either.")
+    grow = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
+    result, _, _ = _one(task, fn, grow)
+    if not result:
+        raise fail(task, "a clean step after which the scale grew (growth_interval=1) was reported as skipped: only "
+                         "a smaller scale means a skip.")
+    used = torch.amp.GradScaler("cpu", init_scale=2.0**40)
+    _one(task, fn, used)  # one skip: the scale is 2**39 now
+    used.update(2.0**10)  # then set to a scale that fits (public API), as a resumed or tuned run would
+    result, _, moved = _one(task, fn, used, seed=1)
+    if result != moved:
+        raise fail(task, f"on a scaler that had already skipped a step, applied_step said {result} but the weights "
+                         f"{'moved' if moved else 'did not move'}: read the scale in this call, not a value kept from "
+                         "an earlier one.")
+    result, _, moved = _one(task, fn, torch.amp.GradScaler("cpu", enabled=False))
+    if not result or not moved:
+        raise fail(task, "with a disabled scaler (bf16 or fp32: get_scale() is always 1.0) the step is applied: "
+                         "return True.")
+    passed(task, "clean, overflowing, growing, used and disabled scalers: applied steps True, skipped ones False")
+
+
+# --- Task 3: finetune_plan -----------------------------------------------------------------------------------
+
+def plan_rule(peaks: Mapping[str, float], bf16: bool) -> tuple[str, list[str]]:
+    """Lesson 11's rule: bf16 where the hardware has it (no module in FP32); else float16 with each module whose
+    peak is within LOW_HEADROOM_BITS of 65504 (or inf/NaN) kept in FP32, in the given order."""
+    if bf16:
+        return "bfloat16", []
+    limit = FP16_MAX / 2**LOW_HEADROOM_BITS
+    return "float16", [name for name, peak in peaks.items() if not peak <= limit]  # NaN and inf: kept
+
+
+CASES: list[tuple[dict[str, float], bool]] = [
+    ({"blocks.0.mlp.out": 3.0, "blocks.1.mlp.out": 2.4e5, "head": 30.0}, True),
+    ({"blocks.0.mlp.out": 3.0, "blocks.1.mlp.out": 2.4e5, "head": 30.0}, False),
+    ({"a": FP16_MAX / 4, "b": FP16_MAX / 4 * 1.001, "c": FP16_MAX}, False),  # exactly 2 bits below: not low
+    ({"x": math.inf, "y": 1.0, "z": math.nan}, False),
+    ({"enc.wo": 7e4, "enc.wi": 1.5e4, "dec.wo": 2e4}, False),
+    ({}, False),
+]
+
+
+def finetune_plan(fn) -> None:
+    """Task 3: ``finetune_plan(peaks, bf16) -> (dtype name, modules to keep in FP32)``."""
+    task = "Task 3 (finetune_plan)"
+    require_callable(task, fn, "finetune_plan")
+    for peaks, bf16 in CASES:
+        got = call(task, fn, "finetune_plan", dict(peaks), bf16)
+        want = plan_rule(peaks, bf16)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise fail(task, f"finetune_plan returned {got!r}: return (dtype name, list of module names).")
+        dtype, keep = got
+        dtype = str(dtype).replace("torch.", "")
+        if dtype != want[0]:
+            raise fail(task, f"peaks {peaks}, bf16={bf16}: dtype {dtype!r}, expected {want[0]!r} — "
+                             + ("with bf16 available, fine-tune in bf16: its range is float32's."
+                                if bf16 else "without bf16, fine-tune in float16 and keep the overflowing modules "
+                                             "in FP32."))
+        keep = list(keep)
+        if keep == want[1]:
+            continue
+        if set(keep) == set(want[1]):
+            raise fail(task, f"peaks {peaks}: the right modules in another order; keep the order of peaks.")
+        missing, extra = [n for n in want[1] if n not in keep], [n for n in keep if n not in want[1]]
+        if bf16:
+            why = "in bf16 no module needs FP32: return an empty list."
+        elif any(not math.isfinite(peaks.get(n, 0.0)) for n in missing):
+            why = "a peak of inf or NaN has already overflowed: keep that module in FP32."
+        elif any(peaks.get(n, 0.0) == FP16_MAX / 4 for n in extra):
+            why = ("a peak of exactly 65504 / 4 is 2 bits below the limit, not less: the rule keeps modules with "
+                   "less than 2 bits of headroom (peak > 65504 / 4).")
+        elif missing:
+            why = ("a module within 2 bits of 65504 (peak > 65504 / 4 = 16376) overflows with a little growth: keep "
+                   "it in FP32, not only those already above 65504.")
+        else:
+            why = "keep only the modules with less than 2 bits of headroom, not every module."
+        raise fail(task, f"peaks {peaks}: kept {keep}, expected {want[1]} (missing {missing}, extra {extra}): {why}")
+    passed(task, f"{len(CASES)} cases: bf16 or float16, and the modules within 2 bits of 65504 (inf/NaN included)")
+
+
+HINTS = {
+    "diagnose": [
+        "For each trace, find the first thing that went wrong: a module, the loss, the scale, the lr, the dtype.",
+        "A NaN loss and a collapsing scale follow a forward overflow; in bf16 no scaler is needed; a falling lr on "
+        "skipped steps is the scheduler; a scale stuck at 1 loses small gradients.",
+        "Return (kind, where, fix): kind from recorder.KINDS, where as the trace spells it (or 'scaler', "
+        "'scheduler', 'loss'), fix a key of FIXES.",
+    ],
+    "applied_step": [
+        "Which public number of the GradScaler changes when a step is skipped, and when does it change?",
+        "update() halves the scale after a skipped step and leaves it alone (or grows it) after an applied one.",
+        "scaled = scaler.scale(loss); before = scaler.get_scale(); scaled.backward(); scaler.step(optimizer); "
+        "scaler.update(); return scaler.get_scale() >= before.",
+    ],
+    "finetune_plan": [
+        "With bf16 on the hardware, does any module need FP32? Without it, which modules are too close to 65504?",
+        "The recorder's low_headroom rule: less than LOW_HEADROOM_BITS = 2 bits below 65504, i.e. peak > 65504 / 4; "
+        "inf and NaN count as over.",
+        "return ('bfloat16', []) if bf16 else ('float16', [n for n, p in peaks.items() if not p <= 65504 / 4]).",
+    ],
+}
+hint = hints(__name__, HINTS)

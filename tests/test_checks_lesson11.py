@@ -1,0 +1,245 @@
+"""Exercise 11's checks: each typical wrong answer is caught and named; answers written otherwise pass."""
+
+import math
+
+import grader_fixtures
+import torch
+
+from ampcourse.checks import lesson11 as check
+
+ANSWERS = dict(check.ANSWERS)
+
+
+def _with(trace, answer):
+    table = dict(ANSWERS, **{trace: answer})
+    return lambda name: table[name]
+
+
+# --- Task 1: diagnose ----------------------------------------------------------------------------------------
+
+def diagnose_as_dicts(trace):
+    kind, where, fix = ANSWERS[trace]
+    return {"kind": kind, "where": where, "fix": fix}
+
+
+def diagnose_spelt_loosely(trace):
+    kind, where, fix = ANSWERS[trace]
+    return [f" {kind.upper()} ", f"{where} ", fix.upper()]
+
+
+# --- Task 2: applied_step ------------------------------------------------------------------------------------
+
+def applied_strictly_greater(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() > before
+
+
+def applied_read_before_update(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()
+    scaled.backward()
+    scaler.step(optimizer)
+    after = scaler.get_scale()
+    scaler.update()
+    return after >= before
+
+
+def applied_from_step_return(scaler, optimizer, loss):
+    scaler.scale(loss).backward()
+    result = scaler.step(optimizer)
+    scaler.update()
+    return result is None
+
+
+def applied_without_update(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()
+    scaled.backward()
+    scaler.step(optimizer)
+    return scaler.get_scale() >= before
+
+
+def applied_private(scaler, optimizer, loss):
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    found = sum(v.item() for v in scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values())
+    scaler.update()
+    return found == 0
+
+
+def applied_unscaled_backward(scaler, optimizer, loss):
+    before = scaler.get_scale()
+    loss.backward()
+    optimizer.zero_grad()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= before
+
+
+_FIRST_SCALE = {}
+
+
+def applied_remembers_the_first_scale(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = _FIRST_SCALE.setdefault(id(scaler), scaler.get_scale())
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= before
+
+
+def applied_scale_not_one(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= before and scaler.is_enabled()
+
+
+def applied_by_hook(scaler, optimizer, loss):
+    ran = []
+    handle = optimizer.register_step_post_hook(lambda *args: ran.append(True))
+    try:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    finally:
+        handle.remove()
+    return bool(ran)
+
+
+def applied_not_smaller(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return not scaler.get_scale() < before
+
+
+# --- Task 3: finetune_plan -----------------------------------------------------------------------------------
+
+LIMIT = float(torch.finfo(torch.float16).max)
+
+
+def plan_only_overflowed(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= LIMIT])
+
+
+def plan_at_or_above(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p < LIMIT / 4])
+
+
+def plan_always_fp16(peaks, bf16):
+    return "float16", [n for n, p in peaks.items() if not p <= LIMIT / 4]
+
+
+def plan_islands_in_bf16(peaks, bf16):
+    return ("bfloat16" if bf16 else "float16"), [n for n, p in peaks.items() if not p <= LIMIT / 4]
+
+
+def plan_drops_nan(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if p > LIMIT / 4])
+
+
+def plan_sorted(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", sorted(n for n, p in peaks.items() if not p <= LIMIT / 4))
+
+
+def plan_everything(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", list(peaks))
+
+
+def plan_with_log2(peaks, bf16):
+    if bf16:
+        return torch.bfloat16, []
+    keep = []
+    for name, peak in peaks.items():
+        if not math.isfinite(peak) or math.log2(LIMIT / peak) < 2:
+            keep.append(name)
+    return torch.float16, keep
+
+
+def plan_with_recorder_constant(peaks, bf16):
+    from ampcourse.recorder import LOW_HEADROOM_BITS
+
+    if bf16:
+        return ("bfloat16", ())
+    return ("float16", tuple(n for n, p in peaks.items() if math.isnan(p) or p * 2**LOW_HEADROOM_BITS > LIMIT))
+
+
+WRONG = {
+    ("11", "diagnose"): {
+        "A: the NaN loss, a symptom": (_with("A", ("nonfinite_loss", "loss", "fp32_loss")), "symptom"),
+        "A: the collapsing scale": (_with("A", ("scale_collapse", "scaler", "larger_scale")), "no loss scale"),
+        "A: the parent module": (_with("A", ("overflow", "encoder.layers.5", "bf16_or_fp32_island")),
+                                 "name the exact module"),
+        "A: a larger scale for an overflow": (_with("A", ("overflow", "encoder.layers.5.ffn.wo", "larger_scale")),
+                                              "does not remove the cause"),
+        "B: frequent skips in bf16": (_with("B", ("frequent_skips", "scaler", "lower_lr")), "should not be there"),
+        "C: lower lr for a summed loss": (_with("C", ("scale_collapse", "loss", "lower_lr")), "sum, not a mean"),
+        "C: blames the head": (_with("C", ("scale_collapse", "lm_head.weight", "mean_loss")), "where is not"),
+        "D: the start-up skips": (_with("D", ("frequent_skips", "scaler", "step_if_applied")), "look at the lr"),
+        "E: unneeded scaler": (_with("E", ("unneeded_scaler", "scaler", "drop_scaler")), "stuck at 1"),
+        "an unknown kind": (_with("B", ("bf16", "scaler", "drop_scaler")), "not a finding kind"),
+        "an unknown fix": (_with("D", ("scheduler_on_skipped_step", "scheduler", "fix the scheduler")),
+                           "not one of the fixes"),
+        "two values": (_with("E", ("underflow", "embed.weight")), "three strings"),
+    },
+    ("11", "applied_step"): {
+        "> instead of >=": (applied_strictly_greater, "compare with >="),
+        "scale read before update()": (applied_read_before_update, "before update() and after it"),
+        "scaler.step's return value": (applied_from_step_return, "return value"),
+        "no update()": (applied_without_update, "call scaler.update()"),
+        "private found_inf": (applied_private, "private attribute"),
+        "unscaled backward": (applied_unscaled_backward, "backward must run on `scaler.scale(loss)`"),
+        "first scale remembered": (applied_remembers_the_first_scale, "read the scale in this call"),
+        "disabled scaler means skipped": (applied_scale_not_one, "disabled scaler"),
+    },
+    ("11", "finetune_plan"): {
+        "only peaks above 65504": (plan_only_overflowed, "not only those already above 65504"),
+        "exactly 2 bits counted low": (plan_at_or_above, "exactly 65504 / 4"),
+        "fp16 even with bf16": (plan_always_fp16, "fine-tune in bf16"),
+        "FP32 islands in bf16": (plan_islands_in_bf16, "empty list"),
+        "NaN peaks dropped": (plan_drops_nan, "inf or nan"),
+        "sorted names": (plan_sorted, "another order"),
+        "every module": (plan_everything, "not every module"),
+    },
+}
+
+RIGHT = {
+    ("11", "diagnose"): {
+        "tuples from a table": lambda trace: check.ANSWERS[trace],
+        "dicts": diagnose_as_dicts,
+        "lists, other case and spaces": diagnose_spelt_loosely,
+    },
+    ("11", "applied_step"): {
+        "scale comparison": applied_not_smaller,
+        "optimizer step post-hook": applied_by_hook,
+    },
+    ("11", "finetune_plan"): {
+        "log2 headroom, torch dtypes": plan_with_log2,
+        "the recorder's constant, tuples": plan_with_recorder_constant,
+    },
+}
+
+test_wrong_answer_is_named, test_right_answer_passes = grader_fixtures.tests(WRONG, RIGHT)
+
+
+def test_every_trace_has_an_answer_with_a_known_kind_and_fix():
+    assert set(check.TRACES) == set(check.ANSWERS)
+    for kind, _, fix in check.ANSWERS.values():
+        assert kind in check.KINDS and fix in check.FIXES
+
+
+def test_trace_a_points_at_the_module_its_answer_names():
+    assert {row["first inf/NaN output"] for row in check.TRACES["A"]} == {check.ANSWERS["A"][1]}
+
+
+def test_the_plan_rule_keeps_nan_and_inf_and_not_exactly_two_bits():
+    assert check.plan_rule({"a": LIMIT / 4, "b": math.nan, "c": math.inf}, False) == ("float16", ["b", "c"])
