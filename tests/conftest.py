@@ -1,7 +1,8 @@
 """Shared fixtures for the unit tests.
 
 ``figures`` lets a test report a measured figure (a count, a ratio); they are all printed in the
-terminal summary at the end of the run, so the numbers a test checked are visible in CI's log.
+terminal summary at the end of the run, so the numbers a test checked are visible in CI's log (also when the run
+is split among pytest-xdist workers: each hands its figures to the controller).
 """
 
 import shutil
@@ -42,10 +43,36 @@ def course_sources():
     return copy
 
 
+#: Sections of other conftests' summaries that pytest-xdist workers handed over: title -> lines.
+_SECTIONS: dict[str, list[str]] = {}
+
+
+def pytest_sessionfinish(session):
+    """In a pytest-xdist worker (``./course test`` runs several): hand this worker's figures to the controller,
+    which prints the summary (a worker's own terminal summary is never shown). Other conftests add
+    ``(title, line)`` pairs to ``workeroutput["ampcourse_sections"]`` for sections of their own."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["ampcourse_figures"] = list(_FIGURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller, when a worker ends: keep its figures and sections for the summary."""
+    output = getattr(node, "workeroutput", {})
+    _FIGURES.extend(output.get("ampcourse_figures", []))
+    for title, line in output.get("ampcourse_sections", []):
+        _SECTIONS.setdefault(title, []).append(line)
+
+
 def pytest_terminal_summary(terminalreporter):
     if _FIGURES:
         terminalreporter.section("figures checked by the tests")
         for line in _FIGURES:
+            terminalreporter.write_line(line)
+    for title, lines in _SECTIONS.items():
+        terminalreporter.section(title)
+        for line in lines:
             terminalreporter.write_line(line)
 
 
