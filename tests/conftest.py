@@ -76,8 +76,21 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+def _long_files_first(item) -> int:
+    """The browser tests (the longest file: a JupyterLab, every lesson with a widget run in it), then the notebooks
+    (nbval: 10-60 s each), then the unit-test files (most a few seconds)."""
+    if item.path.suffix == ".ipynb":
+        return 1
+    return 0 if ROOT / "tests" / "browser" in item.path.parents else 2
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` need CUDA: without it they skip (``python -m ampcourse gpucheck`` runs them)."""
+    """In pytest-xdist workers, long files first (``./course test`` hands files out in collection order, whole:
+    the long ones started first, the short ones fill in at the end and the workers finish together; the order in
+    each file is kept). Tests marked ``gpu`` need CUDA: without it they skip (``python -m ampcourse gpucheck``
+    runs them)."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=_long_files_first)  # stable: each file's tests stay in order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run: python -m ampcourse gpucheck on a GPU machine)")

@@ -129,7 +129,15 @@ def save_and_read(page, server: LabServer, path: str) -> nbformat.NotebookNode:
     deadline = time.monotonic() + 30
     while (server.root / path).stat().st_mtime_ns == before and time.monotonic() < deadline:
         time.sleep(0.2)
-    return nbformat.read(server.root / path, as_version=4)
+    # The server writes the file in place (truncate, then write): read just after the truncation, it is empty or
+    # cut short. Read again until it parses (on a loaded machine, with parallel test workers, this happens).
+    while True:
+        try:
+            return nbformat.read(server.root / path, as_version=4)
+        except (nbformat.reader.NotJSONError, json.JSONDecodeError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def error_outputs(nb: nbformat.NotebookNode) -> list[str]:
