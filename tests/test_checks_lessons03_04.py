@@ -596,8 +596,8 @@ WRONG = {
         "zero_grad(set_to_none=False) between backward and step": (step_zeros_before_step,
                                                                    "between backward and `scaler.step"),
         "model.zero_grad() between backward and step": (step_model_zero_grad_before_step,
-                                                        "the gradients were cleared (zero_grad, or `.grad = None`) "
-                                                        "between backward and step"),
+                                                        "the gradients were cleared (`model.zero_grad()`, or "
+                                                        "`.grad = None`) between backward and step"),
     },
     ("04", "update_scale"): {
         "grows every step": (update_every_step, "grew the scale after every step"),

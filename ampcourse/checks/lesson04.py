@@ -113,15 +113,16 @@ def _first_call(task: str, fn, device: torch.device) -> tuple[_Run, float]:
     scale_at_call = run.scaler.get_scale()
     try:
         run.returned = call(task, fn, "amp_step", run.model, run.loss_fn, run.optimizer, run.scaler, run.x, run.y)
-    except CheckFailed:
+    except CheckFailed as err:
         calls = _calls(run.log)
-        if _cleared_after_backward(run.log) and "optimizer.step (direct)" not in calls:
+        no_grads = "found no gradients to check" in str(err)  # torch's step(): no parameter had a .grad
+        if no_grads and _cleared_after_backward(run.log):
             raise fail(task, CLEARED) from None
-        if run.backward_seen and "scaler.step" in calls and "optimizer.step (direct)" not in calls \
-                and "scale" in calls and not any(p.grad is not None for p in run.model.parameters()):
-            raise fail(task, "backward ran, but when `scaler.step(optimizer)` ran no parameter had a gradient: "
-                             "the gradients were cleared (zero_grad, or `.grad = None`) between backward and step. "
-                             "Clear them at the *start* of the step, before the forward pass.") from None
+        if no_grads and run.backward_seen and not any(p.grad is not None for p in run.model.parameters()):
+            raise fail(task, "backward ran, but when `scaler.step(optimizer)` ran no parameter of the model had a "
+                             "gradient: the gradients were cleared (`model.zero_grad()`, or `.grad = None`) between "
+                             "backward and step, or the loss came from another model. Clear them at the *start* of "
+                             "the step, and compute the loss from `model(x)`.") from None
         if "optimizer.step (direct)" in calls:
             raise fail(task, "you called `optimizer.step()` yourself, so the scaler recorded no inf check and torch "
                              "refused the `scaler.update()` after it. Call `scaler.step(optimizer)`: it unscales the "
