@@ -51,11 +51,14 @@ from tests.browser.lab import (  # noqa: E402
 # Where a widget starts when its default makes some control's moves change nothing in the figure: lesson 10's
 # history length matters only around a spike (without one, every history gives the same curves).
 START = {"lesson10.delayed_scaling": "spike_bits=6", "lesson10.granularity_explorer": "log10_outlier=5.0"}
+#: Key presses in the burst on each slider (50 ms apart).
+BURST_PRESSES = 10
 
 OBSERVER = """(area) => {
-    const state = {inputs: [], images: []};
+    const state = {inputs: [], keys: [], images: []};
     const record = (e) => { if (area.contains(e.target)) state.inputs.push(e.timeStamp); };
     area.addEventListener('keydown', record, true);
+    area.addEventListener('keydown', (e) => { if (area.contains(e.target)) state.keys.push(e.timeStamp); }, true);
     area.addEventListener('change', record, true);
     area.addEventListener('click', record, true);
     const img = area.querySelector('img');
@@ -141,23 +144,47 @@ def _direction(handle) -> str:
     return "ArrowLeft" if now >= high else "ArrowRight"
 
 
-def _burst(page, area, handle, presses: int = 10, gap_ms: int = 50) -> tuple[int, float | None]:
-    """``presses`` key presses ``gap_ms`` apart, towards the end with more room; (figures drawn, ms from the
-    last press to the last figure)."""
-    before = _state(area)
+def _burst(page, area, handle, presses: int = BURST_PRESSES, gap_ms: int = 50) -> tuple[int, int, float | None]:
+    """``presses`` key presses ``gap_ms`` apart, towards the end with more room; (figures drawn, presses that
+    moved the handle, ms from the last press that moved it to the last figure; None if no figure came after it).
+
+    On a slider with fewer than ``presses`` steps to either end the handle stops at the end: the presses after
+    that change nothing and draw nothing, so the time is taken from the last press that moved the handle (from
+    the last press, it would come out negative)."""
+    before = area.evaluate("(area) => area.__bench.keys.length")
+    images_before = _state(area)["images"]
     now, low, high = _position(handle)
     key = "ArrowRight" if high - now >= now - low else "ArrowLeft"
     handle.focus()
+    values = [now]
     for _ in range(presses):
         page.keyboard.press(key)
         page.wait_for_timeout(gap_ms)
+        values.append(_position(handle)[0])
     _settle(page, area)
-    return area.evaluate("""(area, before) => {
+    moving = [i for i in range(presses) if values[i + 1] != values[i]]
+    if not moving:
+        return 0, 0, None
+    drawn, last = area.evaluate("""(area, [keys, images, press]) => {
         const s = area.__bench;
-        const t0 = s.inputs[s.inputs.length - 1];
-        const images = s.images.slice(before.images);
-        return [images.length, images.length ? images[images.length - 1].t - t0 : null];
-    }""", before)
+        const t0 = s.keys[keys + press];
+        const drawn = s.images.slice(images);
+        const after = drawn.filter(m => m.t >= t0);
+        return [drawn.length, after.length ? after[after.length - 1].t - t0 : null];
+    }""", [before, images_before, moving[-1]])
+    return drawn, len(moving), last
+
+
+def _burst_note(drawn: int, moved: int, last: float | None, presses: int = BURST_PRESSES) -> str:
+    """The burst line: figures drawn, and the time from the last press that moved the handle to the last figure."""
+    stopped = (f" (the handle reached the end of the slider after {moved}: the other {presses - moved} moved "
+               "nothing)" if moved < presses else "")
+    if moved == 0:
+        return f"{presses} presses moved nothing: the handle is at both ends (a slider with one value)"
+    if last is None:
+        return f"{drawn} figures for {presses} presses{stopped}, none after the last press that moved the handle"
+    what = "the last press" if moved == presses else "the last press that moved the handle"
+    return f"{drawn} figures for {presses} presses{stopped}, the last one {last:.0f} ms after {what}"
 
 
 def _figure_text(area) -> str:
@@ -219,9 +246,7 @@ def main() -> None:
                             print(_row(name, label, times, args.moves), flush=True)
                         handles = area.locator(".noUi-handle").all()
                         if handles:
-                            drawn, last = _burst(page, area, handles[0])
-                            note = (f"{drawn} figures for 10 presses, the last one {last:.0f} ms after the last press"
-                                    if last is not None else "no new figure")
+                            note = _burst_note(*_burst(page, area, handles[0]))
                             if name == "lesson02.loss_scale_histogram":
                                 value = area.locator(".widget-readout").first.inner_text().strip()
                                 matches = f"S = 2^{value} " in _figure_text(area)

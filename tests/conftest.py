@@ -1,7 +1,8 @@
 """Shared fixtures for the unit tests.
 
 ``figures`` lets a test report a measured figure (a count, a ratio); they are all printed in the
-terminal summary at the end of the run, so the numbers a test checked are visible in CI's log.
+terminal summary at the end of the run, so the numbers a test checked are visible in CI's log (also when the run
+is split among pytest-xdist workers: each hands its figures to the controller).
 """
 
 import shutil
@@ -42,15 +43,54 @@ def course_sources():
     return copy
 
 
+#: Sections of other conftests' summaries that pytest-xdist workers handed over: title -> lines.
+_SECTIONS: dict[str, list[str]] = {}
+
+
+def pytest_sessionfinish(session):
+    """In a pytest-xdist worker (``./course test`` runs several): hand this worker's figures to the controller,
+    which prints the summary (a worker's own terminal summary is never shown). Other conftests add
+    ``(title, line)`` pairs to ``workeroutput["ampcourse_sections"]`` for sections of their own."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["ampcourse_figures"] = list(_FIGURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller, when a worker ends: keep its figures and sections for the summary."""
+    output = getattr(node, "workeroutput", {})
+    _FIGURES.extend(output.get("ampcourse_figures", []))
+    for title, line in output.get("ampcourse_sections", []):
+        _SECTIONS.setdefault(title, []).append(line)
+
+
 def pytest_terminal_summary(terminalreporter):
     if _FIGURES:
         terminalreporter.section("figures checked by the tests")
         for line in _FIGURES:
             terminalreporter.write_line(line)
+    for title, lines in _SECTIONS.items():
+        terminalreporter.section(title)
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def _long_files_first(item) -> int:
+    """The browser tests (the longest file: a JupyterLab, every lesson with a widget run in it), then the notebooks
+    (nbval: 10-60 s each), then the unit-test files (most a few seconds)."""
+    if item.path.suffix == ".ipynb":
+        return 1
+    return 0 if ROOT / "tests" / "browser" in item.path.parents else 2
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` need CUDA: without it they skip (``python -m ampcourse gpucheck`` runs them)."""
+    """In pytest-xdist workers, long files first (``./course test`` hands files out in collection order, whole:
+    the long ones started first, the short ones fill in at the end and the workers finish together; the order in
+    each file is kept). Tests marked ``gpu`` need CUDA: without it they skip (``python -m ampcourse gpucheck``
+    runs them)."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=_long_files_first)  # stable: each file's tests stay in order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run: python -m ampcourse gpucheck on a GPU machine)")

@@ -237,6 +237,39 @@ def step_explicit_unscale(model, loss_fn, optimizer, scaler, x, y):
     return loss.detach().item()
 
 
+def step_zero_grad_before_step(model, loss_fn, optimizer, scaler, x, y):
+    """The review's weak finding: zero_grad between backward and scaler.step (torch: no inf checks recorded)."""
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    optimizer.zero_grad()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def step_zeros_before_step(model, loss_fn, optimizer, scaler, x, y):
+    """zero_grad(set_to_none=False) between backward and step: torch steps, on gradients of zero."""
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    optimizer.zero_grad(set_to_none=False)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def step_model_zero_grad_before_step(model, loss_fn, optimizer, scaler, x, y):
+    """model.zero_grad() between backward and step: the optimizer's spy does not see it, the state does."""
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    model.zero_grad()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
 def _step(*, forward="inside", loss="inside", dtype=torch.float16, zero="start", backward="scaled",
           stepping="scaler", update="after", returns="item", own_scaler=False, unscale_twice=False):
     """One AMP step with one thing changed: the typical mistakes, built from the right step."""
@@ -472,6 +505,23 @@ def unscale_checks_after(grads, scale):
     return out, not all(bool(torch.isfinite(g).all()) for g in out)
 
 
+def unscale_float64_product(grads, scale):
+    """The review's misleading finding: a product in float64, rounded once: the correctly rounded quotient."""
+    return [(g.double() * (1 / scale)).float() for g in grads], not all(torch.isfinite(g).all() for g in grads)
+
+
+def unscale_bool_tensor(grads, scale):
+    """found_inf as a 0-d bool tensor (the review's nit): the task asks for a bool."""
+    return _unscaled(grads, scale), torch.stack([~torch.isfinite(g).all() for g in grads]).any()
+
+
+def unscale_item_of_any(grads, scale):
+    """Right too: one isfinite per gradient, the flag made a Python bool with .item()."""
+    inv = torch.tensor(1 / scale, dtype=torch.float32)
+    flag = torch.stack([torch.isfinite(g).all() for g in grads]).all().logical_not().item()
+    return [torch.mul(g, inv) for g in grads], flag
+
+
 def _unscaled(grads, scale):
     return unscale_right(grads, scale)[0]
 
@@ -541,6 +591,13 @@ WRONG = {
                                                             "called backward() inside the autocast region"),
         "backward on the unscaled loss": (_step(backward="unscaled"), "`scaler.scale(loss)` was never called"),
         "a new GradScaler inside the step": (_step(own_scaler=True), "the scaler you were given was never used"),
+        "zero_grad between backward and step (review)": (step_zero_grad_before_step,
+                                                         "`optimizer.zero_grad()` between backward and `scaler.step"),
+        "zero_grad(set_to_none=False) between backward and step": (step_zeros_before_step,
+                                                                   "between backward and `scaler.step"),
+        "model.zero_grad() between backward and step": (step_model_zero_grad_before_step,
+                                                        "the gradients were cleared (`model.zero_grad()`, or "
+                                                        "`.grad = None`) between backward and step"),
     },
     ("04", "update_scale"): {
         "grows every step": (update_every_step, "grew the scale after every step"),
@@ -573,7 +630,15 @@ WRONG = {
     },
     ("04", "unscale_by_hand"): {
         "divides by the scale": (lambda g, s: ([t / s for t in g], not all(torch.isfinite(t).all() for t in g)),
-                                 "you divided by the scale"),
+                                 "equals the correctly rounded quotient g / scale (a division"),
+        "a product in float64 (review)": (unscale_float64_product,
+                                          "equals the correctly rounded quotient g / scale (a division, or a product "
+                                          "computed in float64"),
+        "found_inf as a 0-d bool tensor (review)": (unscale_bool_tensor,
+                                                    "you returned a tensor (dtype bool, shape ())"),
+        "found_inf as a numpy bool": (lambda g, s: (_unscaled(g, s), np.bool_(not all(torch.isfinite(t).all()
+                                                                                      for t in g))),
+                                      "found_inf must be a bool (you returned numpy.bool"),
         "multiplies by the scale": (lambda g, s: ([t * s for t in g], not all(torch.isfinite(t).all() for t in g)),
                                     "you multiplied the gradients by the scale"),
         "inf only, NaN missed": (lambda g, s: (_unscaled(g, s), any(torch.isinf(t).any().item() for t in g)),
@@ -611,7 +676,8 @@ RIGHT = {
     ("04", "unscale_by_hand"): {"float64 reciprocal": unscale_right, "Python reciprocal": unscale_python_reciprocal,
                                 "torch's kernel": unscale_torch_kernel,
                                 "float32 reciprocal (N2)": unscale_float32_reciprocal,
-                                "numpy reciprocal, one isfinite": unscale_numpy_cat},
+                                "numpy reciprocal, one isfinite": unscale_numpy_cat,
+                                "float32 tensor reciprocal, .item() of the flag": unscale_item_of_any},
 }
 
 _named, _passes = grader_fixtures.tests(WRONG, RIGHT)

@@ -181,7 +181,9 @@ def raised_message(name: str, err: BaseException) -> str:
         # torch raises two "No inf checks" texts with different causes (torch/amp/grad_scaler.py): keep them apart
         ("No inf checks were recorded for this optimizer", "`scaler.step(optimizer)` found no gradients to check: no "
                                                            "parameter of the optimizer has a `.grad` (backward never "
-                                                           "ran, or ran on a loss these parameters are not part of)"),
+                                                           "ran, ran on a loss these parameters are not part of, or "
+                                                           "the gradients were cleared (zero_grad) between backward "
+                                                           "and step)"),
         ("No inf checks were recorded prior to update", "`scaler.update()` found no inf check to use: it ran "
                                                         "twice in one step, or before `scaler.step(optimizer)`. Call "
                                                         "it once per step, right after `scaler.step(optimizer)`"),

@@ -41,7 +41,11 @@ def _setup(device):
         autocast_seen.append(torch.is_autocast_enabled(device.type))
         loss = F.cross_entropy(logits, target)
         if loss.requires_grad:
-            loss.register_hook(lambda grad: backward_seen.append(torch.is_autocast_enabled(device.type)))
+            def seen(grad):
+                backward_seen.append(torch.is_autocast_enabled(device.type))
+                log.append("backward")  # where backward ran among the scaler and optimizer calls
+
+            loss.register_hook(seen)
         return loss
 
     forward_seen: list[tuple[int, bool, torch.dtype]] = []  # (layer index, autocast on?, its output dtype)
@@ -78,7 +82,26 @@ class _Run:
     backward_seen: list[bool]
     initial: torch.nn.Module | None = None  # the weights before the step (the FP32 reference starts there)
     returned: Any = None
-    order: list[str] = field(default_factory=list)  # the scaler and optimizer calls, zero_grad left out
+    order: list[str] = field(default_factory=list)  # the scaler and optimizer calls, zero_grad and backward left out
+
+
+def _calls(log: list[str]) -> list[str]:
+    """The scaler and optimizer calls of a log, without zero_grad and backward."""
+    return [e for e in log if e not in ("zero_grad", "backward")]
+
+
+def _cleared_after_backward(log: list[str]) -> bool:
+    """optimizer.zero_grad() ran after the (last) backward and before scaler.step (or with no step after it)."""
+    if "backward" not in log:
+        return False
+    after = log[len(log) - 1 - log[::-1].index("backward"):]
+    end = after.index("scaler.step") if "scaler.step" in after else len(after)
+    return "zero_grad" in after[:end]
+
+
+CLEARED = ("you called `optimizer.zero_grad()` between backward and `scaler.step(optimizer)`, so the gradients "
+           "backward had just computed were cleared before the step could use them. Clear them at the *start* of "
+           "the step, before the forward pass.")
 
 
 def _first_call(task: str, fn, device: torch.device) -> tuple[_Run, float]:
@@ -90,8 +113,16 @@ def _first_call(task: str, fn, device: torch.device) -> tuple[_Run, float]:
     scale_at_call = run.scaler.get_scale()
     try:
         run.returned = call(task, fn, "amp_step", run.model, run.loss_fn, run.optimizer, run.scaler, run.x, run.y)
-    except CheckFailed:
-        calls = [e for e in run.log if e != "zero_grad"]
+    except CheckFailed as err:
+        calls = _calls(run.log)
+        no_grads = "found no gradients to check" in str(err)  # torch's step(): no parameter had a .grad
+        if no_grads and _cleared_after_backward(run.log):
+            raise fail(task, CLEARED) from None
+        if no_grads and run.backward_seen and not any(p.grad is not None for p in run.model.parameters()):
+            raise fail(task, "backward ran, but when `scaler.step(optimizer)` ran no parameter of the model had a "
+                             "gradient: the gradients were cleared (`model.zero_grad()`, or `.grad = None`) between "
+                             "backward and step, or the loss came from another model. Clear them at the *start* of "
+                             "the step, and compute the loss from `model(x)`.") from None
         if "optimizer.step (direct)" in calls:
             raise fail(task, "you called `optimizer.step()` yourself, so the scaler recorded no inf check and torch "
                              "refused the `scaler.update()` after it. Call `scaler.step(optimizer)`: it unscales the "
@@ -104,7 +135,7 @@ def _first_call(task: str, fn, device: torch.device) -> tuple[_Run, float]:
                              "check recorded yet). The order is scale(loss).backward() → step(optimizer) → "
                              "update().") from None
         raise
-    run.order = [e for e in run.log if e != "zero_grad"]
+    run.order = _calls(run.log)
     return run, scale_at_call
 
 
@@ -171,6 +202,8 @@ def _unscaled_update(task: str, run: _Run) -> None:
     if ratio > SCALE / 4:
         raise fail(task, "the optimizer stepped with gradients still multiplied by the scale. Let "
                          "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
+    if _cleared_after_backward(run.log):
+        raise fail(task, CLEARED)  # zero_grad(set_to_none=False): the step ran, on gradients of zero
     if all(torch.equal(a, b.detach()) for a, b in zip(run.initial.parameters(), run.model.parameters(), strict=True)):
         raise fail(task, "the parameters did not change: make sure `scaler.step(optimizer)` runs after backward.")
 
@@ -477,6 +510,11 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
+def _describe(t: torch.Tensor) -> str:
+    """A tensor in a few words: its dtype and shape."""
+    return f"dtype {str(t.dtype).removeprefix('torch.')}, shape {tuple(t.shape)}"
+
+
 def unscale_by_hand(fn) -> None:
     """Task 4: ``unscale_by_hand(grads, scale)`` returns ``(unscaled grads, found_inf)`` exactly as GradScaler."""
     task = "Task 4 (unscale_by_hand)"
@@ -488,10 +526,15 @@ def unscale_by_hand(fn) -> None:
                 and len(got[0]) == len(grads) and all(isinstance(t, torch.Tensor) for t in got[0])):
             raise fail(task, "return a tuple (list of unscaled gradient tensors, found_inf as a bool).")
         got_grads, got_inf = got
-        if isinstance(got_inf, torch.Tensor) and got_inf.numel() == 1:
-            got_inf = bool(got_inf.item())
+        if isinstance(got_inf, torch.Tensor):  # the task asks for a bool: GradScaler's own flag is a float tensor
+            reduce = "" if got_inf.numel() == 1 else "reduce it to one value (`.any()`), then "
+            raise fail(task, f"found_inf must be a bool, and you returned a tensor ({_describe(got_inf)}): "
+                             f"{reduce}make it a Python bool with `bool(...)` or `.item()`.")
         if not isinstance(got_inf, bool):
-            raise fail(task, f"found_inf must be a bool (you returned {type(got_inf).__name__}).")
+            kind = type(got_inf)
+            kind = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+            raise fail(task, f"found_inf must be a bool (you returned {kind}): return True or "
+                             "False, e.g. `bool(...)` of what you computed.")
         if got_inf != want_inf:
             if not want_inf and not all(torch.isfinite(t).all() for t in want):
                 raise fail(task, f"{what}: you said found_inf=True, but the gradients you were given are all "
@@ -518,9 +561,11 @@ def unscale_by_hand(fn) -> None:
         if any(not _same(a, b) for a, b in zip(got_grads, want, strict=True)):
             division = [t / scale for t in grads]
             if all(_same(a, b) for a, b in zip(got_grads, division, strict=True)):
-                raise fail(task, f"{what}: you divided by the scale; GradScaler multiplies by the reciprocal, "
-                                 "inv_scale = float32(1 / scale), and a product with the reciprocal can differ "
-                                 "from a quotient in the last bit (for a scale that is not a power of two).")
+                raise fail(task, f"{what}: your result equals the correctly rounded quotient g / scale (a "
+                                 "division, or a product computed in float64 and rounded once); GradScaler "
+                                 "multiplies in float32 by inv_scale = float32(1 / scale), the reciprocal rounded "
+                                 "to float32 first, and that product can differ from the quotient in the last bit "
+                                 "(for a scale that is not a power of two).")
             raise fail(task, f"{what}: the unscaled gradients differ from GradScaler's: multiply each by "
                              "inv_scale = float32(1 / scale).")
     passed(task, "unscaled gradients bit-identical to GradScaler's (float32 reciprocal of the scale), inf and NaN "

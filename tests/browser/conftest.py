@@ -58,7 +58,18 @@ def counts():
     return _COUNTS
 
 
+def _counts_line() -> str:
+    return ", ".join(f"{n} {what}" for what, n in _COUNTS.items())
+
+
+def pytest_sessionfinish(session):
+    """In a pytest-xdist worker: hand the counts to the controller (tests/conftest.py prints them there)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and any(_COUNTS.values()):
+        workeroutput.setdefault("ampcourse_sections", []).append(("browser tests", _counts_line()))
+
+
 def pytest_terminal_summary(terminalreporter):
     if any(_COUNTS.values()):
         terminalreporter.section("browser tests")
-        terminalreporter.write_line(", ".join(f"{n} {what}" for what, n in _COUNTS.items()))
+        terminalreporter.write_line(_counts_line())
