@@ -28,6 +28,7 @@ weight copies apart).
 from __future__ import annotations
 
 import copy
+import fractions
 import gzip
 import importlib.resources
 import math
@@ -700,10 +701,28 @@ def paired_verdict(fp32: Sequence[float], amp: Sequence[float]) -> str:
     proof: with 3–5 seeds a sample std of 0 is weak evidence that the noise is 0 (accuracies move in steps of
     one validation image, 1/359), so such a verdict deserves more seeds before it is believed.
     """
-    mean, error = paired_difference(fp32, amp)
-    if abs(mean) <= NOISE_STANDARD_ERRORS * error:
+    mean, _ = paired_difference(fp32, amp)  # validates both lists
+    if _within_noise_exactly(fp32, amp):
         return "within noise"
     return "amp better" if mean > 0 else "amp worse"
+
+
+def _as_fraction(value: float) -> fractions.Fraction:
+    """An accuracy as the fraction it stands for (count / images, denominators up to 10^6) when the float is that
+    fraction rounded; any other float exactly as it is."""
+    exact = fractions.Fraction(value)
+    near = exact.limit_denominator(1_000_000)
+    return near if abs(near - exact) <= abs(exact) * 2.0**-50 else exact
+
+
+def _within_noise_exactly(fp32: Sequence[float], amp: Sequence[float]) -> bool:
+    """|mean(d)| ≤ k · std(d) / √n in exact rational arithmetic, squared: mean² · n · (n − 1) ≤ k² · Σ(d − mean)².
+    A tie (|mean| exactly k standard errors, as counts out of a few hundred images can give) is within noise on
+    every machine, not decided by the last bit of a float square root."""
+    d = [_as_fraction(a) - _as_fraction(f) for f, a in zip(fp32, amp, strict=True)]
+    n = len(d)
+    mean = sum(d) / n
+    return mean * mean * n * (n - 1) <= NOISE_STANDARD_ERRORS**2 * sum((x - mean) ** 2 for x in d)
 
 
 def noise_interval_coverage(n_seeds: int) -> float:

@@ -63,8 +63,8 @@ __all__ = [
     "ScalingTrace", "amax", "amax_sequence", "compare_precisions", "fp8_dtype", "fp8_fate", "fp8_limits",
     "fp8_tensor_cores", "import_torchao", "limits_table", "scale_from_amax", "scaled_mm", "simulate_scaling",
     "to_float8", "to_fp8", "emulated_scaled_mm", "fp8_matmul_available",
-    "ROLES", "ROLE_FORMAT", "TensorSample", "accuracy_table", "collect_tensors", "curves_png",
-    "fate_table", "range_png", "train_step", "fp8_friendly", "SCALED_MM_OUT_DTYPES", "MAX_SEEDS",
+    "ROLES", "ROLE_FORMAT", "TensorSample", "accuracy_table", "collect_tensors",
+    "fate_table", "train_step", "LOSS_GAP_TOLERANCE", "fp8_friendly", "SCALED_MM_OUT_DTYPES", "MAX_SEEDS",
     "GRANULARITIES", "Granularity", "GranularityResult", "OUTLIER_AT", "OUTLIER_LOG10", "PAIR_SHAPE", "block_cast",
     "block_dequantize", "granularity_errors", "granularity_table", "outlier_pair", "round_scale_to_power_of_2",
     "TORCHAO_RECIPES", "TE_RECIPES", "recipe_table", "gemm_table", "torchao_filter", "conversion_plan", "filter_grid",
@@ -841,59 +841,14 @@ def fate_table(sample: TensorSample) -> Table:
     return Table(rows, title="What a cast to FP8 does to the digits MLP's tensors")
 
 
-def range_png(sample: TensorSample) -> bytes:
-    """Histograms of log2|value| per role, with E4M3's and E5M2's ranges (smallest subnormal to max) shaded."""
-    from matplotlib.figure import Figure
+def __getattr__(name: str):
+    """``range_png`` and ``curves_png`` live in :mod:`ampcourse.widgets.lesson10` (a lesson with a widget module
+    keeps its static figures there); the old names still work."""
+    if name in ("range_png", "curves_png"):
+        from .widgets import lesson10
 
-    from .widgets.base import COLORS, figure_png
-
-    if not isinstance(sample, TensorSample):
-        raise TypeError(f"sample must be a TensorSample from collect_tensors() (got {type(sample).__name__})")
-    fig = Figure(figsize=(7.5, 4.6))
-    axes = fig.subplots(len(ROLES), 1, sharex=True)
-    bins = np.arange(-40, 12, 0.5)
-    for ax, role, color in zip(axes, ROLES, (COLORS["blue"], COLORS["green"], COLORS["vermillion"]), strict=True):
-        values = sample.flat(role).abs()
-        values = values[values > 0]
-        ax.hist(np.log2(values.numpy()), bins=bins, color=color, alpha=0.85)
-        for dtype, shade, y in ((E4M3, COLORS["orange"], 0.85), (E5M2, COLORS["purple"], 0.65)):
-            lim = fp8_limits(dtype)
-            ax.axvspan(math.log2(lim.smallest_subnormal), math.log2(lim.max), ymin=y - 0.1, ymax=y, color=shade,
-                       alpha=0.35, label=f"{lim.name} range (unscaled)" if role == ROLES[0] else None)
-        ax.set_ylabel(role, fontsize=9)
-        ax.set_yticks([])
-    axes[0].legend(loc="upper left", fontsize=8, frameon=False)
-    axes[-1].set_xlabel("log2 |value|")
-    fig.suptitle("The digits MLP's tensors against FP8's ranges (before any scaling)", fontsize=10)
-    fig.tight_layout()
-    return figure_png(fig)
-
-
-def curves_png(runs: dict[str, list[PrecisionRun]]) -> bytes:
-    """Training loss per step (moving average over 8 steps): each seed thin, the mean thick, per precision."""
-    from matplotlib.figure import Figure
-
-    from .widgets.base import COLORS, figure_png
-
-    _check_runs(runs)
-    fig = Figure(figsize=(7.5, 3.4))
-    ax = fig.add_subplot()
-    styles = {"fp32": (COLORS["blue"], "-"), "bf16": (COLORS["green"], "--"), "fp8": (COLORS["vermillion"], ":")}
-    kernel = np.ones(8) / 8
-    for precision, items in runs.items():
-        color, style = styles.get(precision, (COLORS["black"], "-"))
-        curves = np.array([np.convolve(r.losses, kernel, mode="valid") for r in items])
-        for curve in curves:
-            ax.plot(curve, color=color, alpha=0.25, linewidth=1, linestyle=style)
-        ax.plot(curves.mean(axis=0), color=color, linewidth=2.2, linestyle=style,
-                label=f"{precision} (mean of {len(items)} seeds)")
-    ax.set_yscale("log")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("training loss (8-step average)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return figure_png(fig)
+        return getattr(lesson10, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -------------------------------------------------------------------------------------- scaling granularity
@@ -901,8 +856,9 @@ def curves_png(runs: dict[str, list[PrecisionRun]]) -> bytes:
 class Granularity:
     """One way to share scales: ``x_block`` and ``w_block`` are the (rows, columns) of the blocks that share one
     scale in the activation ``x`` (tokens × k) and the weight ``w`` (n × k) — ``None`` for a whole dimension — and
-    ``power_of_two`` rounds every scale down to a power of two (torchao's ``round_scales_to_power_of_2``; MX's
-    E8M0 scales hold nothing else). ``used_by``: where the scheme comes from."""
+    ``power_of_two`` rounds every scale 448 / amax down to a power of two (torchao's ``round_scales_to_power_of_2``,
+    TE's MXFP8 and torchao's RCEIL MX mode; MX's E8M0 scales hold nothing else — the OCP rule, torchao's FLOOR
+    default, takes 2^(8 − floor(log2 amax)) instead, which can saturate). ``used_by``: where the scheme comes from."""
 
     name: str
     x_block: tuple[int | None, int | None]
@@ -920,7 +876,7 @@ GRANULARITIES = (
     Granularity("per-tensor", (None, None), (None, None), False, "torchao tensorwise; TE current and delayed"),
     Granularity("rowwise", (1, None), (1, None), True, "torchao rowwise, rowwise_with_gw_hp"),
     Granularity("1x128 / 128x128", (1, 128), (128, 128), True, "TE Float8BlockScaling; DeepSeek-V3"),
-    Granularity("MX: 1x32, E8M0", (1, 32), (1, 32), True, "TE MXFP8BlockScaling (Blackwell)"),
+    Granularity("MX: 1x32, E8M0", (1, 32), (1, 32), True, "TE MXFP8BlockScaling (Blackwell); torchao MX, RCEIL"),
 )
 #: Lesson 10's activation/weight pair: 64 tokens × 512 features (N(0, 1)) times a 256 × 512 weight (N(0, 0.02²)).
 PAIR_SHAPE = (64, 512, 256)
@@ -931,8 +887,8 @@ OUTLIER_LOG10 = tuple(float(v) for v in np.arange(0.0, 7.01, 0.5))  # the widget
 def round_scale_to_power_of_2(scale: torch.Tensor) -> torch.Tensor:
     """Each float32 scale rounded *down* to a power of two, as torchao's ``round_scales_to_power_of_2`` does
     (``torch.exp2(torch.floor(torch.log2(scale)))`` in ``torchao/float8/float8_utils.py``): down, so that
-    ``amax · scale`` stays at or below the format's max. Computed with ``torch.frexp``, which is exact on every
-    CPU (a vectorised ``log2`` one ulp off would move a scale just under a power of two up to it).
+    ``amax · scale`` stays at or below the format's max. Computed with ``torch.frexp`` (exact: it reads the
+    exponent bits); torchao's ``exp2(floor(log2(s)))`` gives the same on the scales the course uses.
 
     Example:
         >>> round_scale_to_power_of_2(torch.tensor([448 / 3.0, 1.0, 0.3])).tolist()
@@ -1144,7 +1100,7 @@ TE_RECIPES = (
      "x / w / grad": "E4M3 / E4M3 / E5M2", "GPU": "SM 8.9+", "for": "the simplest recipe",
      "source": _TE_DOCS + "fp8_current_scaling/fp8_current_scaling.rst"},
     {"recipe": "TE Float8BlockScaling", "one scale per": "1x128 (x, grad), 128x128 (w); 2^k",
-     "x / w / grad": "E4M3 / E4M3 / E4M3", "GPU": "SM 9.0", "for": "DeepSeek-V3's scheme",
+     "x / w / grad": "E4M3 / E4M3 / E4M3", "GPU": "SM 9.0+", "for": "DeepSeek-V3's scheme",
      "source": _TE_DOCS + "fp8_blockwise_scaling/fp8_blockwise_scaling.rst"},
     {"recipe": "TE MXFP8BlockScaling", "one scale per": "32 values of a row, E8M0 (2^k)",
      "x / w / grad": "E4M3 / E4M3 / E4M3", "GPU": "SM 10.0, 10.3", "for": "Blackwell's own",
@@ -1253,8 +1209,10 @@ SQNR_FLOOR_DB = 20.0
 
 @dataclass(frozen=True)
 class LayerCheck:
-    """One converted layer: the SQNR of its output against the bf16 model's (same batch), and the amaxes and
-    FP8 scales its input and weight got (the smallest and largest scale, for rowwise recipes)."""
+    """One converted layer: ``sqnr_db``, the SQNR of its output against the bf16 layer's when it gets the bf16
+    model's input (this layer's own error); ``cumulative_db``, the same with the FP8 model's own input (the error
+    of every FP8 layer up to this one); and the amaxes and FP8 scales its input and weight got (the smallest and
+    largest scale, for rowwise recipes)."""
 
     name: str
     sqnr_db: float
@@ -1262,6 +1220,7 @@ class LayerCheck:
     weight_amax: float
     input_scales: tuple[float, float]
     weight_scales: tuple[float, float]
+    cumulative_db: float | None = None
 
     @property
     def suspect(self) -> bool:
@@ -1281,6 +1240,7 @@ class FP8Check:
 
     def table(self) -> Table:
         return Table([{"layer": c.name, "SQNR vs bf16 (dB)": f"{c.sqnr_db:.1f}",
+                       "end to end (dB)": "" if c.cumulative_db is None else f"{c.cumulative_db:.1f}",
                        "input amax": f"{c.input_amax:.3g}", "weight amax": f"{c.weight_amax:.3g}",
                        "input scale": _span(c.input_scales), "weight scale": _span(c.weight_scales),
                        f"below {SQNR_FLOOR_DB:g} dB": "yes" if c.suspect else "no"} for c in self.layers],
@@ -1295,11 +1255,10 @@ def check_fp8(model: nn.Module, batch: torch.Tensor, *, recipe: str = "tensorwis
               module_filter_fn: Callable[[nn.Module, str], bool] | None = None) -> FP8Check:
     """Convert a *copy* of ``model`` with torchao (``recipe``; ``module_filter_fn``, default :func:`fp8_friendly`),
     run both on ``batch`` under bf16 autocast, and compare every converted layer's output with the bf16 model's
-    (SQNR, torchao's ``compute_error``); record each layer's input and weight amax and the scales torchao's
-    ``tensor_to_scale`` gives them. Emulated where the device has no FP8 Tensor Cores. ``model`` is not changed.
-
-    The outputs compared are end to end (each FP8 layer gets the FP8 model's own input), so a low SQNR may come
-    from an earlier layer: read the table top to bottom.
+    (SQNR, torchao's ``compute_error``) twice: per layer (the FP8 layer run on the input the bf16 layer got) and
+    end to end (on the FP8 model's own input, so earlier layers' errors add up); record each layer's input and
+    weight amax and the scales torchao's ``tensor_to_scale`` gives them. Emulated where the device has no FP8
+    Tensor Cores. ``model`` is not changed.
     """
     import copy
 
@@ -1327,13 +1286,12 @@ def check_fp8(model: nn.Module, batch: torch.Tensor, *, recipe: str = "tensorwis
         raise ValueError("no layer was converted: none passes the module filter (sizes multiples of 16?)")
     skipped = tuple(n for n, m in converted.named_modules() if type(m) is _nn.Linear)
     outputs: dict[str, dict[str, torch.Tensor]] = {"bf16": {}, "fp8": {}}
-    inputs: dict[str, torch.Tensor] = {}
+    inputs: dict[tuple[str, str], torch.Tensor] = {}
 
     def recorder(kind: str, name: str):
         def hook(module, args, out):
             outputs[kind][name] = out.detach().float()
-            if kind == "fp8":
-                inputs[name] = args[0].detach()
+            inputs[kind, name] = args[0].detach()
         return hook
 
     hooks = [m.register_forward_hook(recorder("bf16", n)) for n, m in reference.named_modules() if n in names]
@@ -1349,16 +1307,25 @@ def check_fp8(model: nn.Module, batch: torch.Tensor, *, recipe: str = "tensorwis
     layers = []
     for name in names:
         cfg = modules[name].config
+        with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            own = modules[name](inputs["bf16", name]).float()  # this layer alone, on the bf16 model's input
         scales = []
-        for tensor, cast in ((inputs[name], cfg.cast_config_input), (modules[name].weight, cfg.cast_config_weight)):
+        for tensor, cast in ((inputs["fp8", name], cfg.cast_config_input),
+                             (modules[name].weight, cfg.cast_config_weight)):
             s = utils.tensor_to_scale(tensor.detach().float(), cast.target_dtype,
                                       scaling_granularity=cast.scaling_granularity, axiswise_dim=-1,
                                       round_scales_to_power_of_2=cfg.round_scales_to_power_of_2)
             scales.append((float(s.min()), float(s.max())))
-        sqnr = float(utils.compute_error(outputs["bf16"][name], outputs["fp8"][name]))
-        layers.append(LayerCheck(name, sqnr, float(amax(inputs[name].float())),
-                                 float(amax(modules[name].weight.detach())), scales[0], scales[1]))
+        sqnr = float(utils.compute_error(outputs["bf16"][name], own))
+        cumulative = float(utils.compute_error(outputs["bf16"][name], outputs["fp8"][name]))
+        layers.append(LayerCheck(name, sqnr, float(amax(inputs["fp8", name].float())),
+                                 float(amax(modules[name].weight.detach())), scales[0], scales[1], cumulative))
     return FP8Check(names, skipped, tuple(layers), recipe, emulated)
+
+
+#: Lesson 10's loss verdict: FP8's mean loss over the last steps within this fraction of bf16's, seed by seed
+#: (|gap| per seed, so gaps of opposite signs cannot cancel). A consistent gap larger than this fails it.
+LOSS_GAP_TOLERANCE = 0.10
 
 
 def loss_gap(runs: dict[str, list[PrecisionRun]], reference: str = "bf16", candidate: str = "fp8",

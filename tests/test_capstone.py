@@ -356,3 +356,23 @@ def test_compare_reuses_a_finished_run_with_the_same_config():
     assert stopped.total_steps == 3 and compare(config, seeds=(0,), reuse=[stopped]).fp32[0] is not stopped
     with pytest.raises(TypeError, match="reuse must be a list of TrainResult"):
         compare(config, seeds=(0,), reuse=[1])
+
+
+def test_paired_verdict_calls_an_exact_tie_within_noise():
+    # counts of 360 images, differences 1, 1, 0: |mean| is exactly 2 standard errors; in floats the square root
+    # lands one ulp low and the rule said "amp better" (review of lesson 10, finding 8)
+    fp32 = [0 / 360, 33 / 360, 1 / 360]
+    amp = [1 / 360, 34 / 360, 1 / 360]
+    assert capstone.paired_verdict(fp32, amp) == "within noise"
+
+
+def test_paired_verdict_lesson10_tie_stays_within_noise():
+    fp32 = [c / 359 for c in (341, 348, 336)]
+    amp = [c / 359 for c in (342, 349, 336)]
+    assert capstone.paired_verdict(fp32, amp) == "within noise"
+
+
+def test_paired_verdict_just_past_a_tie_is_real():
+    fp32 = [c / 359 for c in (341, 348, 336)]
+    amp = [c / 359 for c in (342, 349, 337)]  # differences 1, 1, 1: standard error 0
+    assert capstone.paired_verdict(fp32, amp) == "amp better"

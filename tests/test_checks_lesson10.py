@@ -341,21 +341,34 @@ def r4_torch(h, sm):
 
 # ------------------------------------------------------------------------------------------------- task 5
 def blocks(per="block", rounding="floor", invert=False, signed=False, inplace=False, columns=False, apply=True,
-           flat=False):
-    """A block_cast with one mistake switched on (the defaults are the right answer)."""
+           flat=False, clamp=True, mx_rule=None):
+    """A block_cast with one mistake switched on (the defaults are the right answer). ``columns``: True for
+    blocks of x.t() laid out row after row, "tokens" for blocks of ``block`` tokens down each column; ``mx_rule``:
+    torchao's MX scale rules, "floor" (OCP, torchao's default), "floor exponent" (its E8M0 divisor), "ceil"."""
     def block_cast(x, block):
         rows, cols = x.shape
-        source = x.t().reshape(-1, block) if columns else x.reshape(rows, cols // block, block)
+        if columns == "tokens":
+            source = x.reshape(rows // block, block, cols).transpose(1, 2)
+        else:
+            source = x.t().reshape(-1, block) if columns else x.reshape(rows, cols // block, block)
         if per == "tensor":
             amax = x.abs().max().expand(rows, cols // block)
         elif per == "row":
             amax = x.abs().amax(dim=1, keepdim=True).expand(rows, cols // block)
         else:
             amax = (source.amax(dim=-1) if signed else source.abs().amax(dim=-1)).reshape(rows, cols // block)
+        if clamp:
+            amax = amax.clamp(min=1e-12)
         raw = amax / 448.0 if invert else 448.0 / amax
         scale = {"floor": torch.floor, "nearest": torch.round, "ceil": torch.ceil,
                  "none": None}[rounding]
         s = raw if scale is None else torch.exp2(scale(torch.log2(raw)))
+        if mx_rule == "floor":
+            s = torch.exp2(8 - torch.floor(torch.log2(amax)))
+        elif mx_rule == "floor exponent":
+            s = torch.exp2(torch.floor(torch.log2(amax)) - 8)
+        elif mx_rule == "ceil":
+            s = torch.exp2(8 - torch.ceil(torch.log2(amax)))
         b = x.reshape(rows, cols // block, block)
         if inplace:
             y = b.mul_(s[..., None])
@@ -379,7 +392,7 @@ def blocks_frexp_loop(x, block):
     for r in range(rows):
         for j in range(cols // block):
             part = x[r, j * block:(j + 1) * block]
-            _, exponent = math.frexp(448.0 / float(part.abs().max()))
+            _, exponent = math.frexp(448.0 / max(float(part.abs().max()), 1e-12))
             scales[r, j] = 2.0 ** (exponent - 1)
             x8[r, j * block:(j + 1) * block] = (part * scales[r, j]).to(E4M3)
     return x8, scales
@@ -403,8 +416,18 @@ def blocks_ldexp_validated(x, block):
         raise ValueError("x must be 2-D with rows divisible into blocks")
     rows, cols = x.shape
     b = x.reshape(rows, cols // block, block)
-    _, e = torch.frexp(448.0 / b.abs().amax(dim=-1))
+    _, e = torch.frexp(448.0 / b.abs().amax(dim=-1).clamp(min=torch.finfo(torch.float32).tiny))
     s = torch.ldexp(torch.ones(rows, cols // block), e - 1)
+    return (b * s[..., None]).reshape(rows, cols).to(E4M3), s
+
+
+def blocks_where_zero_scale_one(x, block):
+    """Right, written otherwise: an all-zero block gets scale 1 instead of a clamped amax (it casts to 0 either way)."""
+    rows, cols = x.shape
+    b = x.reshape(rows, cols // block, block)
+    amax = b.abs().amax(dim=-1)
+    raw = torch.where(amax > 0, 448.0 / torch.where(amax > 0, amax, 1.0), 1.0)
+    s = torch.exp2(torch.floor(torch.log2(raw)))
     return (b * s[..., None]).reshape(rows, cols).to(E4M3), s
 
 
@@ -486,6 +509,11 @@ WRONG = {
         "per-tensor, one scalar scale": (blocks_scalar_per_tensor, "one scale for the whole tensor"),
         "one amax per row": (blocks(per="row"), "one scale per row (rowwise)"),
         "blocks down the columns": (blocks(columns=True), "blocks that run down the columns"),
+        "blocks of 32 tokens down each column": (blocks(columns="tokens"), "32 tokens of one feature share"),
+        "amax not clamped: a zero block's scale is inf": (blocks(clamp=False), "clamp amax first"),
+        "torchao's default FLOOR MX rule (OCP)": (blocks(mx_rule="floor"), "the OCP MX rule (torchao's default FLOOR"),
+        "the FLOOR rule's E8M0 divisor": (blocks(mx_rule="floor exponent"), "the factor that undoes the cast"),
+        "torchao's CEIL MX rule": (blocks(mx_rule="ceil"), "torchao's CEIL MX rule"),
         "scale not a power of two": (blocks(rounding="none"), "not powers of two"),
         "rounded to the nearest power of two": (blocks(rounding="nearest"), "rounded to the *nearest*"),
         "rounded up": (blocks(rounding="ceil"), "rounded *up*"),
@@ -540,6 +568,7 @@ RIGHT = {
         "python loop, math.frexp": blocks_frexp_loop,
         "row-major flat view, torchao's amax_to_scale": blocks_flat_view_torchao,
         "validated input, torch.frexp and ldexp": blocks_ldexp_validated,
+        "a zero block gets scale 1 (torch.where), torchao's RCEIL idea": blocks_where_zero_scale_one,
     },
 }
 

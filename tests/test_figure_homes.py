@@ -8,10 +8,7 @@ from ampcourse.course import LESSONS, ROOT
 
 # Figures that break the rule today, each named with why it is left: the test fails when one is moved (drop it
 # here then) and when a new one breaks the rule.
-PENDING = {
-    "ampcourse/fp8.py:range_png": "lesson 10 has widgets/lesson10.py; fp8.py belongs to the fp8 engineer (issue 22)",
-    "ampcourse/fp8.py:curves_png": "lesson 10 has widgets/lesson10.py; fp8.py belongs to the fp8 engineer (issue 22)",
-}
+PENDING: dict[str, str] = {}
 
 
 def _png_functions():
@@ -67,3 +64,10 @@ def test_the_topic_module_figures_return_png():
     from ampcourse.widgets.base import Png
 
     assert isinstance(capstone.digits_png(capstone.load_digits(), n=4), Png)
+
+
+def test_lesson10_figures_moved_to_its_widget_module_and_keep_their_old_names():
+    from ampcourse import fp8
+    from ampcourse.widgets import lesson10
+
+    assert fp8.range_png is lesson10.range_png and fp8.curves_png is lesson10.curves_png

@@ -118,3 +118,20 @@ def test_profile_fp8_finds_three_scaled_mm_per_linear_on_the_gpu():
     model = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256)).cuda()
     text = fp8.profile_fp8(model, torch.randn(64, 256, device="cuda"), steps=3)
     assert " 6 aten::_scaled_mm calls in one step for 2 converted linears" in text
+
+
+def test_check_fp8_sqnr_is_per_layer_and_the_end_to_end_one_is_reported_beside_it():
+    """Review of lesson 10, finding 4: layer 2 gets the bf16 model's input, so layer 0's FP8 error stays out of its
+    SQNR and shows only in the end-to-end column."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+    with torch.no_grad():
+        model[0].weight[0, 0] = 1e6  # one outlier: per-tensor scaling flushes the rest of layer 0's weight
+    batch = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    batch[:, 0] = 0.0  # the input the outlier multiplies: the outlier's own product is 0, not dominant
+    layers = fp8.check_fp8(model, batch).layers
+    first, second = layers
+    assert first.sqnr_db == first.cumulative_db  # the same input in both models
+    assert first.sqnr_db < fp8.SQNR_FLOOR_DB and first.suspect
+    assert second.sqnr_db > fp8.SQNR_FLOOR_DB and not second.suspect
+    assert second.cumulative_db < fp8.SQNR_FLOOR_DB

@@ -541,7 +541,8 @@ TASK5 = "Task 5 (block_cast)"
 def _task5_cases() -> list[tuple[str, torch.Tensor, int]]:
     """(what, x, block) on 64 tokens × 256 values. Token 0 holds a negative outlier; block amaxes land on the
     rounding boundaries: 3.5 (448 / 3.5 = 128, already a power of two), 2.0 (224: down 128, nearest 256), 1.5
-    (298.7: down 256, up 512), 0.875 (512 exactly) and 448 (scale 1)."""
+    (298.7: down 256, up 512), 0.875 (512 exactly), 1.9 (235.8: down 128; the OCP FLOOR rule gives 256 and
+    saturates) and 448 (scale 1); token 4 holds one all-zero block of 32, token 5 is all zeros."""
     x = torch.randn(64, 256, generator=_gen(5))
     x[0, 40] = -3.0e4  # the outlier: its largest magnitude is negative
     x[1] = x[1].clamp(-2.0, 2.0)
@@ -551,6 +552,9 @@ def _task5_cases() -> list[tuple[str, torch.Tensor, int]]:
     x[2, 3] = 3.5
     x[3] = x[3].clamp(-0.875, 0.875)
     x[3, 200], x[3, 130] = 0.875, 448.0
+    x[4, 64:96] = 0.0
+    x[4, 200] = 1.9
+    x[5] = 0.0
     return [("blocks of 32", x, 32), ("blocks of 128", x, 128), ("one block per row (block = row length)", x, 256)]
 
 
@@ -558,7 +562,7 @@ def _task5_candidates(x: torch.Tensor, block: int) -> list[tuple[str, torch.Tens
     """(message, the scales that mistake gives), shaped (rows, row length / block) like the right answer."""
     rows, cols = x.shape
     blocks = x.reshape(rows, cols // block, block)
-    amax = blocks.abs().amax(dim=-1)
+    amax = blocks.abs().amax(dim=-1).clamp(min=fp8.EPS)
     raw = 448.0 / amax
     pow2 = fp8.round_scale_to_power_of_2
     shape = raw.shape
@@ -568,12 +572,19 @@ def _task5_candidates(x: torch.Tensor, block: int) -> list[tuple[str, torch.Tens
          pow2((448.0 / x.abs().max()).expand(shape).clone())),
         ("one scale per row (rowwise): the outlier's whole token shares its scale. Split each row into blocks of "
          "`block` consecutive values, one amax each.",
-         pow2((448.0 / x.abs().amax(dim=1, keepdim=True)).expand(shape).clone())),
-        ("from blocks that run down the columns (x.t()): a block is `block` consecutive values of one row, "
-         "x.reshape(rows, cols // block, block).",
-         pow2(448.0 / x.t().reshape(-1, block).abs().amax(dim=-1)).reshape(shape)),
+         pow2((448.0 / x.abs().amax(dim=1, keepdim=True).clamp(min=fp8.EPS)).expand(shape).clone())),
         ("not powers of two: round 448 / amax *down* to one (2 ** floor(log2(s))), as torchao's "
-         "round_scales_to_power_of_2 and MX's E8M0 scales do.", raw),
+         "round_scales_to_power_of_2 does.", raw),
+        ("the OCP MX rule (torchao's default FLOOR mode), 2 ** (8 - floor(log2(amax))): a block whose amax "
+         "has a large mantissa (1.9 → 486) lands above 448 and saturates. This task rounds 448 / amax down "
+         "instead, as TE's MXFP8 and torchao's RCEIL mode do: 2 ** floor(log2(448 / amax)).",
+         torch.exp2(8 - torch.floor(torch.log2(amax)))),
+        ("the OCP MX rule's E8M0 exponent itself, 2 ** (floor(log2(amax)) - 8): that is the factor that undoes "
+         "the cast, and it can saturate. Return the factor x is multiplied by, 448 / amax rounded down to a "
+         "power of two.", torch.exp2(torch.floor(torch.log2(amax)) - 8)),
+        ("torchao's CEIL MX rule, 2 ** (8 - ceil(log2(amax))): it never saturates but puts most blocks' amax "
+         "one binade below 448's. Round 448 / amax down: 2 ** floor(log2(448 / amax)).",
+         torch.exp2(8 - torch.ceil(torch.log2(amax)))),
         ("rounded to the *nearest* power of two: where that rounds up, amax · scale lands above 448 and "
          "saturates. Round down: 2 ** floor(log2(s)).", torch.exp2(torch.round(torch.log2(raw)))),
         ("rounded *up* to a power of two: amax · scale then lands above 448 and saturates. Round down: "
@@ -586,8 +597,34 @@ def _task5_candidates(x: torch.Tensor, block: int) -> list[tuple[str, torch.Tens
          "the factor x is multiplied by, 448 / amax rounded down.", torch.exp2(torch.ceil(torch.log2(amax / 448.0)))),
         ("from the signed maximum (.amax() without .abs()): a block whose largest magnitude is negative gets too "
          "large a scale. Use the largest magnitude, .abs().amax().",
-         pow2(448.0 / blocks.amax(dim=-1).clamp(min=1e-12))),
+         pow2(448.0 / blocks.amax(dim=-1).clamp(min=fp8.EPS))),
     ]
+
+
+COLUMN_BLOCKS = ("from blocks that run down the columns ({block} tokens of one feature share a scale): a block is "
+                 "{block} consecutive values of one row, x.reshape(rows, cols // block, block).")
+
+
+def _column_scales(x: torch.Tensor, block: int) -> torch.Tensor | None:
+    """The scales of blocks of ``block`` tokens down each column, sorted (any layout of them matches)."""
+    if x.shape[0] % block:
+        return None
+    amax = x.t().reshape(x.shape[1], -1, block).abs().amax(dim=-1).clamp(min=fp8.EPS)
+    return fp8.round_scale_to_power_of_2(448.0 / amax).flatten().sort().values
+
+
+def _zero_block_scales(task: str, what: str, x: torch.Tensor, block: int, got: torch.Tensor) -> torch.Tensor:
+    """Refuse an all-zero block's scale unless finite; return the mask of all-zero blocks."""
+    zero = x.reshape(x.shape[0], -1, block).abs().amax(dim=-1) == 0
+    bad = zero & ~(torch.isfinite(got) & (got > 0))
+    if bool(bad.any()):
+        raise fail(task, f"{what}: an all-zero block got scale {float(got[bad][0])}: amax 0 makes 448 / amax "
+                         "infinite (and 0 · inf = NaN in x_fp8). Clamp amax first, amax.clamp(min=1e-12) as "
+                         "torchao's amax_to_scale does.")
+    if not bool(torch.isfinite(got).all()) or not bool((got > 0).all()):
+        raise fail(task, f"{what}: some scales are not positive finite numbers; a scale is 448 / amax of its "
+                         "block, rounded down to a power of two.")
+    return zero
 
 
 def _task5_scales(what: str, x: torch.Tensor, block: int, scales, want: torch.Tensor) -> None:
@@ -595,6 +632,10 @@ def _task5_scales(what: str, x: torch.Tensor, block: int, scales, want: torch.Te
     if not isinstance(scales, torch.Tensor):
         raise fail(task, f"scales should be a tensor of shape {tuple(want.shape)} (rows, row length / block), "
                          f"not {type(scales).__name__}.")
+    columns = _column_scales(x, block)
+    if (columns is not None and scales.numel() == want.numel()
+            and torch.equal(scales.detach().float().flatten().sort().values, columns)):
+        raise fail(task, f"{what}: your scales are " + COLUMN_BLOCKS.format(block=block))
     if scales.numel() != want.numel():
         named = {1: " — one scale for the whole tensor (per-tensor scaling)",
                  x.shape[0]: " — one scale per row (rowwise)"}.get(scales.numel(), "")
@@ -605,10 +646,13 @@ def _task5_scales(what: str, x: torch.Tensor, block: int, scales, want: torch.Te
         raise fail(task, f"{what}: scales should have shape {tuple(want.shape)} (rows, row length / block); "
                          f"yours has {tuple(scales.shape)}: one row of scales per token.")
     got = scales.detach().float()
+    zero = _zero_block_scales(task, what, x, block, got)
+    # an all-zero block casts to 0 whatever its scale: any finite positive scale is right there
+    want = torch.where(zero, got, want)
     if torch.equal(got, want):
         return
     for message, candidate in _task5_candidates(x, block):
-        if torch.equal(got, candidate.float()):
+        if torch.equal(got, torch.where(zero, got, candidate.float())):
             raise fail(task, f"{what}: your scales are {message}")
     raise fail(task, f"{what}: {int((got != want).sum())} of {want.numel()} scales differ from 448 / amax(block) "
                      "rounded down to a power of two.")
@@ -640,8 +684,8 @@ def block_cast(fn) -> None:
         raise fail(task, f"{what}: x_fp8 differs from (x · its block's scale) cast to E4M3 in "
                          f"{int((x_fp8.float() != want8.float()).sum())} of {x.numel()} values.")
     passed(task, "one scale per block of 32, 128 and a whole row (256) of each token's values: 448 / amax "
-                 "rounded down to a power of two (amaxes 3.5, 2.0, 1.5, 0.875, 448 and a negative outlier), "
-                 "x_fp8 = (x · scale) in E4M3, x left unchanged.")
+                 "rounded down to a power of two (amaxes 3.5, 2.0, 1.9, 1.5, 0.875, 448, a negative outlier and "
+                 "all-zero blocks), x_fp8 = (x · scale) in E4M3, x left unchanged.")
 
 
 __all__ = ["LINEAR_BOUND", "CheckFailed", "block_cast", "delayed_cast", "format_for", "fp8_format", "fp8_linear",
@@ -689,10 +733,11 @@ HINTS = {
         "Which values share one scale here — the whole tensor, a row, or a few neighbours in a row? And which way "
         "must a scale be rounded so that the block's largest magnitude still fits under 448?",
         "View x as (rows, row length / block, block): one amax per block of consecutive values of a row, "
-        "scale = 448 / amax, rounded *down* to a power of two (the floor of its log2); multiply each block by its "
-        "scale and cast to E4M3.",
-        "b = x.reshape(rows, cols // block, block); s = torch.exp2(torch.floor(torch.log2(448 / b.abs().amax(-1)))"
-        "); x_fp8 = (b * s[..., None]).reshape(x.shape).to(torch.float8_e4m3fn); return x_fp8, s.",
+        "scale = 448 / amax (amax clamped at 1e-12 for an all-zero block), rounded *down* to a power of two "
+        "(the floor of its log2); multiply each block by its scale and cast to E4M3.",
+        "b = x.reshape(rows, cols // block, block); a = b.abs().amax(-1).clamp(min=1e-12); s = torch.exp2("
+        "torch.floor(torch.log2(448 / a))); x_fp8 = (b * s[..., None]).reshape(x.shape).to("
+        "torch.float8_e4m3fn); return x_fp8, s.",
     ],
 }
 hint = hints(__name__, HINTS)

@@ -12,11 +12,15 @@ happened, computed from the traces.
 every position of :data:`ampcourse.fp8.OUTLIER_LOG10` (the curves); :func:`draw_granularity` draws the curves once
 and a marker at the slider; :func:`update_granularity` moves only the marker; :func:`granularity_readout` is the
 table under it.
+
+The lesson's static figures live here too: :func:`range_png` (its tensors against FP8's ranges) and
+:func:`curves_png` (the training curves of the precision comparison); ``ampcourse.fp8`` re-exports both names.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import ipywidgets as widgets
@@ -24,22 +28,30 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..fp8 import (
+    E4M3,
+    E5M2,
     GRANULARITIES,
     HISTORY_LENGTHS,
     N_STEPS,
     OUTLIER_LOG10,
+    ROLES,
     SPIKE_STEP,
     GranularityResult,
+    PrecisionRun,
     ScalingTrace,
+    TensorSample,
+    _check_runs,
     amax_sequence,
+    fp8_limits,
     granularity_errors,
     simulate_scaling,
 )
-from .base import COLORS, LivePlot, live
+from .base import COLORS, LivePlot, Png, figure_png, live
 
 __all__ = ["BENCHMARK_MOVES", "GRANULARITY_MOVES", "MARGIN_RANGE", "SPIKE_RANGE", "GranularityData", "ScalingData",
-           "delayed_scaling", "draw_granularity", "draw_scaling", "granularity_data", "granularity_explorer",
-           "granularity_readout", "readout", "scaling_data", "update_granularity", "update_scaling"]
+           "curves_png", "delayed_scaling", "draw_granularity", "draw_scaling", "granularity_data",
+           "granularity_explorer", "granularity_readout", "range_png", "readout", "scaling_data",
+           "update_granularity", "update_scaling"]
 
 MARGIN_RANGE = (0, 4)
 SPIKE_RANGE = (0, 8)
@@ -199,7 +211,7 @@ def update_scaling(fig: Figure, data: ScalingData) -> str:
 
 
 def delayed_scaling(history: int = 16, margin: int = 0, spike_bits: int = 0) -> LivePlot:
-    """The lesson-10 widget: history length, margin (binades) and a spike at step 120 → E4M3 scaling over 200 steps."""
+    """The lesson-10 widget: history length, margin (binades) and a spike at step 120 → E4M3 scaling, 200 steps."""
     scaling_data(history, margin, spike_bits)  # validates the starting values
     style = {"description_width": "initial"}
     layout = widgets.Layout(width="300px")
@@ -341,3 +353,51 @@ def granularity_explorer(log10_outlier: float = 5.0) -> LivePlot:
 
 
 GRANULARITY_MOVES = [{"log10_outlier": p} for p in (6.0, 4.0, 0.0, 7.0, 5.5, 5.0)]
+
+
+# --- static figures of the lesson -----------------------------------------------------------------------
+def range_png(sample: TensorSample) -> Png:
+    """Histograms of log2|value| per role, with E4M3's and E5M2's ranges (smallest subnormal to max) shaded."""
+    if not isinstance(sample, TensorSample):
+        raise TypeError(f"sample must be a TensorSample from collect_tensors() (got {type(sample).__name__})")
+    fig = Figure(figsize=(7.5, 4.6))
+    axes = fig.subplots(len(ROLES), 1, sharex=True)
+    bins = np.arange(-40, 12, 0.5)
+    for ax, role, color in zip(axes, ROLES, (COLORS["blue"], COLORS["green"], COLORS["vermillion"]), strict=True):
+        values = sample.flat(role).abs()
+        values = values[values > 0]
+        ax.hist(np.log2(values.numpy()), bins=bins, color=color, alpha=0.85)
+        for dtype, shade, y in ((E4M3, COLORS["orange"], 0.85), (E5M2, COLORS["purple"], 0.65)):
+            lim = fp8_limits(dtype)
+            ax.axvspan(math.log2(lim.smallest_subnormal), math.log2(lim.max), ymin=y - 0.1, ymax=y, color=shade,
+                       alpha=0.35, label=f"{lim.name} range (unscaled)" if role == ROLES[0] else None)
+        ax.set_ylabel(role, fontsize=9)
+        ax.set_yticks([])
+    axes[0].legend(loc="upper left", fontsize=8, frameon=False)
+    axes[-1].set_xlabel("log2 |value|")
+    fig.suptitle("The digits MLP's tensors against FP8's ranges (before any scaling)", fontsize=10)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def curves_png(runs: dict[str, list[PrecisionRun]]) -> Png:
+    """Training loss per step (moving average over 8 steps): each seed thin, the mean thick, per precision."""
+    _check_runs(runs)
+    fig = Figure(figsize=(7.5, 3.4))
+    ax = fig.add_subplot()
+    styles = {"fp32": (COLORS["blue"], "-"), "bf16": (COLORS["green"], "--"), "fp8": (COLORS["vermillion"], ":")}
+    kernel = np.ones(8) / 8
+    for precision, items in runs.items():
+        color, style = styles.get(precision, (COLORS["black"], "-"))
+        curves = np.array([np.convolve(r.losses, kernel, mode="valid") for r in items])
+        for curve in curves:
+            ax.plot(curve, color=color, alpha=0.25, linewidth=1, linestyle=style)
+        ax.plot(curves.mean(axis=0), color=color, linewidth=2.2, linestyle=style,
+                label=f"{precision} (mean of {len(items)} seeds)")
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (8-step average)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig)
