@@ -310,9 +310,24 @@ def _namespace_state() -> dict:
     return {label: (obj, dict(vars(obj))) for label, obj in _namespaces().items()}
 
 
+def _torch_wrapper(new, old) -> bool:
+    """Whether ``new`` is torch's own wrapper of ``old``: torch wraps some of its functions when first used
+    (``import torch._dynamo`` wraps ``torch.manual_seed``; the first optimizer of a class wraps its ``step``), with
+    ``functools.wraps`` (``__wrapped__`` is ``old``) and code in torch's own files."""
+    import os
+
+    import torch
+
+    code = getattr(getattr(new, "__func__", new), "__code__", None)
+    return (old is not None and getattr(new, "__wrapped__", None) is old and code is not None
+            and os.path.abspath(code.co_filename).startswith(os.path.dirname(os.path.abspath(torch.__file__))))
+
+
 def _namespace_changes(restore: bool) -> list[str]:
-    """What differs from the remembered namespaces (a changed, deleted or added attribute; a submodule imported
-    since is not a change); with ``restore``, put each back as it was."""
+    """What differs from the remembered namespaces (a changed, deleted or added attribute); with ``restore``, put
+    each back as it was. Not a change: a submodule imported since, torch's own wrapper of a function
+    (:func:`_torch_wrapper`, remembered from then on), a private name (one leading underscore: a module's lazy cache
+    such as ``tempfile._name_sequence``) outside ``builtins``, and ``__slotnames__`` (``copy``'s cache on a class)."""
     changed = []
     for label, (obj, saved) in _GUARD["namespaces"].items():
         now = vars(obj)
@@ -322,8 +337,14 @@ def _namespace_changes(restore: bool) -> list[str]:
                 continue
             if name in saved and name in now and now[name] is saved[name]:
                 continue
+            if name == "__slotnames__" or (label != "builtins" and name.startswith("_")
+                                           and not name.startswith("__")):
+                continue
             if name not in saved and isinstance(now[name], type(sys)):
                 continue  # a submodule imported since
+            if name in now and _torch_wrapper(now[name], saved.get(name)):
+                saved[name] = now[name]
+                continue
             changed.append(f"{label}.{name}")
             if restore:
                 try:
@@ -516,8 +537,8 @@ def guard_verify(shell) -> list[str]:
 
 
 _KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _course_modules, _namespaces, _namespace_state,
-                _namespace_changes, _thread_source, guard_hazards, guard_install, _from_a_cell, _undo, guard_reset,
-                guard_verify)
+                _torch_wrapper, _namespace_changes, _thread_source, guard_hazards, guard_install, _from_a_cell, _undo,
+                guard_reset, guard_verify)
 _KERNEL_CODE: list[str] = []
 
 

@@ -13,16 +13,16 @@ THREAD_FORGERY = (
 TORCH_FORGERY = ("import torch\ntorch.Tensor.element_size = lambda self: 4\n"
                  "def tensor_bytes(t: torch.Tensor) -> int:\n    return t.numel() * 4\n")
 DURING_CHECK = (  # right on the check's first case only; then rebinds the check's helper `call` mid-check
-    "import sys\ndef tensor_bytes(t):\n    m = sys.modules['ampcourse.checks.lesson00']\n"
+    "import sys, torch\ndef tensor_bytes(t):\n    m = sys.modules['ampcourse.checks.lesson00']\n"
     "    m.call = lambda task, fn, name, x: x.numel() * x.element_size()\n    return 4000\n")
-TRACE_HOOK = "import sys\nsys.settrace(lambda *a: None)\ndef tensor_bytes(t):\n    return 0\n"
-AUDIT_HOOK = "import sys\nsys.addaudithook(lambda e, a: None)\ndef tensor_bytes(t):\n    return 0\n"
+TRACE_HOOK = "import sys, torch\nsys.settrace(lambda *a: None)\ndef tensor_bytes(t):\n    return 0\n"
+AUDIT_HOOK = "import sys, torch\nsys.addaudithook(lambda e, a: None)\ndef tensor_bytes(t):\n    return 0\n"
 LEGIT_THREADS = (  # a right answer that uses threads which have finished by the check: must pass, with no note
-    "import threading\nfrom concurrent.futures import ThreadPoolExecutor\n"
+    "import threading, torch\nfrom concurrent.futures import ThreadPoolExecutor\n"
     "def tensor_bytes(t):\n    out = []\n    worker = threading.Thread(target=lambda: out.append(t.numel()))\n"
     "    worker.start()\n    worker.join()\n    with ThreadPoolExecutor(2) as pool:\n"
     "        size = pool.submit(t.element_size).result()\n    return out[0] * size\n"
-    "tensor_bytes(__import__('torch').zeros(3))\n")
+    "tensor_bytes(torch.zeros(3))\n")
 REVIEW_FORGERIES = {  # name: (Task 1's answer cell, Task 1's status, words its reason must hold)
     "thread": (THREAD_FORGERY, "failed", ["cannot be graded", "a thread", "_loop", "restart the kernel"]),
     "torch_patch": (TORCH_FORGERY, "failed", ["4 bytes per element"]),
