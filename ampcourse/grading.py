@@ -342,7 +342,10 @@ def _namespace_changes(restore: bool) -> list[str]:
                 continue
             if name not in saved and isinstance(now[name], type(sys)):
                 continue  # a submodule imported since
-            if name in now and _torch_wrapper(now[name], saved.get(name)):
+            old = saved.get(name)
+            if old is None and isinstance(obj, type):  # torch wraps an inherited method on the subclass
+                old = next((vars(cls)[name] for cls in obj.__mro__[1:] if name in vars(cls)), None)
+            if name in now and _torch_wrapper(now[name], old):
                 saved[name] = now[name]
                 continue
             changed.append(f"{label}.{name}")
