@@ -300,7 +300,10 @@ def test_review_forgeries_fail_in_grade_and_a_finished_thread_passes(tmp_path, f
         task1 = results[name].checks[0]
         assert task1.status == status, (name, results[name])
         assert all(w.lower() in task1.reason.lower() for w in words), (name, task1.reason)
-        assert not any("only the real check counted" in n for n in results[name].notes), (name, results[name].notes)
+        for check in results[name].checks:  # never "only the real check counted" where it was not verified
+            if "cannot be graded" in check.reason or "altered the grader" in check.reason:
+                assert not any(n.startswith(check.task) and "only the real check counted" in n
+                               for n in results[name].notes), (name, results[name].notes)
     assert "torch.Tensor.element_size" in " ".join(results["torch_patch"].notes), results["torch_patch"].notes
     assert results["legit_threads"].status == "passed" and not results["legit_threads"].notes, results["legit_threads"]
     # The thread keeps running: every later check of that kernel is "cannot be graded" too, never passed.
