@@ -7,6 +7,7 @@ command in a subprocess on a temporary ``exercises/`` folder that holds a copy o
 ``exercises/conftest.py`` (or none), never on the repository's exercises.
 """
 
+import re
 import shutil
 import subprocess
 import sys
@@ -298,4 +299,6 @@ def test_pytest_nbval_fails_the_review_forgeries_and_passes_a_finished_thread(tm
     assert run.returncode == 1 and "failed" in last, run.stdout[-3000:]
     text = " ".join(run.stdout.split()).lower()  # pytest wraps long lines
     assert all(w.lower() in text for w in words), (words, run.stdout[-3000:])
-    assert "only the real check counts" not in text, run.stdout[-3000:]
+    if "cannot be graded" in words or "altered the grader while this check ran" in words:  # not verified: no claim
+        for cell in re.findall(rf"FAILED exercises/{NAME}::(Cell \d+)", run.stdout):
+            assert not re.search(re.escape(cell.lower()) + r": [^:]*only the real check counts", text), run.stdout
