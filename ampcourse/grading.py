@@ -17,11 +17,35 @@ cells before it are run again and grading goes on with the next task. A notebook
 A task's answer is found by where it is, not by cell ids (:func:`ampcourse.authoring.match_cells`): the
 code cells between the task's text and its check, the one defining the stub's function. A kernel reply
 other than "ok" or "error" (ipykernel's "aborted" after an error) means the cell did not run: it is sent
-again once, then reported, never counted as passed. Before each check the grader undoes what answer cells
-did to it (patched check modules and course helpers, a rebound ``check``, input/AST transformers, event
-callbacks, the shell's and kernel's methods; see :func:`guard_reset`) and notes it. The forgeries the audits
-tried are caught that way, but it is not a sandbox: one cell written to forge a pass can still get one
-(README). Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
+again once, then reported, never counted as passed.
+
+What is guarded. Before each check the grader undoes what answer cells did to it and notes it
+(:func:`guard_reset`): patched check modules and ``ampcourse`` helpers (every callable of every loaded
+``ampcourse.*`` module), a rebound ``check``, ``ampcourse.checks.__path__``, input/AST transformers, event
+callbacks, the shell's and kernel's methods; and every public attribute (plus dunders) of torch's core namespaces
+(:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``, ``torch.nn.Module``,
+``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``, ``torch.optim`` and its
+``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``; each class with its MRO),
+of ``builtins`` (``isinstance``, ``abs``, ...) and of each module or class a check module names at top level
+(``math``, ``numbers``, ``copy``, ``statistics``, ``warnings``, ``mock`` ...), remembered before the first answer
+cell (:func:`_namespace_changes`). A check cannot be trusted, and fails as "cannot be graded", when the answers
+left running a Python thread started after the guard was installed and not the kernel's or the course's
+(:data:`KERNEL_THREAD_MODULES`; a thread that has finished is fine), a thread started with ``_thread``, a
+``sys``/``threading`` trace or profile function, or an audit hook (:func:`guard_hazards`). Right after each check
+:func:`guard_verify` compares all of the above with what the reset left: a change while the check ran (the
+answer's function rebinding the check's helpers, say) fails the task as altered. Only then does the note say
+"only the real check counted".
+
+What is not guarded: private names (one leading underscore) of those namespaces, other torch submodules and
+classes, other third-party libraries (numpy, IPython beyond the shell's methods above), C extensions and C-level
+state (``torch._C`` types can be changed from C; a C extension can do anything), the values inside objects (a
+tensor or a dict a check reads, mutated in place), a change the answer makes during the check and undoes before
+it returns (frames, ``sys._getframe`` tricks, a module global swapped and put back), code compiled under torch's
+own file names (taken for torch's own wrappers), and the guard's own state in the kernel
+(``sys.modules['_ampcourse_grader_guard']``). It is not a sandbox: one cell written to forge a pass can still
+get one (README).
+
+Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
 doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
 
 Grading reads the *saved* notebooks: save in JupyterLab first (Ctrl+S).
