@@ -402,25 +402,16 @@ def _thread_source(thread) -> str:
 def guard_hazards() -> list[str]:
     """What an answer left running that could alter the grader while a check runs: a Python thread that was not
     running before the first answer cell and is not the kernel's or the course's (:data:`KERNEL_THREAD_MODULES`;
-    one that has finished, or an idle ``ThreadPoolExecutor`` worker with nothing queued or running, does not
-    count), a thread started with ``_thread`` (invisible to ``threading``), a trace or profile function
-    (``sys.settrace``/``setprofile``, ``threading.settrace``/``setprofile``), an audit hook added since
-    (``sys.addaudithook``: seen by the grader's own audit hook)."""
+    one that has finished does not count), a thread started with ``_thread`` (invisible to ``threading``), a trace
+    or profile function (``sys.settrace``/``setprofile``, ``threading.settrace``/``setprofile``), an audit hook
+    added since (``sys.addaudithook``: seen by the grader's own audit hook)."""
     import _thread
     import threading
 
     found = []
     main = threading.main_thread()
-    def idle_pool_worker(thread) -> bool:  # a ThreadPoolExecutor's worker with nothing queued or running (torch.compile
-        try:                                 # leaves one): it runs nothing of the answers'
-            executor = thread._args[0]()
-            return (thread._target.__module__ == "concurrent.futures.thread" and executor._work_queue.empty()
-                    and executor._idle_semaphore._value >= len(executor._threads))
-        except (AttributeError, IndexError, TypeError):
-            return False
-
     for thread in threading.enumerate():
-        if thread is main or thread.ident in _GUARD["threads"] or not thread.is_alive() or idle_pool_worker(thread):
+        if thread is main or thread.ident in _GUARD["threads"] or not thread.is_alive():
             continue
         if isinstance(thread, threading._DummyThread) or not _thread_source(thread).startswith(
                 KERNEL_THREAD_MODULES):

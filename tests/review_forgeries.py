@@ -22,9 +22,7 @@ LEGIT_THREADS = (  # a right answer that uses threads which have finished by the
     "def tensor_bytes(t):\n    out = []\n    worker = threading.Thread(target=lambda: out.append(t.numel()))\n"
     "    worker.start()\n    worker.join()\n    with ThreadPoolExecutor(2) as pool:\n"
     "        size = pool.submit(t.element_size).result()\n    return out[0] * size\n"
-    "tensor_bytes(torch.zeros(3))\n"
-    "idle = ThreadPoolExecutor(1)  # left open, idle (torch.compile leaves such a worker): nothing of ours runs\n"
-    "idle.submit(int).result()\n")
+    "tensor_bytes(torch.zeros(3))\n")
 REVIEW_FORGERIES = {  # name: (Task 1's answer cell, Task 1's status, words its reason must hold)
     "thread": (THREAD_FORGERY, "failed", ["cannot be graded", "a thread", "_loop", "restart the kernel"]),
     "torch_patch": (TORCH_FORGERY, "failed", ["4 bytes per element"]),
