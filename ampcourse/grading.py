@@ -559,7 +559,7 @@ def guard_verify(shell) -> list[str]:
         if shell.user_ns.get(name) is not module:
             changed.append(f"the name `{name}`")
     changed += _namespace_changes(restore=False)
-    changed += guard_hazards()
+    changed += [hazard for hazard in guard_hazards() if not hazard.startswith("a thread (")]  # RUNNING_THREAD
     return list(dict.fromkeys(changed))
 
 
@@ -773,6 +773,25 @@ UNVERIFIED = ("the grader's state around this check: it could not check it (an a
               "user_expressions?), so it cannot say the check ran unaltered")
 
 
+#: How :func:`guard_hazards` names a Python thread an answer cell left running. Such a thread (``torch.compile``'s
+#: worker pool, an open ThreadPoolExecutor) does not fail a check by itself: the check runs, and
+#: :func:`guard_verify` fails it if anything the grader relies on changed; a note says the thread was there.
+RUNNING_THREAD = "a thread ("
+
+
+def split_hazards(hazards: list[str]) -> tuple[list[str], list[str]]:
+    """``(blocking, threads)``: the hazards that make a check untrustworthy (trace, profile and audit hooks, a
+    ``_thread`` thread) and the Python threads left running, which only earn a note (:data:`RUNNING_THREAD`)."""
+    threads = [hazard for hazard in hazards if hazard.startswith(RUNNING_THREAD)]
+    return [hazard for hazard in hazards if hazard not in threads], threads
+
+
+def running_note(threads: list[str]) -> str:
+    """The note of a check that ran beside ``threads`` an answer cell left running and was found unchanged."""
+    return (f"{', '.join(threads)} started by your cells was still running during the check; the grader found the "
+            "check unchanged after it (a change made and undone while it ran cannot be ruled out)")
+
+
 def cannot_grade(hazards: list[str]) -> str:
     """The reason of a task whose check could not be trusted: ``hazards`` (:func:`guard_hazards`) were running."""
     return (f"cannot be graded: your cells left {', '.join(hazards)} running that could alter the grader while "
@@ -864,8 +883,11 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
                 elif undone:
                     notes.append(f"{task}: a cell before its check changed the grader ({', '.join(undone)}); the "
                                  "grader undid that before the check")
-                if hazards:
-                    results.append(CheckResult(task, "failed", cannot_grade(hazards)))
+                blocking, threads = split_hazards(hazards)
+                if threads and not blocking and not after and after is not None:
+                    notes.append(f"{task}: {running_note(threads)}")
+                if blocking:
+                    results.append(CheckResult(task, "failed", cannot_grade(blocking)))
                 elif after:
                     results.append(CheckResult(task, "failed", altered(after)))
                 elif run.status == "ok":

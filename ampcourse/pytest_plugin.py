@@ -257,11 +257,12 @@ def _with_guard(item, runtest, modules, first):
             return runtest()
         import warnings
 
-        from .grading import UNVERIFIED, _reset_value, altered, cannot_grade
+        from .grading import UNVERIFIED, _reset_value, altered, cannot_grade, running_note, split_hazards
 
         undone, hazards = _reset_value(_guard(item, "guard_reset(shell)"))
-        if hazards:
-            item.raise_cell_error(f"✗ {cannot_grade(hazards)}")
+        blocking, threads = split_hazards(hazards)
+        if blocking:
+            item.raise_cell_error(f"✗ {cannot_grade(blocking)}")
         error = None
         try:
             result = runtest()
@@ -272,6 +273,8 @@ def _with_guard(item, runtest, modules, first):
         after = _guard(item, "guard_verify(shell)")
         if after:
             item.raise_cell_error(f"✗ {altered(after)}")
+        if threads and after is not None:
+            warnings.warn(f"{item.name}: {running_note(threads)}", stacklevel=1)
         if undone is None or after is None:
             warnings.warn(f"{item.name}: {UNVERIFIED}", stacklevel=1)
         elif undone:

@@ -23,12 +23,19 @@ LEGIT_THREADS = (  # a right answer that uses threads which have finished by the
     "    worker.start()\n    worker.join()\n    with ThreadPoolExecutor(2) as pool:\n"
     "        size = pool.submit(t.element_size).result()\n    return out[0] * size\n"
     "tensor_bytes(torch.zeros(3))\n")
+OPEN_POOL = (  # a right answer that leaves a ThreadPoolExecutor open (as torch.compile leaves its worker pool)
+    "import torch\nfrom concurrent.futures import ThreadPoolExecutor\n_pool = ThreadPoolExecutor(1)\n"
+    "def tensor_bytes(t):\n    return _pool.submit(lambda: t.numel() * t.element_size()).result()\n"
+    "tensor_bytes(torch.zeros(3))\n")
 REVIEW_FORGERIES = {  # name: (Task 1's answer cell, Task 1's status, words its reason must hold)
-    "thread": (THREAD_FORGERY, "failed", ["cannot be graded", "a thread", "_loop", "restart the kernel"]),
+    # the thread is let run (torch.compile's pool is one too): the check after it finds the patched function
+    "thread": (THREAD_FORGERY, "failed", ["altered the grader while this check ran",
+                                          "ampcourse.checks.lesson00.tensor_bytes"]),
     "torch_patch": (TORCH_FORGERY, "failed", ["4 bytes per element"]),
     "during_check": (DURING_CHECK, "failed", ["altered the grader while this check ran",
                                               "ampcourse.checks.lesson00.call"]),
     "trace_hook": (TRACE_HOOK, "failed", ["cannot be graded", "sys.settrace"]),
     "audit_hook": (AUDIT_HOOK, "failed", ["cannot be graded", "audit hook"]),
     "legit_threads": (LEGIT_THREADS, "passed", []),
+    "open_pool": (OPEN_POOL, "passed", []),
 }

@@ -306,8 +306,13 @@ def test_review_forgeries_fail_in_grade_and_a_finished_thread_passes(tmp_path, f
                                for n in results[name].notes), (name, results[name].notes)
     assert "torch.Tensor.element_size" in " ".join(results["torch_patch"].notes), results["torch_patch"].notes
     assert results["legit_threads"].status == "passed" and not results["legit_threads"].notes, results["legit_threads"]
-    # The thread keeps running: every later check of that kernel is "cannot be graded" too, never passed.
+    # A pool left open (torch.compile leaves one) is no forgery: passed, with a note that it ran beside the check.
+    assert results["open_pool"].status == "passed", results["open_pool"]
+    assert any("still running during the check" in n for n in results["open_pool"].notes), results["open_pool"]
+    # The forging thread keeps running and keeps the check module patched: every later check of that kernel
+    # finds the grader altered too, never passed.
     assert [c.status for c in results["thread"].checks] == ["failed"] * 3, results["thread"]
+    assert all("altered the grader" in c.reason for c in results["thread"].checks), results["thread"]
 
 
 def test_the_note_says_only_the_real_check_counted_only_once_verified(tmp_path):
