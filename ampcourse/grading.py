@@ -17,11 +17,35 @@ cells before it are run again and grading goes on with the next task. A notebook
 A task's answer is found by where it is, not by cell ids (:func:`ampcourse.authoring.match_cells`): the
 code cells between the task's text and its check, the one defining the stub's function. A kernel reply
 other than "ok" or "error" (ipykernel's "aborted" after an error) means the cell did not run: it is sent
-again once, then reported, never counted as passed. Before each check the grader undoes what answer cells
-did to it (patched check modules and course helpers, a rebound ``check``, input/AST transformers, event
-callbacks, the shell's and kernel's methods; see :func:`guard_reset`) and notes it. The forgeries the audits
-tried are caught that way, but it is not a sandbox: one cell written to forge a pass can still get one
-(README). Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
+again once, then reported, never counted as passed.
+
+What is guarded. Before each check the grader undoes what answer cells did to it and notes it
+(:func:`guard_reset`): patched check modules and ``ampcourse`` helpers (every callable of every loaded
+``ampcourse.*`` module), a rebound ``check``, ``ampcourse.checks.__path__``, input/AST transformers, event
+callbacks, the shell's and kernel's methods; and every public attribute (plus dunders) of torch's core namespaces
+(:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``, ``torch.nn.Module``,
+``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``, ``torch.optim`` and its
+``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``; each class with its MRO),
+of ``builtins`` (``isinstance``, ``abs``, ...) and of each module or class a check module names at top level
+(``math``, ``numbers``, ``copy``, ``statistics``, ``warnings``, ``mock`` ...), remembered before the first answer
+cell (:func:`_namespace_changes`). A check cannot be trusted, and fails as "cannot be graded", when the answers
+left running a Python thread started after the guard was installed and not the kernel's or the course's
+(:data:`KERNEL_THREAD_MODULES`; a thread that has finished is fine), a thread started with ``_thread``, a
+``sys``/``threading`` trace or profile function, or an audit hook (:func:`guard_hazards`). Right after each check
+:func:`guard_verify` compares all of the above with what the reset left: a change while the check ran (the
+answer's function rebinding the check's helpers, say) fails the task as altered. Only then does the note say
+"only the real check counted".
+
+What is not guarded: private names (one leading underscore) of those namespaces, other torch submodules and
+classes, other third-party libraries (numpy, IPython beyond the shell's methods above), C extensions and C-level
+state (``torch._C`` types can be changed from C; a C extension can do anything), the values inside objects (a
+tensor or a dict a check reads, mutated in place), a change the answer makes during the check and undoes before
+it returns (frames, ``sys._getframe`` tricks, a module global swapped and put back), code compiled under torch's
+own file names (taken for torch's own wrappers), and the guard's own state in the kernel
+(``sys.modules['_ampcourse_grader_guard']``). It is not a sandbox: one cell written to forge a pass can still
+get one (README).
+
+Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
 doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
 
 Grading reads the *saved* notebooks: save in JupyterLab first (Ctrl+S).
@@ -254,6 +278,157 @@ def _course_modules() -> dict:
             and name != "ampcourse.grading"}
 
 
+# Threads an answer may leave running that are the course's or the kernel's own (their target, or their class for
+# a subclass of Thread, is defined under one of these modules): anything else alive at check time that was not
+# running before the first answer cell is treated as able to alter the grader.
+KERNEL_THREAD_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "debugpy", "ampcourse.",
+                         "torch.utils.data._utils.pin_memory")
+# torch's core namespaces the checks use: their attributes are remembered before the first answer cell and put
+# back before each check (with the MRO of each class, so an attribute set on a subclass to shadow a base is seen).
+TORCH_NAMESPACES = ("torch", "torch.Tensor", "torch.nn", "torch.nn.Module", "torch.nn.Parameter",
+                    "torch.nn.functional", "torch.amp", "torch.amp.autocast_mode", "torch.autocast",
+                    "torch.amp.GradScaler", "torch.optim", "torch.optim.Optimizer", "torch.optim.SGD",
+                    "torch.optim.AdamW", "torch.cuda", "torch.cuda.amp", "torch.finfo", "torch.dtype")
+# builtins that IPython itself rebinds between cells (the last results): not the grader's
+VOLATILE_BUILTINS = ("_", "__", "___")
+
+
+def _namespaces() -> dict:
+    """``{label: object}``: torch's core namespaces (:data:`TORCH_NAMESPACES`, each class with its MRO but
+    ``object``), ``builtins``, and every module and class a loaded check module names at top level (``math``,
+    ``numbers``, ``copy``, ``warnings``, ``statistics``, ``mock`` ...) that is not the course's own."""
+    import builtins
+    import importlib
+
+    found = {"builtins": builtins}
+
+    def add(label, obj):
+        if isinstance(obj, type):
+            for cls in obj.__mro__:
+                if cls is not object:
+                    found.setdefault(f"{cls.__module__}.{cls.__qualname__}", cls)
+        elif isinstance(obj, type(sys)):
+            found.setdefault(label, obj)
+
+    for label in TORCH_NAMESPACES:
+        head, _, attr = label.rpartition(".")
+        try:
+            obj = importlib.import_module(label)
+        except ImportError:
+            try:
+                obj = getattr(importlib.import_module(head), attr)
+            except (ImportError, AttributeError):
+                continue
+        add(label, obj)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("ampcourse.checks.lesson") and module is not None:
+            for value in list(vars(module).values()):
+                owner = value.__module__ if isinstance(value, type) else getattr(value, "__name__", "")
+                if isinstance(value, (type, type(sys))) and not str(owner).startswith("ampcourse"):
+                    add(getattr(value, "__name__", repr(value)), value)
+    return found
+
+
+def _namespace_state() -> dict:
+    """``{label: (object, dict of its attributes)}`` for :func:`_namespaces`."""
+    return {label: (obj, dict(vars(obj))) for label, obj in _namespaces().items()}
+
+
+def _torch_wrapper(new, old) -> bool:
+    """Whether ``new`` is torch's own wrapper of ``old``: torch wraps some of its functions when first used
+    (``import torch._dynamo`` wraps ``torch.manual_seed``; the first optimizer of a class wraps its ``step``), with
+    ``functools.wraps`` (``__wrapped__`` is ``old``) and code in torch's own files."""
+    import os
+
+    import torch
+
+    code = getattr(getattr(new, "__func__", new), "__code__", None)
+    return (old is not None and getattr(new, "__wrapped__", None) is old and code is not None
+            and os.path.abspath(code.co_filename).startswith(os.path.dirname(os.path.abspath(torch.__file__))))
+
+
+def _namespace_changes(restore: bool) -> list[str]:
+    """What differs from the remembered namespaces (a changed, deleted or added attribute); with ``restore``, put
+    each back as it was. Not a change: a submodule imported since, torch's own wrapper of a function
+    (:func:`_torch_wrapper`, remembered from then on), a private name (one leading underscore: a module's lazy cache
+    such as ``tempfile._name_sequence``) outside ``builtins``, and ``__slotnames__`` (``copy``'s cache on a class)."""
+    changed = []
+    for label, (obj, saved) in _GUARD["namespaces"].items():
+        now = vars(obj)
+        names = set(saved) | set(now)
+        for name in names:
+            if label == "builtins" and name in VOLATILE_BUILTINS:
+                continue
+            if name in saved and name in now and now[name] is saved[name]:
+                continue
+            if name == "__slotnames__" or (label != "builtins" and name.startswith("_")
+                                           and not name.startswith("__")):
+                continue
+            if name not in saved and isinstance(now[name], type(sys)):
+                continue  # a submodule imported since
+            old = saved.get(name)
+            if old is None and isinstance(obj, type):  # torch wraps an inherited method on the subclass
+                old = next((vars(cls)[name] for cls in obj.__mro__[1:] if name in vars(cls)), None)
+            if name in now and _torch_wrapper(now[name], old):
+                saved[name] = now[name]
+                continue
+            changed.append(f"{label}.{name}")
+            if restore:
+                try:
+                    if name in saved:
+                        setattr(obj, name, saved[name])
+                    else:
+                        delattr(obj, name)
+                except (AttributeError, TypeError):
+                    pass
+    return sorted(changed)
+
+
+def _thread_source(thread) -> str:
+    """The module that defined what ``thread`` runs: its target (a ``Timer``'s function), or its class."""
+    import threading
+
+    cls = type(thread)
+    if isinstance(thread, threading.Timer) and cls.run is threading.Timer.run:
+        target = thread.function
+    elif cls.run is threading.Thread.run:
+        target = getattr(thread, "_target", None) or cls
+    else:
+        target = cls
+    target = getattr(target, "__func__", target)
+    return str(getattr(target, "__module__", None) or "")
+
+
+def guard_hazards() -> list[str]:
+    """What an answer left running that could alter the grader while a check runs: a Python thread that was not
+    running before the first answer cell and is not the kernel's or the course's (:data:`KERNEL_THREAD_MODULES`;
+    one that has finished does not count), a thread started with ``_thread`` (invisible to ``threading``), a trace
+    or profile function (``sys.settrace``/``setprofile``, ``threading.settrace``/``setprofile``), an audit hook
+    added since (``sys.addaudithook``: seen by the grader's own audit hook)."""
+    import _thread
+    import threading
+
+    found = []
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is main or thread.ident in _GUARD["threads"] or not thread.is_alive():
+            continue
+        if isinstance(thread, threading._DummyThread) or not _thread_source(thread).startswith(
+                KERNEL_THREAD_MODULES):
+            found.append(f"a thread ({thread.name}, running {_thread_source(thread) or 'unknown code'})")
+    visible = sum(1 for t in threading.enumerate() if t is not main and not isinstance(t, threading._DummyThread))
+    if _thread._count() - visible > _GUARD["hidden threads"]:
+        found.append("a thread started with _thread.start_new_thread")
+    for what, now in (("sys.settrace", sys.gettrace()), ("sys.setprofile", sys.getprofile()),
+                      ("threading.settrace", threading.gettrace()),
+                      ("threading.setprofile", threading.getprofile())):
+        if now is not _GUARD["hooks"].get(what):
+            found.append(f"a {what} hook")
+    if _GUARD["audit"]:
+        found.append("an audit hook (sys.addaudithook)")
+    return found
+
+
 def guard_install(shell, modules: dict[str, str]) -> str:
     """In the kernel, before any learner cell: remember the shell's transformers, event callbacks and methods,
     the course's modules and their functions, and the check modules (``{name bound in the check cells:
@@ -271,6 +446,23 @@ def guard_install(shell, modules: dict[str, str]) -> str:
     _GUARD["path"] = list(sys.modules["ampcourse.checks"].__path__)
     _GUARD["course"] = _course_modules()
     _GUARD["slots"] = _method_slots(shell)
+    _GUARD["namespaces"] = _namespace_state()
+    import _thread
+    import threading
+
+    main = threading.main_thread()
+    _GUARD["threads"] = {t.ident for t in threading.enumerate()}
+    _GUARD["hidden threads"] = _thread._count() - sum(
+        1 for t in threading.enumerate() if t is not main and not isinstance(t, threading._DummyThread))
+    _GUARD["hooks"] = {"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile(),
+                       "threading.settrace": threading.gettrace(), "threading.setprofile": threading.getprofile()}
+    state = vars(sys.modules["_ampcourse_grader_guard"])
+    state["audit"] = _GUARD["audit"] = state.get("audit", [])
+    if not state.get("audit hook"):  # audit hooks cannot be removed: one per kernel, noting each hook added later
+        audit = _GUARD["audit"]
+        sys.addaudithook(lambda event, args: event == "sys.addaudithook" and audit.append(event))
+        state["audit hook"] = True
+    _GUARD["audit"].clear()
     return "installed"
 
 
@@ -346,11 +538,34 @@ def guard_reset(shell) -> list[str]:
     checks = [u for u in undone if u.startswith("ampcourse.checks.lesson")]
     for u in checks:  # one line per patched check module, not one per function
         undone[undone.index(u)] = f"the check module {u.rsplit('.', 1)[0]}"
-    return list(dict.fromkeys(undone))
+    undone += _namespace_changes(restore=True)
+    _GUARD["checked"] = {name: (module, dict(vars(module))) for name, (module, _) in _GUARD["course"].items()}
+    return list(dict.fromkeys(undone)), guard_hazards()
 
 
-_KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _course_modules, guard_install, _from_a_cell,
-                _undo, guard_reset)
+def guard_verify(shell) -> list[str]:
+    """In the kernel, right after a check: what changed in the grader's state while it ran (the course's modules
+    and check modules, the name bound to each check module, torch's core namespaces and the builtins, threads and
+    trace hooks). Anything listed means the check that ran was not the course's own: its result does not count."""
+    changed = []
+    for module_name, (module, saved) in _GUARD["checked"].items():
+        if sys.modules.get(module_name) is not module:
+            changed.append(f"the module {module_name}")
+        now = vars(module)
+        whole = module_name == "ampcourse.checks" or module_name.startswith("ampcourse.checks.")
+        changed += [f"{module_name}.{k}" for k, v in saved.items()
+                    if (whole or callable(v)) and now.get(k, changed) is not v]
+    for name, module in _GUARD["modules"].items():
+        if shell.user_ns.get(name) is not module:
+            changed.append(f"the name `{name}`")
+    changed += _namespace_changes(restore=False)
+    changed += [hazard for hazard in guard_hazards() if not hazard.startswith("a thread (")]  # RUNNING_THREAD
+    return list(dict.fromkeys(changed))
+
+
+_KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _course_modules, _namespaces, _namespace_state,
+                _torch_wrapper, _namespace_changes, _thread_source, guard_hazards, guard_install, _from_a_cell, _undo,
+                guard_reset, guard_verify)
 _KERNEL_CODE: list[str] = []
 
 
@@ -367,7 +582,8 @@ def guard_expression(call: str, nonce: str) -> str:
             ["import sys, types",
              "_GUARD = vars(sys.modules.setdefault('_ampcourse_grader_guard', "
              "types.ModuleType('_ampcourse_grader_guard'))).setdefault('state', {})",
-             f"GUARDED_METHODS = {GUARDED_METHODS!r}"]
+             f"GUARDED_METHODS = {GUARDED_METHODS!r}", f"KERNEL_THREAD_MODULES = {KERNEL_THREAD_MODULES!r}",
+             f"TORCH_NAMESPACES = {TORCH_NAMESPACES!r}", f"VOLATILE_BUILTINS = {VOLATILE_BUILTINS!r}"]
             + [inspect.getsource(f) for f in _KERNEL_SIDE]))
     code = _KERNEL_CODE[0] + f"\n_result = (__import__('hashlib').sha256(_nonce.encode()).hexdigest(), {call})\n"
     return (f"(lambda ns: (__import__('builtins').exec({code!r}, ns), ns['_result'])[1])"
@@ -553,6 +769,48 @@ def _failed_all(notebook: Path, root: Path, why: str) -> list[CheckResult]:
             for i, c in enumerate(template.cells) if "check" in tags(c)]
 
 
+UNVERIFIED = ("the grader's state around this check: it could not check it (an answer cell replaced the shell's "
+              "user_expressions?), so it cannot say the check ran unaltered")
+
+
+#: How :func:`guard_hazards` names a Python thread an answer cell left running. Such a thread (``torch.compile``'s
+#: worker pool, an open ThreadPoolExecutor) does not fail a check by itself: the check runs, and
+#: :func:`guard_verify` fails it if anything the grader relies on changed; a note says the thread was there.
+RUNNING_THREAD = "a thread ("
+
+
+def split_hazards(hazards: list[str]) -> tuple[list[str], list[str]]:
+    """``(blocking, threads)``: the hazards that make a check untrustworthy (trace, profile and audit hooks, a
+    ``_thread`` thread) and the Python threads left running, which only earn a note (:data:`RUNNING_THREAD`)."""
+    threads = [hazard for hazard in hazards if hazard.startswith(RUNNING_THREAD)]
+    return [hazard for hazard in hazards if hazard not in threads], threads
+
+
+def running_note(threads: list[str]) -> str:
+    """The note of a check that ran beside ``threads`` an answer cell left running and was found unchanged."""
+    return (f"{', '.join(threads)} started by your cells was still running during the check; the grader found the "
+            "check unchanged after it (a change made and undone while it ran cannot be ruled out)")
+
+
+def cannot_grade(hazards: list[str]) -> str:
+    """The reason of a task whose check could not be trusted: ``hazards`` (:func:`guard_hazards`) were running."""
+    return (f"cannot be graded: your cells left {', '.join(hazards)} running that could alter the grader while "
+            "it checks. Restart the kernel (Kernel > Restart) and run your cells without it, then grade again")
+
+
+def altered(changes: list[str]) -> str:
+    """The reason of a task whose check was altered while it ran (:func:`guard_verify` found ``changes``)."""
+    return (f"your answer cells altered the grader while this check ran ({', '.join(changes)}), so its result does "
+            "not count. Remove the code that changes the grader or torch, restart the kernel and grade again")
+
+
+def _reset_value(value) -> tuple[list[str] | None, list[str]]:
+    """``(undone, hazards)`` from a guard_reset reply; ``(None, [])`` when the guard could not run."""
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, list) for v in value):
+        return value
+    return None, []
+
+
 def _guard(kernel: Kernel, timeout: float, call: str):
     """Run a guard call in the kernel (:func:`guard_expression`); its value, or None when it could not run."""
     nonce = new_nonce()
@@ -597,12 +855,13 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
         for index, cell in enumerate(cells):
             if cell.cell_type != "code" or not cell.source.strip():
                 continue
-            undone = _guard(kernel, timeout, "guard_reset(shell)") if (
-                index in checks and modules) else []
-            if undone is None:
-                undone = ["the grader's state (it could not check it)"]
+            undone, hazards, after = [], [], []
+            if index in checks and modules:
+                undone, hazards = _reset_value(_guard(kernel, timeout, "guard_reset(shell)"))
             restarts = kernel.restarts
             run = kernel.run(cell.source, timeout)
+            if index in checks and modules and kernel.restarts == restarts:
+                after = _guard(kernel, timeout, "guard_verify(shell)")
             if kernel.restarts != restarts:  # a fresh kernel: bring it back to where it was
                 prepare()
                 for source in done:
@@ -614,10 +873,24 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
                 done.append(cell.source)
             if index in checks:
                 task = checks[index]
-                if undone:
+                verified = undone is not None and after is not None and not hazards and not after
+                if undone is None or after is None:
+                    notes.append(f"{task}: {UNVERIFIED}")
+                elif undone and verified:
                     notes.append(f"{task}: a cell before its check changed the grader ({', '.join(undone)}); the "
-                                 "grader undid that before the check, so only the real check counted")
-                if run.status == "ok":
+                                 "grader undid that before the check and found it unchanged after it, so only "
+                                 "the real check counted")
+                elif undone:
+                    notes.append(f"{task}: a cell before its check changed the grader ({', '.join(undone)}); the "
+                                 "grader undid that before the check")
+                blocking, threads = split_hazards(hazards)
+                if threads and not blocking and not after and after is not None:
+                    notes.append(f"{task}: {running_note(threads)}")
+                if blocking:
+                    results.append(CheckResult(task, "failed", cannot_grade(blocking)))
+                elif after:
+                    results.append(CheckResult(task, "failed", altered(after)))
+                elif run.status == "ok":
                     results.append(CheckResult(task, "passed"))
                 elif run.ename == "NotStarted":
                     results.append(CheckResult(task, "not started", _reason(run, timeout)))

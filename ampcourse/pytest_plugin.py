@@ -9,7 +9,9 @@ naming the task and how to put the check back. What counts as intact is decided 
 For every notebook in a folder named ``exercises`` (:func:`in_exercises`) it also applies the exercise rules:
 stored outputs are not compared; a cell gets :data:`EXERCISE_CELL_TIMEOUT` seconds unless
 ``--nbval-cell-timeout`` is given; ``NBVAL_SKIP``/``NBVAL_RAISES_EXCEPTION`` in a check cell are ignored; the
-grader's state is guarded before each check (a forged pass is undone and named); a kernel that dies fails its
+grader's state is guarded around each check (see ``ampcourse.grading``: a forgery made before the check is undone
+and named, a thread or trace hook left running fails the check as "cannot be graded", and a change while the check
+ran fails it as altered); a kernel that dies fails its
 cell at once, named, instead of waiting out the timeout (:data:`KERNEL_POLL` seconds between looks); a file that
 is not a notebook (a JSON list saved as ``.ipynb``) is one failing test that says so; and a run that deselected a
 check (``-k``, ``-m``, ``--deselect``) ends as failed with "not graded".
@@ -242,21 +244,46 @@ def _guard(item, call: str):
 
 def _with_guard(item, runtest, modules, first):
     """Before the notebook's first cell, remember the grader's state; before each check cell, undo what answer
-    cells did to it (a patched check module, a rebound ``check``, an input transformer: see
-    ``ampcourse.grading.guard_reset``, sent as source) and say so, so a forged pass does not count quietly."""
+    cells did to it (a patched check module, a rebound ``check``, an input transformer, torch's core namespaces:
+    see ``ampcourse.grading.guard_reset``, sent as source) and say so; a thread or trace hook left running by the
+    answers fails the check as "cannot be graded"; after the check, what changed while it ran
+    (``ampcourse.grading.guard_verify``) fails it as altered, so a forged pass never counts quietly."""
     def run():
         if first:
             _guard(item, "__import__('ampcourse.checks') and None")
             _guard(item, f"guard_install(shell, {modules!r})")
-        elif "check" in item.cell.metadata.get("tags", []):
-            undone = _guard(item, "guard_reset(shell)")
-            if undone is None or undone:
-                import warnings
+            return runtest()
+        if "check" not in item.cell.metadata.get("tags", []):
+            return runtest()
+        import warnings
 
-                what = ", ".join(undone) if undone else "its state (the grader could not check it)"
-                warnings.warn(f"{item.name}: a cell before this check changed the grader ({what}); it was undone "
-                              "before the check, so only the real check counts", stacklevel=1)
-        return runtest()
+        from .grading import UNVERIFIED, _reset_value, altered, cannot_grade, running_note, split_hazards
+
+        undone, hazards = _reset_value(_guard(item, "guard_reset(shell)"))
+        blocking, threads = split_hazards(hazards)
+        if blocking:
+            item.raise_cell_error(f"✗ {cannot_grade(blocking)}")
+        error = None
+        try:
+            result = runtest()
+        except KernelDied:
+            raise
+        except (Exception, pytest.fail.Exception, pytest.skip.Exception) as err:  # still say if it was the real one
+            error = err
+        after = _guard(item, "guard_verify(shell)")
+        if after:
+            item.raise_cell_error(f"✗ {altered(after)}")
+        if threads and after is not None:
+            warnings.warn(f"{item.name}: {running_note(threads)}", stacklevel=1)
+        if undone is None or after is None:
+            warnings.warn(f"{item.name}: {UNVERIFIED}", stacklevel=1)
+        elif undone:
+            warnings.warn(f"{item.name}: a cell before this check changed the grader ({', '.join(undone)}); it was "
+                          "undone before the check and found unchanged after it, so only the real check counts",
+                          stacklevel=1)
+        if error is not None:
+            raise error
+        return result
     return run
 
 

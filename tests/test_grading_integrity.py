@@ -14,6 +14,7 @@ import re
 import shutil
 
 import nbformat
+from review_forgeries import REVIEW_FORGERIES  # shared with test_pytest_plugin.py
 
 from ampcourse import authoring, grading
 from ampcourse.course import ROOT
@@ -37,8 +38,9 @@ class FakeClient:
         expressions = kwargs.get("user_expressions") or {}
         if status == "ok" and expressions:
             nonce = re.search(r"'_nonce': '([0-9a-f]+)'", expressions["g"]).group(1)  # the guard's reply
+            call = re.search(r"hexdigest\(\), (guard_\w+)\(", expressions["g"]).group(1)  # the guard's call
             value = repr((hashlib.sha256(nonce.encode()).hexdigest(),
-                          "installed" if "guard_install" in expressions["g"] else []))
+                          {"guard_install": "installed", "guard_reset": ([], [])}.get(call, [])))
             content["user_expressions"] = {"g": {"status": "ok", "data": {"text/plain": value}}}
         if status == "error":
             content.update(ename="CheckFailed", evalue="wrong", traceback=[])
@@ -270,3 +272,58 @@ def test_a_replaced_user_expressions_is_noted_not_trusted(tmp_path):
     nbformat.write(nb, tmp_path / "exercises" / "ue.ipynb")
     result = grading.grade_one(tmp_path / "exercises" / "ue.ipynb", tmp_path, timeout=120)
     assert any(n.startswith("Task 1") and "could not check it" in n for n in result.notes), result.notes
+
+
+# No-context review (this session): two ways an answer cell forged a pass silently. (1) A background thread that
+# re-patches the check module after the guard's reset; grade said "the grader undid that, so only the real check
+# counted" (false). (2) torch itself patched (`torch.Tensor.element_size`), outside `ampcourse.*`. Each answer here
+# is wrong for Task 1 (or forges it while the check runs) and must not pass; the legitimate thread must.
+
+
+
+def _task1_answer(source):
+    nb = authoring.read(SOLUTION)
+    next(c for c in nb.cells if RIGHT_TASK1 in c.source).source = source
+    return nb
+
+
+def test_review_forgeries_fail_in_grade_and_a_finished_thread_passes(tmp_path, figures):
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    for name, (source, _, _) in REVIEW_FORGERIES.items():
+        shutil.copy(SOLUTION, tmp_path / "solutions" / f"{name}.ipynb")
+        nbformat.write(_task1_answer(source), tmp_path / "exercises" / f"{name}.ipynb")
+    results = {r.name: r for r in (grading.grade_one(p, tmp_path, timeout=120)
+                                   for p in sorted((tmp_path / "exercises").glob("*.ipynb")))}
+    figures("grade on the review's forgeries:\n" + grading.format_table(list(results.values())))
+    for name, (_, status, words) in REVIEW_FORGERIES.items():
+        task1 = results[name].checks[0]
+        assert task1.status == status, (name, results[name])
+        assert all(w.lower() in task1.reason.lower() for w in words), (name, task1.reason)
+        for check in results[name].checks:  # never "only the real check counted" where it was not verified
+            if "cannot be graded" in check.reason or "altered the grader" in check.reason:
+                assert not any(n.startswith(check.task) and "only the real check counted" in n
+                               for n in results[name].notes), (name, results[name].notes)
+    assert "torch.Tensor.element_size" in " ".join(results["torch_patch"].notes), results["torch_patch"].notes
+    assert results["legit_threads"].status == "passed" and not results["legit_threads"].notes, results["legit_threads"]
+    # A pool left open (torch.compile leaves one) is no forgery: passed, with a note that it ran beside the check.
+    assert results["open_pool"].status == "passed", results["open_pool"]
+    assert any("still running during the check" in n for n in results["open_pool"].notes), results["open_pool"]
+    # The forging thread keeps running and keeps the check module patched: every later check of that kernel
+    # finds the grader altered too, never passed.
+    assert [c.status for c in results["thread"].checks] == ["failed"] * 3, results["thread"]
+    assert all("altered the grader" in c.reason for c in results["thread"].checks), results["thread"]
+
+
+def test_the_note_says_only_the_real_check_counted_only_once_verified(tmp_path):
+    """A forgery undone before the check, and nothing changed while the check ran: the note may say so."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(SOLUTION, tmp_path / "solutions" / NAME)
+    nbformat.write(_task1_answer("import torch\ntorch.Tensor.element_size = lambda self: 4\n"
+                                 "def tensor_bytes(t):\n    return t.untyped_storage().element_size() * 0 + "
+                                 "t.numel() * t.dtype.itemsize\n"), tmp_path / "exercises" / NAME)
+    result = grading.grade_one(tmp_path / "exercises" / NAME, tmp_path, timeout=120)
+    assert [c.status for c in result.checks] == ["passed"] * 3, result
+    assert any("torch.Tensor.element_size" in n and "found it unchanged after it, so only the real check counted"
+               in n for n in result.notes), result.notes

@@ -7,12 +7,14 @@ command in a subprocess on a temporary ``exercises/`` folder that holds a copy o
 ``exercises/conftest.py`` (or none), never on the repository's exercises.
 """
 
+import re
 import shutil
 import subprocess
 import sys
 
 import nbformat
 import pytest
+from review_forgeries import REVIEW_FORGERIES
 
 from ampcourse.authoring import make_exercise, merge_exercise, read, tags
 from ampcourse.course import ROOT
@@ -279,3 +281,24 @@ def test_a_json_list_saved_as_ipynb_is_one_named_failure(tmp_path):
     assert "FAILED exercises/list.ipynb::not a notebook" in run.stdout, run.stdout[-3000:]
     assert "cannot read list.ipynb: it is JSON but not a notebook (a list" in run.stdout, run.stdout[-3000:]
     assert "AttributeError:" not in run.stdout and "Traceback" not in run.stdout, run.stdout[-3000:]
+
+
+@pytest.mark.parametrize("name", sorted(REVIEW_FORGERIES))
+def test_pytest_nbval_fails_the_review_forgeries_and_passes_a_finished_thread(tmp_path, name):
+    """The no-context review: a thread re-patching the check after the guard's reset, and `torch.Tensor` patched,
+    made `pytest --nbval` pass a wrong Task 1 (tests/review_forgeries.py; `grade` gets the same answers)."""
+    source, status, words = REVIEW_FORGERIES[name]
+    nb = read(ROOT / "solutions" / NAME)
+    next(c for c in nb.cells if "return t.numel() * t.element_size()" in c.source).source = source
+    run = _run(tmp_path, nb)
+    last = run.stdout.splitlines()[-1]
+    if status == "passed":
+        assert run.returncode == 0 and "failed" not in last and "changed the grader" not in run.stdout, \
+            run.stdout[-3000:]
+        return
+    assert run.returncode == 1 and "failed" in last, run.stdout[-3000:]
+    text = " ".join(run.stdout.split()).lower()  # pytest wraps long lines
+    assert all(w.lower() in text for w in words), (words, run.stdout[-3000:])
+    if "cannot be graded" in words or "altered the grader while this check ran" in words:  # not verified: no claim
+        for cell in re.findall(rf"FAILED exercises/{NAME}::(Cell \d+)", run.stdout):
+            assert not re.search(re.escape(cell.lower()) + r": [^:]*only the real check counts", text), run.stdout
