@@ -18,7 +18,8 @@ read) each start from a copy of a trained model and fine-tune it for a few steps
 run                what is wrong                                what the recorder reports     the fix
 =================  ===========================================  ============================  =================
 attention          fp16 scores ``q @ kᵀ`` scaled *after* the    ``overflow`` at               ``attention="sdpa"``
-                   product, with grown queries and keys         ``blocks.0.attn``
+                   product, with grown queries and keys         ``blocks.0.attn``             (scaling q first
+                   (largest ``q · k`` 16 × 65504)                                             is not enough)
 unsafe_constant    a leftover static loss scale ``loss × 2²⁴``  ``scale_collapse``            drop the constant
                    under a GradScaler
 bf16_checkpoint    weights that are fine in bf16, fine-tuned    ``overflow`` at               fine-tune in bf16
@@ -55,7 +56,8 @@ __all__ = [
     "ALPHABET", "ATTENTIONS", "BROKEN_RUNS", "LESSON", "TINY", "Attention", "BrokenRun", "Corpus", "GPTConfig",
     "Run", "STATIC_LOSS_SCALE", "TinyGPT", "batches", "corpus", "decode", "encode", "grow_attention_logits",
     "grow_mlp_output", "largest_score", "lesson_text", "peak_output", "pretrain", "run_attention",
-    "run_bf16_checkpoint", "run_scheduler", "run_unsafe_constant", "WHAT_TO_DO", "train_steps",
+    "run_bf16_checkpoint", "run_scheduler", "run_unsafe_constant", "WHAT_TO_DO", "train_steps", "ATTENTION_GROWTH",
+    "reports",
     "train_steps_scheduler_every_step", "train_steps_static_scale", "clean", "Size", "LESSON_SIZE", "TINY_SIZE",
     "SKIP_SCALE", "FP16_MAX",
 ]
@@ -444,7 +446,12 @@ def peak_output(model: TinyGPT, ids: torch.Tensor, name: str) -> float:
     return found[0]
 
 
-def grow_attention_logits(model: TinyGPT, ids: torch.Tensor, factor: float = 4.0, block: int = 0,
+ATTENTION_GROWTH = 16.0
+"""The attention run's largest ``q · k``, in units of 65504: 16, so that even scaling q by 1/√d = 1/4 first
+leaves scores of 4 × 65504 (the scale-first variant overflows too; SDPA is the fix)."""
+
+
+def grow_attention_logits(model: TinyGPT, ids: torch.Tensor, factor: float = ATTENTION_GROWTH, block: int = 0,
                           head: int = 0) -> float:
     """Multiply the query and key rows of one head of ``blocks[block].qkv`` by one gain, chosen so that that
     head's largest ``q · k`` on ``ids`` becomes ``factor × 65504`` (as attention logits grow in some heads of large
@@ -491,7 +498,7 @@ class BrokenRun:
 BROKEN_RUNS: dict[str, BrokenRun] = {row.name: row for row in (
     BrokenRun("attention", "fp16 attention scores computed as q @ kᵀ and scaled after the product, in a model "
               "with one head whose queries and keys have grown", "overflow", "blocks.0.attn",
-              "scale q before the product or use F.scaled_dot_product_attention"),
+              "use F.scaled_dot_product_attention: scaling q before the product buys only a factor √d"),
     BrokenRun("unsafe_constant", "a static loss scale of 2**24 left in the loss under a GradScaler",
               "scale_collapse", None, "remove the constant: the GradScaler does the scaling"),
     BrokenRun("bf16_checkpoint", "a checkpoint whose MLP output fits bf16 but passes 65504, fine-tuned in fp16",
@@ -500,6 +507,13 @@ BROKEN_RUNS: dict[str, BrokenRun] = {row.name: row for row in (
     BrokenRun("scheduler", "scheduler.step() called on every iteration, skipped steps included",
               "scheduler_on_skipped_step", None, "step the scheduler only when the optimizer step was applied"),
 )}
+
+
+def reports(run: Run, name: str) -> bool:
+    """Whether ``run``'s recorder reports what :data:`BROKEN_RUNS` says of the run ``name``: its ``kind``, at its
+    ``where`` when the row names one."""
+    row = BROKEN_RUNS[name]
+    return any(f.kind == row.kind and (row.where is None or f.where == row.where) for f in run.findings())
 
 
 def _finetune_objects(base: TinyGPT, size: Size, device, *, init_scale: float = 2.0**16):

@@ -116,7 +116,7 @@ def applied_by_hook(scaler, optimizer, loss):
 def applied_getattr_private(scaler, optimizer, loss):
     scaled = scaler.scale(loss)
     scaled.backward()
-    before = float(getattr(scaler, "_scale")) if scaler.is_enabled() else 1.0
+    before = float(getattr(scaler, "_scale")) if scaler.is_enabled() else 1.0  # noqa: B009
     scaler.step(optimizer)
     scaler.update()
     return scaler.get_scale() >= before
