@@ -546,7 +546,7 @@ def run_unsafe_constant(recorder_factory, base: TinyGPT, *, fixed: bool = False,
     device = as_device("device", device)
     model, optimizer, scaler = _finetune_objects(base, size, device)
     recorder = recorder_factory(model, optimizer, scaler)
-    data = _data(model, size, device, steps=size.collapse_steps)
+    data = _data(model, size, device, steps=None if fixed else size.collapse_steps)  # the fix: no collapse to wait for
     if fixed:
         return train_steps(model, optimizer, data, dtype=torch.float16, scaler=scaler, recorder=recorder)
     return train_steps_static_scale(model, optimizer, data, dtype=torch.float16, scaler=scaler, recorder=recorder)
