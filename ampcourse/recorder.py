@@ -7,9 +7,10 @@ after each ``scaler.update()``. It records, per step, through public PyTorch API
 * every step: the loss, the scale before and after the step, whether ``optimizer.step()`` really ran
   (``Optimizer.register_step_post_hook``; the scale going down, :func:`ampcourse.scaler_run.step_was_skipped`,
   is recorded beside it), the lr and the scheduler's ``last_epoch``;
-* on sampled steps (``every=N``: steps 0, N, 2N, ...; the hooks are attached only for those steps, so the
-  other steps run at full speed): the first module in execution order whose forward output holds an inf or
-  NaN (the rule of :func:`ampcourse.troubleshoot.find_nonfinite`, applied to the user's own forward pass),
+* on sampled steps (``every=N``: steps 0, N, 2N, ..., and the step after an unsampled skipped or non-finite
+  one; the hooks are attached only for those steps, so the other steps run at full speed): the module whose
+  forward pass made the first inf or NaN (the first module whose output holds one, if its inputs were finite;
+  else the innermost enclosing module whose inputs were finite: its own code between its submodules made it),
   each module's peak |output| and its headroom in bits to the autocast dtype's largest value, the
   gradient flowing out of each module (fraction zero or below float16's normal range at the current scale,
   and the first module whose backward made a finite gradient non-finite), each parameter's gradient
@@ -29,6 +30,7 @@ the uncompiled model to find *where*.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 import weakref
@@ -44,8 +46,8 @@ from .tables import Table
 from .troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale
 from .validate import as_int
 
-__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "SAMPLE", "UNDERFLOW_FRACTION", "AmpRecorder",
-           "Finding", "ModuleStats", "StepRecord"]
+__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "SAMPLE", "TRAILING_SKIPS",
+           "UNDERFLOW_FRACTION", "AmpRecorder", "Finding", "ModuleStats", "StepRecord"]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
@@ -53,7 +55,11 @@ LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits 
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
 SAMPLE = 16_384  # gradient fractions are counted on at most this many evenly strided entries of each tensor
 
-KINDS = ("overflow", "nonfinite_input", "nonfinite_loss", "scale_collapse", "frequent_skips", "underflow",
+MIN_FREQUENT_SKIPS = 3  # frequent_skips: at least this many skips after the first applied step (1 or 2: settling)
+TRAILING_SKIPS = 3  # never healthy when the last this-many steps (or more) were all skipped
+
+KINDS = ("overflow", "nonfinite_input", "nonfinite_loss", "nonfinite_grad", "scale_collapse", "frequent_skips",
+         "underflow",
          "low_headroom", "unneeded_scaler", "scheduler_on_skipped_step", "optimizer_not_stepped", "healthy")
 
 
@@ -84,8 +90,9 @@ class ModuleStats:
         name: qualified name (``""``: the model itself).
         kind: class name.
         peak: the largest |value| of its floating-point outputs (inf if one is inf, NaN if one is NaN).
-        limit: the largest finite value of the dtype it is measured against: the autocast dtype when autocast
-            was on for that module (what the next autocast op casts to), else its output's dtype.
+        limit: the largest finite value of the dtype it is measured against: its output's dtype when that is
+            float32 (an ``FP32Island``, a float32 op) or autocast was off, else the autocast dtype (what the next
+            autocast op casts to).
         grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
             holds it: multiplied by the loss scale) that is 0 or below fp16's normal range, counted on at most
             :data:`SAMPLE` evenly strided entries of each tensor; None if no gradient reached it.
@@ -131,9 +138,15 @@ class StepRecord:
         autocast_dtype: the autocast dtype the forward pass ran under (None: autocast off, or not sampled).
         grad_norm: the true (unscaled) gradient norm: the norm of the gradients the backward pass produced,
             divided by the scale (inf if one is inf or NaN; None if no parameter got a gradient).
-        first_nonfinite_module: the first module, in execution order, whose forward output held inf/NaN.
-        first_nonfinite_backward: the first module, in backward order, whose backward turned a finite
-            gradient (w.r.t. its output) into a non-finite one (w.r.t. its input).
+        first_nonfinite_module: the module whose forward pass made the first inf/NaN: the first module (in
+            completion order) whose output held one, if its inputs were finite; else (the inf/NaN came in
+            through its inputs, made between modules) the innermost enclosing module whose inputs were finite:
+            its own forward code, between its submodules, made it.
+        first_nonfinite_output: the first module, in completion order, whose forward output held inf/NaN.
+        first_nonfinite_backward: the module whose backward made the first inf/NaN gradient: the first, in
+            backward order, whose backward turned a finite gradient (w.r.t. its output) into a non-finite one
+            (w.r.t. its input); or, when the first non-finite gradient is a module's *output* gradient (made by
+            code between modules), the innermost enclosing module whose output gradient was finite.
         first_nonfinite_grad: the first parameter, in backward order, whose gradient was inf/NaN.
         input_finite: the model's floating-point inputs were finite (None if not sampled).
         modules: one :class:`ModuleStats` per module that ran, in execution order (first call).
@@ -159,6 +172,7 @@ class StepRecord:
     first_nonfinite_grad: str | None = None
     input_finite: bool | None = None
     modules: tuple[ModuleStats, ...] = ()
+    first_nonfinite_output: str | None = None
     param_grad_lost: Mapping[str, float] = field(default_factory=dict)
 
     @property
@@ -170,13 +184,16 @@ class StepRecord:
 # --- The hooks of one sampled step -------------------------------------------------------------------------
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
-    """The floating-point tensors in a module's output or inputs (a tensor, or tuples/lists/dicts of them)."""
+    """The floating-point tensors in a module's output or inputs (a tensor, or tuples/lists/dicts/dataclass
+    instances of them, nested)."""
     if isinstance(tree, torch.Tensor):
         return [tree] if tree.is_floating_point() and tree.numel() else []
     if isinstance(tree, (list, tuple)):
         return [t for item in tree for t in _tensors(item)]
     if isinstance(tree, dict):
         return [t for item in tree.values() for t in _tensors(item)]
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):  # e.g. a model's output dataclass
+        return [t for f in dataclasses.fields(tree) for t in _tensors(getattr(tree, f.name, None))]
     return []
 
 
@@ -217,15 +234,22 @@ class _Probe:
         self.events: list[tuple[str, bool, torch.Tensor]] = []  # (module, is-input-gradient, max |gradient|)
         self.params: dict[str, tuple[torch.Tensor, ...]] = {}  # in backward order: lost, counted, norm
         self.inputs: list[torch.Tensor] = []
+        # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
+        self.calls: list[tuple[str, int, int | None, list[torch.Tensor], list[torch.Tensor]]] = []
+        self._stack: list[tuple[str, int, list[torch.Tensor]]] = []  # running calls: name, call number, inputs
+        self._started = 0
+        self.removed = False  # set by remove(): a tensor hook of a pending backward then does nothing
         self._peaks: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # id(tensor) -> (tensor, its max |x|)
         self._roles: dict[int, tuple[weakref.ref, list[tuple[str, bool]]]] = {}  # id(tensor) -> gradient roles
         self.handles.append(root.register_forward_pre_hook(self._root_inputs))
         for name, module in modules:
+            self.handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
             self.handles.append(module.register_forward_hook(self._forward_hook(name)))
         for name, param, embedding in params:
             self.handles.append(param.register_post_accumulate_grad_hook(self._param_hook(name, embedding)))
 
     def remove(self) -> None:
+        self.removed = True  # first: gradient hooks registered on this step's graph tensors cannot be removed
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -243,16 +267,36 @@ class _Probe:
         self._peaks[id(t)] = (weakref.ref(t), peak)
         return peak
 
+    def _pre_hook(self, name: str) -> Callable:
+        def hook(module: nn.Module, args: Any) -> None:
+            self._stack.append((name, self._started, [self._peak(t) for t in _tensors(args)]))
+            self._started += 1
+        return hook
+
+    def _pop_call(self, name: str, outs: list[torch.Tensor]) -> None:
+        """Close this module's call (the innermost running call of that name; calls left open above it by an
+        exception are dropped) and record it with its parent call and its input and output peaks."""
+        i = next((k for k in range(len(self._stack) - 1, -1, -1) if self._stack[k][0] == name), None)
+        if i is None:
+            return
+        _, started, inputs = self._stack[i]
+        del self._stack[i:]
+        parent = self._stack[-1][1] if self._stack else None
+        self.calls.append((name, started, parent, inputs, [self._peak(t) for t in outs]))
+
     def _forward_hook(self, name: str) -> Callable:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             outs = _tensors(output)
+            self._pop_call(name, outs)
             if not outs:
                 return
             device = outs[0].device.type
             autocast = torch.is_autocast_enabled(device)
             dtype = torch.get_autocast_dtype(device) if autocast else None
             self.autocast.add(dtype)
-            limit = float(torch.finfo(dtype if autocast else outs[0].dtype).max)
+            # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max
+            own = outs[0].dtype
+            limit = float(torch.finfo(own if own == torch.float32 or not autocast else dtype).max)
             if name not in self.peaks:
                 self.order.append(name)
                 self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
@@ -278,19 +322,23 @@ class _Probe:
 
     def _gradient_hook(self, roles: list[tuple[str, bool]]) -> Callable:
         def hook(grad: torch.Tensor) -> None:
+            if self.removed:
+                return
             g = grad.detach()
             top = torch.linalg.vector_norm(g, math.inf)  # inf/NaN exactly when the gradient holds one
             if not all(is_input for _, is_input in roles):
                 a = _sample(g).abs()
                 counts = torch.stack([(a == 0).sum(), (a < FP16_NORMAL_MIN).sum()]), a.numel()
+            self.events.append((tuple(roles), top))
             for name, is_input in roles:
-                self.events.append((name, is_input, top))
                 if not is_input:
                     self.grad_out.setdefault(name, []).append(counts)
         return hook
 
     def _param_hook(self, name: str, embedding: bool) -> Callable:
         def hook(param: torch.Tensor) -> None:
+            if self.removed:
+                return
             grad = param.grad
             if grad is None or grad.is_sparse:
                 return
@@ -316,7 +364,9 @@ class _Probe:
 
         peaks = {name: [put(p) for p in values] for name, values in self.peaks.items()}
         outs = {name: [(put(c), n) for c, n in values] for name, values in self.grad_out.items()}
-        events = [(name, is_input, put(bad)) for name, is_input, bad in self.events]
+        events = [(roles, put(bad)) for roles, bad in self.events]
+        calls = [(name, n, parent, [put(t) for t in ins], [put(t) for t in outs_])
+                 for name, n, parent, ins, outs_ in self.calls]
         params = {name: [put(t) for t in values] for name, values in self.params.items()}
         inputs = [put(bad) for bad in self.inputs]
         values: list[float] = []
@@ -332,8 +382,7 @@ class _Probe:
             "autocast_dtype": _lowest(self.autocast),
             "input_finite": None if not self.inputs else all(math.isfinite(values[i][0]) for i in inputs),
             "modules": self._modules(peaks, outs, events, values),
-            "first_nonfinite_module": next((n for n in self.order if not all(
-                math.isfinite(values[i][0]) for i in peaks[n])), None),
+            **_forward_culprit(calls, values),
             "first_nonfinite_backward": _backward_culprit(events, values),
             **_param_fields(params, values, scale),
         }
@@ -348,7 +397,7 @@ class _Probe:
                 counts = [values[i] for i, _ in outs[name]]
                 total = sum(n for _, n in outs[name])
                 zero, lost = (sum(c[k] for c in counts) for k in range(2))
-                finite = all(math.isfinite(values[i][0]) for n, is_input, i in events if n == name and not is_input)
+                finite = all(math.isfinite(values[i][0]) for roles, i in events if (name, False) in roles)
                 grad = {"grad_lost": lost / total, "grad_finite": finite,
                         "grad_subnormal": (lost - zero) / (total - zero) if total > zero else 0.0}
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
@@ -363,16 +412,49 @@ def _lowest(dtypes: set[torch.dtype | None]) -> torch.dtype | None:
     return next((d for d in dtypes if d is not None), None)
 
 
-def _backward_culprit(events: list[tuple[str, bool, int]], values: list[list[float]]) -> str | None:
-    """The first module (backward order) whose input gradient is non-finite while every gradient that reached
-    its output so far was finite: its own backward made the inf/NaN."""
+def _ancestors(name: str) -> list[str]:
+    """The enclosing modules' names, innermost first: ``"a.b.c"`` → ``["a.b", "a", ""]``."""
+    parts = name.split(".") if name else []
+    return [".".join(parts[:k]) for k in range(len(parts) - 1, -1, -1)]
+
+
+def _forward_culprit(calls: list[tuple], values: list[list[float]]) -> dict[str, str | None]:
+    """Where a forward pass made its first inf/NaN. ``first_nonfinite_output``: the first module call (in
+    completion order) whose output holds one. If that call's inputs were finite, its own forward made it;
+    otherwise the inf/NaN was made between modules, in the code of an enclosing module's forward: the innermost
+    enclosing call whose inputs were finite (``first_nonfinite_module``)."""
+    bad = next((c for c in calls if not all(math.isfinite(values[i][0]) for i in c[4])), None)
+    if bad is None:
+        return {"first_nonfinite_module": None, "first_nonfinite_output": None}
+    by_number = {c[1]: c for c in calls}
+    call = bad
+    while call is not None and not all(math.isfinite(values[i][0]) for i in call[3]):
+        call = by_number.get(call[2])
+    return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
+
+
+def _backward_culprit(events: list[tuple[tuple[tuple[str, bool], ...], int]],
+                      values: list[list[float]]) -> str | None:
+    """Where the backward pass made its first inf/NaN (events in backward order, one per gradient tensor, with
+    the modules it is the output or the input gradient of): the first module whose input gradient is non-finite
+    while every gradient that reached its output so far was finite (its own backward made it); or, when a
+    module's *output* gradient is the first non-finite one, the code between modules made it: the innermost
+    enclosing module whose output gradient was finite."""
     out_seen: dict[str, bool] = {}
-    for name, is_input, i in events:
+    for roles, i in events:
         bad = not math.isfinite(values[i][0])
-        if not is_input:
-            out_seen[name] = out_seen.get(name, True) and not bad
-        elif bad and out_seen.get(name, False):
-            return name
+        if bad:
+            for name, is_input in roles:
+                if is_input and out_seen.get(name, False):
+                    return name
+            for name, is_input in roles:
+                if not is_input:
+                    enclosing = next((a for a in _ancestors(name) if out_seen.get(a, False)), None)
+                    if enclosing is not None:
+                        return enclosing
+        for name, is_input in roles:
+            if not is_input:
+                out_seen[name] = out_seen.get(name, True) and not bad
     return None
 
 
@@ -414,7 +496,8 @@ class AmpRecorder:
         scaler: the ``torch.amp.GradScaler``, if the loop uses one.
         scheduler: the learning-rate scheduler, if any: enables ``scheduler_on_skipped_step``.
         every: sample every ``every``-th step (0, every, 2·every, ...): the hooks are attached only for those
-            steps. The loss, scale, skipped flag and lr are recorded on every step.
+            steps, and for the step after one that was skipped or had a non-finite loss without being sampled.
+            The loss, scale, skipped flag and lr are recorded on every step.
 
     Call ``rec.step(loss)`` after ``scaler.update()`` (and before the next ``zero_grad``), once per
     optimizer step, also when the scaler skipped it. With an enabled scaler, each step reads
@@ -475,7 +558,11 @@ class AmpRecorder:
         return _float32(self.scaler.get_scale())
 
     def _open_probe(self) -> None:
-        if len(self._records) % self.every == 0:
+        """Sample the next step if it is on the schedule (0, every, 2·every, ...), or if the last step was
+        skipped or its loss non-finite and was not sampled itself: the next one shows where the inf/NaN starts."""
+        last = self._records[-1] if self._records else None
+        trouble = last is not None and not last.sampled and (last.skipped or not math.isfinite(last.loss))
+        if len(self._records) % self.every == 0 or trouble:
             self._probe = _Probe(self._modules, self._params, self.model)
 
     # --- recording ---
@@ -580,6 +667,14 @@ def _dtype_name(dtype: torch.dtype | None) -> str:
     return "no autocast (FP32)" if dtype is None else str(dtype).removeprefix("torch.") + " autocast"
 
 
+def _limit_name(limit: float) -> str:
+    """The dtype whose largest finite value ``limit`` is."""
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        if limit == float(torch.finfo(dtype).max):
+            return str(dtype).removeprefix("torch.")
+    return "its dtype"
+
+
 def _label(name: str) -> str:
     return name or "(model)"
 
@@ -591,9 +686,15 @@ def _module(record: StepRecord, name: str) -> ModuleStats | None:
 def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None) -> list[Finding]:
     sampled = [r for r in records if r.sampled]
     found: list[Finding] = []
+    applied_bad = _nonfinite_grad(records, sampled)
+    if applied_bad is not None:
+        found.append(applied_bad)
     for rule in (_nonfinite_input, _overflow, _nonfinite_loss, _not_stepped):
         finding = rule(records, sampled)
-        if finding is not None:
+        # after a non-finite gradient was applied the weights are inf/NaN: later forward overflows and losses
+        # only inherit it (nonfinite_grad says so)
+        if finding is not None and not (applied_bad is not None and finding.kind in ("overflow", "nonfinite_loss")
+                                        and finding.step > applied_bad.step):
             found.append(finding)
     if scaler is not None and scaler.is_enabled():
         found += _scale_findings(records, sampled, found)
@@ -627,16 +728,22 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     name = r.first_nonfinite_module
     module = _module(r, name)
     kind = f" ({module.kind})" if module else ""
+    output = r.first_nonfinite_output
+    if output is not None and output != name:
+        what = (f"the forward code of {_label(name)}{kind} itself, between its submodules, makes the first inf/NaN "
+                f"(step {r.step}: its inputs are finite, and the first submodule output that holds it, "
+                f"{_label(output)}'s, only received it)")
+    else:
+        what = (f"{_label(name)}{kind} is the first module whose output holds inf/NaN (step {r.step}; every later "
+                "module only inherits it)")
     if r.autocast_dtype == torch.float16:
-        fix = (f"it passed float16's largest value, {FP16_MAX:g}. Run it in FP32 (troubleshoot.FP32Island), train in "
-               "bf16, or keep its values smaller (normalise its inputs; in attention, F.scaled_dot_product_attention "
-               "and a mask of torch.finfo(dtype).min instead of -1e9).")
+        fix = (f"a value passed float16's largest value, {FP16_MAX:g}. Run it in FP32 (troubleshoot.FP32Island), "
+               "train in bf16, or keep its values smaller (normalise its inputs; in attention, "
+               "F.scaled_dot_product_attention and a mask of torch.finfo(dtype).min instead of -1e9).")
     else:
         fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence, not a precision limit: lower the learning "
                "rate, clip the gradients, check the data.")
-    return Finding("overflow", r.step, name,
-                   f"{_label(name)}{kind} is the first module whose output holds inf/NaN (step {r.step}; every later "
-                   f"module only inherits it): {fix}")
+    return Finding("overflow", r.step, name, f"{what}: {fix}")
 
 
 def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
@@ -655,70 +762,138 @@ def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
         return None
     n = sum(not math.isfinite(x.loss) for x in records)
     overflow = next((x for x in sampled if x.first_nonfinite_module is not None), None)
-    if overflow is not None:
+    bad_sampled = [x for x in sampled if not math.isfinite(x.loss)]
+    if not bad_sampled:
+        cause = (f"step {r.step} was not sampled, nor any other step with a non-finite loss{_every(records)}, so the "
+                 "recorder did not see where it starts: record with every=1, or run troubleshoot.find_nonfinite on "
+                 "that batch.")
+        if overflow is not None:
+            cause += f" A sampled step ({overflow.step}) overflowed in {_label(overflow.first_nonfinite_module)}."
+    elif overflow is not None:
         cause = (f"the forward pass overflowed first, in {_label(overflow.first_nonfinite_module)}: fix that "
                  "(see the overflow finding) and the loss follows.")
     else:
-        cause = ("no sampled module output was inf/NaN, so it comes from the loss computation: compute the loss in "
+        cause = ("no module output was inf/NaN on the sampled steps with a non-finite loss, so it comes from the "
+                 "loss computation: compute the loss in "
                  "FP32 (troubleshoot.fp32_loss, or outside autocast) and look for log(0) or a division by 0.")
+    unsampled = "" if r.sampled or not bad_sampled else (
+        f" (step {r.step} was not sampled{_every(records)}; step {bad_sampled[0].step} was)")
     return Finding("nonfinite_loss", r.step, "loss",
-                   f"the loss is {r.loss} at step {r.step} ({n} of {len(records)} steps non-finite): {cause}")
+                   f"the loss is {r.loss} at step {r.step} ({n} of {len(records)} steps non-finite){unsampled}: "
+                   f"{cause}")
+
+
+def _every(records: list[StepRecord]) -> str:
+    """The sampling interval, as read from the records (the steps between the first two scheduled samples)."""
+    steps = [r.step for r in records if r.sampled]
+    return f" (every={steps[1] - steps[0]})" if len(steps) > 1 else ""
+
+
+def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    """An optimizer step that ran with an inf/NaN gradient (no scaler, or a disabled one, to skip it)."""
+    r = next((r for r in sampled if r.stepped and r.grad_norm is not None and not math.isfinite(r.grad_norm)), None)
+    if r is None or r.first_nonfinite_grad is None:
+        return None
+    if r.first_nonfinite_module is not None:
+        source = (f"the forward pass made it first, in {_label(r.first_nonfinite_module)} (see the overflow "
+                  "finding)")
+    elif r.first_nonfinite_backward is not None:
+        source = (f"the forward pass was finite: the backward of {_label(r.first_nonfinite_backward)}'s own code made "
+                  "it — a sqrt, log or division at 0 there (sqrt(x) at x = 0 has an infinite gradient; add a safe "
+                  "eps, clamp the input, or mask before the op)")
+    else:
+        source = ("the forward pass was finite, so the backward pass made it — look for a sqrt, log or division "
+                  "at 0 in the forward code (their gradients are infinite there)")
+    return Finding("nonfinite_grad", r.step, r.first_nonfinite_grad,
+                   f"optimizer.step() ran with an inf/NaN gradient at step {r.step} (first: parameter "
+                   f"{r.first_nonfinite_grad}); {source}. With no GradScaler to skip that step, the weights are now "
+                   "inf/NaN and every later forward pass and loss inherits it. Skip such steps (check "
+                   "torch.isfinite on the grad norm before optimizer.step()) after fixing the op.")
 
 
 def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding],
                   collapse: bool) -> tuple[str, str]:
     """Where the skipped steps' inf/NaN comes from, and what to do: (where, one or two sentences). ``collapse``:
-    every recent step was skipped, down to a small scale (else: skips that keep coming back)."""
+    every recent step was skipped, down to a small scale (else: skips that keep coming back). Skips that began
+    before the first forward overflow are explained by what those earlier steps show (the overflow came later)."""
     kinds = {f.kind: f for f in found}
-    if "overflow" in kinds:
-        where = kinds["overflow"].where
+    overflow = kinds.get("overflow")
+    first_skip = next((r.step for r in records if r.skipped), None)
+    later = ""
+    if overflow is not None and (first_skip is None or first_skip >= overflow.step):
+        where = overflow.where
         return where, (f"the forward pass overflows in {_label(where)}, and no loss scale can fix a forward "
                        "overflow: fix that module (see the overflow finding).")
-    if "nonfinite_loss" in kinds:
-        return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)."
+    if overflow is not None:
+        later = (f" (The forward overflow in {_label(overflow.where)} from step {overflow.step} on came later: "
+                 "see the overflow finding.)")
+        sampled = [r for r in sampled if r.step < overflow.step]
+    if "nonfinite_loss" in kinds and (overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
+        return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
     skipped = [r for r in sampled if r.skipped]
     r = skipped[-1] if skipped else None
     if r is not None and r.first_nonfinite_backward is not None:
         name = r.first_nonfinite_backward
         if not collapse:
             return name, (f"the backward pass of {_label(name)} overflows float16 at scale {r.scale_before:g} "
-                          f"(scale × gradient > {FP16_MAX:g}): its gradients spike; run it in FP32 (FP32Island).")
+                          f"(scale × gradient > {FP16_MAX:g}): its gradients spike; run it in FP32 (FP32Island)."
+                          + later)
         tiny = float(torch.finfo(torch.float16).smallest_normal)
-        return name, (f"the backward pass of {_label(name)} turns finite gradients into inf/NaN even at scale "
-                      f"{r.scale_before:g}: an fp16-unsafe constant (eps=1e-8 is 0 in float16 — use eps >= {tiny:.2g}, "
-                      "its smallest normal) or a sqrt/log/division at 0 there; or run it in FP32 (FP32Island).")
-    root = _module(r, "") if r is not None else None
-    if root is not None and root.grad_finite is False:
+        return name, (f"the backward pass of {_label(name)}'s own code (not of a submodule) turns finite gradients "
+                      f"into inf/NaN even at scale {r.scale_before:g}: an fp16-unsafe constant (eps=1e-8 is 0 in "
+                      f"float16 — use eps >= {tiny:.2g}, its smallest normal) or a sqrt/log/division at 0 there; or "
+                      "run it in FP32 (FP32Island)." + later)
+    root = next((x for x in skipped if (_module(x, "") or ModuleStats("", "", 0.0, 1.0)).grad_finite is False), None)
+    if root is not None:
         return "loss", ("the gradient is inf already where it enters the model: the loss is too large for float16 "
-                        "(a sum instead of a mean, unnormalised targets) — average it or normalise the targets.")
+                        "(a sum instead of a mean, unnormalised targets) — average it or normalise the targets."
+                        + later)
     if r is not None and r.first_nonfinite_grad is not None:
         name = r.first_nonfinite_grad
         if not collapse:
             return name, (f"the gradient of {name} overflows float16 at scale {r.scale_before:g} (scale × gradient > "
-                          f"{FP16_MAX:g}): the gradients spike.")
-        return name, f"the first non-finite gradient is that of {name}, even at scale {r.scale_before:g}."
+                          f"{FP16_MAX:g}): the gradients spike." + later)
+        return name, f"the first non-finite gradient is that of {name}, even at scale {r.scale_before:g}." + later
     return "scaler", ("no sampled step saw where the inf/NaN starts: record with every=1, or run "
-                      "troubleshoot.find_nonfinite on a failing batch.")
+                      "troubleshoot.find_nonfinite on a failing batch." + later)
 
 
 def _scale_findings(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> list[Finding]:
+    """diagnose_scale's verdict on the scale history, fed as the recorder reads it: ``unstable`` counts as
+    frequent_skips only with at least :data:`MIN_FREQUENT_SKIPS` skips after the first applied step (one or two
+    in a short run are the scale still settling), and a run is never passed as healthy when no step was applied
+    or the last :data:`TRAILING_SKIPS` steps or more were skipped (too short for diagnose_scale's window)."""
     scales = [records[0].scale_before] + [r.scale_after for r in records]
     if any(s is None for s in scales) or scales[0] <= 0:
         return []
     diagnosis = diagnose_scale(scales, window=COLLAPSE_WINDOW, max_skip_fraction=MAX_SKIP_FRACTION)
     final = diagnosis.final_scale
-    if diagnosis.status == "collapsing" or final < 1:
+    n = diagnosis.steps
+    if diagnosis.status == "collapsing" or final < 1 or diagnosis.warmup_skips == n:
         where, cause = _likely_cause(records, sampled, found, collapse=True)
-        start = diagnosis.steps - diagnosis.trailing_skips if diagnosis.trailing_skips else records[-1].step
-        what = diagnosis.reason.split(". ")[0] if diagnosis.status == "collapsing" else (
-            f"the scale fell below 1 ({diagnosis.first_scale:g} → {final:g}): the gradients are scaled down")
+        start = n - diagnosis.trailing_skips if diagnosis.trailing_skips else records[-1].step
+        if diagnosis.status == "collapsing":
+            what = diagnosis.reason.split(". ")[0]
+        elif final < 1:
+            what = f"the scale fell below 1 ({diagnosis.first_scale:g} → {final:g}): the gradients are scaled down"
+        else:
+            what = (f"every one of the {n} steps was skipped ({diagnosis.first_scale:g} → {final:g}): no step has "
+                    f"updated the model yet (too few steps to tell a scale still backing off from a large "
+                    f"init_scale from a collapse: diagnose_scale needs {COLLAPSE_WINDOW} skips in a row)")
         return [Finding("scale_collapse", start, where, f"{what}. Likely cause: {cause}")]
-    if diagnosis.status == "unstable":
+    after = [s for s in diagnosis.skipped_steps if s >= diagnosis.warmup_skips]
+    if diagnosis.status == "unstable" and len(after) >= MIN_FREQUENT_SKIPS:
         where, cause = _likely_cause(records, sampled, found, collapse=False)
-        after = [s for s in diagnosis.skipped_steps if s >= diagnosis.warmup_skips]
-        return [Finding("frequent_skips", after[0] if after else 0, where,
+        return [Finding("frequent_skips", after[0], where,
                         f"{diagnosis.reason} Likely cause: {cause} Or a loss spike / too-large learning rate: lower it "
                         "or clip the gradients (after scaler.unscale_).")]
+    if diagnosis.trailing_skips >= TRAILING_SKIPS:
+        where, cause = _likely_cause(records, sampled, found, collapse=False)
+        start = n - diagnosis.trailing_skips
+        return [Finding("frequent_skips", start, where,
+                        f"the last {diagnosis.trailing_skips} steps (from step {start} on) were all skipped "
+                        f"({diagnosis.first_scale:g} → {final:g}): no step updates the model now; if it goes on for "
+                        f"{COLLAPSE_WINDOW} steps it is a collapse. Likely cause: {cause}")]
     return []
 
 
@@ -779,7 +954,7 @@ def _low_headroom(records: list[StepRecord], sampled: list[StepRecord]) -> Findi
             others = ", ".join(_label(x.name) for x in low[1:4]) + (", ..." if len(low) > 4 else "")
             return Finding("low_headroom", r.step, m.name,
                            f"{_label(m.name)} ({m.kind}) peaks at {m.peak:.4g}, {m.headroom_bits:.1f} bits below the "
-                           f"largest value {m.limit:g} of {_dtype_name(r.autocast_dtype)} (less than "
+                           f"largest value {m.limit:g} of {_limit_name(m.limit)} (less than "
                            f"{LOW_HEADROOM_BITS:g}): a little growth overflows it. Normalise what feeds it, run it in "
                            "FP32 (FP32Island) or train in bf16."
                            + (f" Also near the limit: {others}." if others else ""))
@@ -802,15 +977,44 @@ def _scheduler_on_skipped(records: list[StepRecord], epoch0: int | None) -> Find
                    "scaler.get_scale() >= scale.")
 
 
+def _skip_phases(records: list[StepRecord]) -> tuple[int, int, int]:
+    """(settling, after growth, other) skipped steps: settling = before the first applied step (the scale
+    backing off from its init_scale); after growth = a skip at a scale above every scale an earlier applied
+    step ran at (GradScaler grew it and backed off at the next overflow: normal); other = the rest."""
+    settling = growth = other = 0
+    applied: list[float] = []
+    for r in records:
+        if not r.skipped:
+            if r.scale_before is not None:
+                applied.append(r.scale_before)
+            continue
+        if not applied:
+            settling += 1
+        elif r.scale_before is not None and r.scale_before > max(applied):
+            growth += 1
+        else:
+            other += 1
+    return settling, growth, other
+
+
 def _healthy(records: list[StepRecord], sampled: list[StepRecord]) -> Finding:
     skipped = sum(r.skipped for r in records)
     modules = [m for m in (sampled[-1].modules if sampled else ()) if m.finite]
     closest = min(modules, key=lambda m: m.headroom_bits, default=None)
     headroom = (f"; the module nearest to overflow is {_label(closest.name)}, {closest.headroom_bits:.1f} bits below "
-                f"its dtype's max" if closest is not None and math.isfinite(closest.headroom_bits) else "")
+                f"its output's limit" if closest is not None and math.isfinite(closest.headroom_bits) else "")
+    if skipped:
+        settling, growth, other = _skip_phases(records)
+        parts = [f"{settling} while the scale settled (before the first applied step)" if settling else "",
+                 f"{growth} back-off{'s' if growth != 1 else ''} after the scale grew (normal: GradScaler grows the "
+                 "scale every growth_interval steps and halves it at the next overflow)" if growth else "",
+                 f"{other} more (fewer than {MIN_FREQUENT_SKIPS} after the first applied step, or at most "
+                 f"{MAX_SKIP_FRACTION:.0%} of them)" if other else ""]
+        skips = f"{skipped} skipped: " + ", ".join(p for p in parts if p)
+    else:
+        skips = "0 skipped"
     return Finding("healthy", records[-1].step, "",
-                   f"{len(records)} steps ({len(sampled)} sampled), {skipped} skipped (only while the scale settled, "
-                   f"if any){headroom}: nothing to fix.")
+                   f"{len(records)} steps ({len(sampled)} sampled), {skips}{headroom}: nothing to fix.")
 
 
 # --- Report and figure -------------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """What ``ampcourse.recorder.AmpRecorder`` costs per training step, at ``every=1`` and ``every=10``.
 
 A small decoder-only transformer of its own (token + position embeddings, causal self-attention, LayerNorm,
-MLP; about 0.4 M parameters, the size of lesson 11's model) trains on random tokens: bf16 autocast on a CPU,
-fp16 autocast + GradScaler on CUDA (``--dtype`` to choose). The same loop runs without a recorder and with one,
-in interleaved blocks (so that a change of machine load hits every variant alike); each variant's time per step
-is the median over blocks of (block time / steps), and a block is a multiple of 10 steps, so ``every=10``
-pays for its sampled steps. Prints step times and the overhead in %; the target is at most 5 % at every=10.
+MLP; about 0.4 M parameters, the size of lesson 11's model) trains on random tokens: fp16 autocast + GradScaler
+by default on CPU and CUDA (the case the 5 % claim is about: the recorder reads the scale every step; ``--dtype
+bf16`` runs bf16 without a scaler). The same loop runs without a recorder and with one, in interleaved blocks (so
+that a change of machine load hits every variant alike); each variant's time per step is the median over blocks
+of (block time / steps), and a block is a multiple of 10 steps, so ``every=10`` pays for its sampled steps. The
+verdict on the 5 % target at every=10 uses the per-block ratios (every=10 / no recorder, from the same round):
+True only if the highest is within 5 %, False only if the lowest is above it, else not resolved.
 
-    python benchmarks/recorder_overhead.py            # CPU: 95 steps, a few seconds each on a busy 2-core machine
+    python benchmarks/recorder_overhead.py            # CPU: 7 rounds of 3 blocks of 10 steps
     python benchmarks/recorder_overhead.py --device cuda
 
 Not a timed test: a measurement, noisy on a busy machine (the numbers print with the block spread).
@@ -93,14 +95,15 @@ def block_time(device: str, step, rec: AmpRecorder | None, steps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--dtype", default=None, choices=["bf16", "fp16"])
-    parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--dtype", default="fp16", choices=["bf16", "fp16"])
+    parser.add_argument("--blocks", type=int, default=7, help="rounds of interleaved blocks (>= 3)")
     parser.add_argument("--steps", type=int, default=10, help="steps per block (a multiple of 10)")
     args = parser.parse_args()
+    if args.blocks < 3:
+        parser.error("--blocks must be >= 3: the verdict needs a spread of per-block ratios")
     if args.steps % 10:
         parser.error("--steps must be a multiple of 10, so every=10 samples the same share in each block")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype) or (
-        torch.float16 if args.device == "cuda" else torch.bfloat16)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype or "fp16"]
     model, optimizer, scaler, step = make_run(args.device, dtype)
     print(f"TinyGPT: {sum(p.numel() for p in model.parameters()):,} parameters, batch {BATCH}×{SEQ}, "
           f"{str(dtype).removeprefix('torch.')} autocast on {args.device}, {torch.get_num_threads()} CPU threads")
@@ -121,18 +124,21 @@ def main() -> None:
         spreads[name] = (max(values) - min(values)) / 2 / median if median else math.nan
         overhead = "" if name == "no recorder" else f"  overhead {100 * (median / base - 1):+.1f} %"
         print(f"{name:12s} {1000 * median:8.2f} ms/step  (blocks spread ±{100 * spreads[name]:.0f} %){overhead}")
-    measured = statistics.median(times["every=10"]) / base - 1
-    noise = max(spreads["no recorder"], spreads["every=10"])
-    # A sampled step costs what every=1 adds per step; every=10 pays it once in 10 steps (the other steps only
-    # read the scale and count optimizer steps).
-    estimate = (statistics.median(times["every=1"]) / base - 1) / 10
-    if abs(measured) > noise:
-        print(f"every=10 within the 5 % target (measured): {measured <= 0.05}")
+    ratios = sorted(t10 / t0 - 1 for t10, t0 in zip(times["every=10"], times["no recorder"], strict=True))
+    low, high = ratios[0], ratios[-1]
+    print(f"every=10 overhead per block (same round): {100 * low:+.1f} % to {100 * high:+.1f} % "
+          f"(median {100 * statistics.median(ratios):+.1f} %, {len(ratios)} blocks)")
+    if high <= 0.05:
+        print("every=10 within the 5 % target: True (in every block)")
+    elif low > 0.05:
+        print("every=10 within the 5 % target: False (in every block)")
     else:
-        print(f"every=10: the measured {100 * measured:+.1f} % is within the block-to-block noise "
-              f"(±{100 * noise:.0f} %): not resolved on this machine now")
-    print(f"every=10 from every=1's cost per sampled step: about {100 * estimate:+.1f} %; within the 5 % target: "
-          f"{estimate <= 0.05}")
+        print("every=10 against the 5 % target: not resolved on this machine now (the blocks straddle 5 %)")
+    # A sampled step costs what every=1 adds per step; every=10 pays it once in 10 steps. The other 9 steps'
+    # own cost (reading the scale, the step hook, opening the probe) is left out: a lower bound, no verdict.
+    estimate = (statistics.median(times["every=1"]) / base - 1) / 10
+    print(f"every=10 from every=1's cost per sampled step: at least {100 * estimate:+.1f} % (a lower bound: the "
+          "unsampled steps' own cost is not in it)")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ run gives exactly [healthy], sampling, hooks removed, bad input. Tiny models, a 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections import OrderedDict
@@ -488,3 +489,273 @@ def test_under_ddp_each_rank_records_with_ddp_s_module_prefix(tmp_path):
         dist.destroy_process_group()
     assert finding(rec, "overflow").where == "module.block.up"
     assert "module.embed.weight" in rec.records[0].param_grad_lost
+
+
+# --- The review's reproductions (reports/recorder-review.md: E1-E7, M1-M3, W1-W3) ---------------------------
+
+class Attn(nn.Module):
+    """Scores scaled after q @ kᵀ in its own forward code, between its submodules qkv and o."""
+
+    def __init__(self, d: int = 16, scale: float = 1.0) -> None:
+        super().__init__()
+        self.qkv, self.o, self.scale = nn.Linear(d, 3 * d), nn.Linear(d, d), scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return self.o(((q @ k.transpose(-1, -2)) * self.scale).softmax(-1) @ v)
+
+
+class Net(nn.Module):
+    def __init__(self, d: int = 16, scale: float = 1.0) -> None:
+        super().__init__()
+        self.emb, self.attn, self.head = nn.Linear(8, d), Attn(d, scale), nn.Linear(d, 1)
+
+    def forward(self, x: torch.Tensor, blow: bool = False) -> torch.Tensor:
+        return self.head(self.attn(self.emb(x) * (1e4 if blow else 1.0)))
+
+
+def loop(model: nn.Module, steps: int, dtype: torch.dtype | None = torch.float16, *, scaler: bool = True,
+         every: int = 1, lr: float = 1e-2, x_fn=None, loss_fn=None, blow=None, init_scale: float = 2.0**16,
+         growth_interval: int = 2000, seed: int = 0) -> AmpRecorder:
+    """The review's harness loop: fresh random batches of shape (4, 5, 8) (or ``x_fn(i)``), mean-square loss."""
+    torch.manual_seed(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    grad_scaler = (torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+                   if scaler else None)
+    rec = AmpRecorder(model, optimizer, grad_scaler, every=every)
+    for i in range(steps):
+        x = x_fn(i) if x_fn else torch.randn(4, 5, 8)
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+            out = model(x, blow=blow(i)) if blow else model(x)
+            loss = loss_fn(out) if loss_fn else out.float().pow(2).mean()
+        if grad_scaler is not None:
+            grad_scaler.scale(loss).backward()
+            grad_scaler.step(optimizer)
+            grad_scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        rec.step(loss)
+    rec.detach()
+    return rec
+
+
+def test_e1_an_overflow_made_in_a_module_s_own_code_between_submodules_names_that_module():
+    torch.manual_seed(0)
+    model = Net(scale=1e4)
+    with torch.no_grad():
+        model.emb.weight.mul_(30)
+    rec = loop(model, 3)
+    f = finding(rec, "overflow")
+    assert (f.step, f.where) == (0, "attn")  # not attn.o, which only received the inf/NaN
+    assert rec.records[0].first_nonfinite_output == "attn.o"
+    assert "between its submodules" in f.message
+
+
+class EpsNet(nn.Module):
+    """x / (amax + eps) with eps = 1e-8 cast to float16 (0): 0/0 = NaN in the model's own forward code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        h = h - h
+        return self.b(h / (h.abs().amax(-1, keepdim=True) + torch.tensor(1e-8, dtype=h.dtype)))
+
+
+def test_e1_a_nan_made_in_the_root_s_forward_code_is_blamed_on_the_model_itself():
+    rec = loop(EpsNet(), 2)
+    assert finding(rec, "overflow").where == ""
+    assert rec.records[0].first_nonfinite_output == "b"
+
+
+@dataclasses.dataclass
+class Out:
+    logits: torch.Tensor
+    aux: int
+
+
+class DCInner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> Out:
+        return Out(self.a(x) * 1e5, 0)
+
+
+class Wrap(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.c = DCInner(), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(self.inner(x).logits)
+
+
+def test_e2_a_dataclass_output_is_walked_and_its_inf_is_found_where_it_is_made():
+    rec = loop(Wrap(), 2, x_fn=lambda i: torch.randn(4, 8))
+    assert finding(rec, "overflow").where == "inner"
+    assert rec.records[0].headroom_bits["inner"] == -math.inf
+
+
+class SqrtNet(nn.Module):
+    """sqrt(h * h) at h = 0 in the model's own code: forward finite, backward 0 · inf = NaN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x) * 0
+        return self.b(torch.sqrt(h * h))
+
+
+def test_e3_a_short_run_where_every_step_is_skipped_is_not_healthy_and_blames_the_parent_s_code():
+    rec = loop(SqrtNet(), 6, lr=1e-3)
+    assert all(r.skipped for r in rec.records)
+    f = finding(rec, "scale_collapse")
+    assert (f.step, f.where) == (0, "")  # the root's own code (sqrt between a and b), not a.weight
+    assert "healthy" not in kinds(rec)
+    assert rec.records[0].first_nonfinite_backward == ""
+    assert "overflow" not in kinds(rec)
+
+
+def test_e3_the_last_three_steps_skipped_after_applied_ones_is_not_healthy():
+    rec = loop(Net(), 6, blow=lambda i: i >= 3)  # overflow only from step 3 on
+    assert [r.skipped for r in rec.records] == [False] * 3 + [True] * 3
+    assert "healthy" not in kinds(rec)
+    assert finding(rec, "frequent_skips").step == 3
+
+
+def test_e4_a_nan_gradient_applied_without_a_scaler_is_nonfinite_grad_at_that_step_and_parameter():
+    rec = loop(SqrtNet(), 3, torch.bfloat16, scaler=False, lr=1e-3)
+    f = finding(rec, "nonfinite_grad")
+    assert (f.step, f.where) == (0, "a.weight")
+    assert "sqrt" in f.message and "(model)" in f.message
+    assert "overflow" not in kinds(rec)  # the later NaN forward passes only inherit the NaN weights
+
+
+def test_e5_with_every_n_the_step_after_an_unsampled_nonfinite_one_is_sampled_and_names_the_module():
+    rec = loop(Net(), 20, every=10, lr=1e-3, blow=lambda i: 13 <= i <= 15)
+    assert [r.step for r in rec.records if r.sampled] == [0, 10, 14, 16]  # 14: after 13; 16: after 15
+    loss = finding(rec, "nonfinite_loss")
+    assert loss.step == 13 and "not sampled" in loss.message
+    assert "loss computation" not in loss.message
+    assert (finding(rec, "overflow").step, finding(rec, "overflow").where) == (14, "attn")
+
+
+def test_e5_a_nonfinite_loss_never_sampled_says_so_instead_of_blaming_the_loss_computation():
+    rec = loop(Net(), 2, every=10, blow=lambda i: i == 1)
+    loss = finding(rec, "nonfinite_loss")
+    assert loss.step == 1 and "not sampled" in loss.message and "loss computation" not in loss.message
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.mid, self.out = nn.Embedding(20, 16), nn.Linear(16, 16), nn.Linear(16, 20, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return self.out(self.mid(self.emb(t)))
+
+
+def test_e6_two_skips_while_the_scale_settles_in_a_short_run_are_healthy():
+    torch.manual_seed(0)
+    model = Tied()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(8):
+            optimizer.zero_grad()
+            t = torch.randint(0, 20, (4, 6))
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = nn.functional.cross_entropy(model(t).float().flatten(0, 1), t.flatten())
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            rec.step(loss)
+    assert [r.step for r in rec.records if r.skipped] == [0, 2]  # diagnose_scale alone: 1 of 7 > 10 %: unstable
+    assert kinds(rec) == ["healthy"]
+    assert "1 while the scale settled" in finding(rec, "healthy").message
+
+
+def test_e7_an_fp32_island_s_float32_output_is_measured_against_float32_s_max():
+    from ampcourse.troubleshoot import FP32Island
+
+    class Isl(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.ln, self.b = nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 1)
+            self.big = FP32Island(nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 16)))
+            with torch.no_grad():
+                self.big.module[0].weight.mul_(3e3)
+                self.big.module[1].weight.mul_(3e2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.ln(self.big(self.a(x))))
+
+    rec = loop(Isl(), 4, lr=1e-4, x_fn=lambda i: torch.randn(4, 8))
+    big = next(m for m in rec.records[0].modules if m.name == "big")
+    assert big.peak > 65504 and big.limit == float(torch.finfo(torch.float32).max)
+    assert "low_headroom" not in kinds(rec) and "frequent_skips" not in kinds(rec)
+
+
+def test_m1_no_recorder_gradient_hook_runs_in_a_backward_after_detach(monkeypatch):
+    model = Net()
+    rec = AmpRecorder(model, torch.optim.SGD(model.parameters(), lr=1e-2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(torch.randn(4, 5, 8)).float().mean()
+    rec.detach()  # the graph still holds the tensor hooks of this pending backward
+    calls = []
+    norm = torch.linalg.vector_norm
+    monkeypatch.setattr(torch.linalg, "vector_norm", lambda *a, **k: calls.append(1) or norm(*a, **k))
+    loss.backward()
+    assert calls == []
+
+
+def test_m1_the_counting_spy_does_count_the_hooks_of_an_attached_recorder(monkeypatch):
+    model = Net()
+    rec = AmpRecorder(model, torch.optim.SGD(model.parameters(), lr=1e-2))
+    loss = model(torch.randn(4, 5, 8)).mean()
+    calls = []
+    norm = torch.linalg.vector_norm
+    monkeypatch.setattr(torch.linalg, "vector_norm", lambda *a, **k: calls.append(1) or norm(*a, **k))
+    loss.backward()
+    rec.detach()
+    assert len(calls) > 0
+
+
+def test_m2_a_too_large_loss_is_blamed_even_when_a_forward_overflow_follows_later():
+    rec = loop(Net(), 40, loss_fn=lambda o: o.float().pow(2).mean() * 1e8, every=2)
+    overflow = finding(rec, "overflow")
+    assert rec.records[0].skipped and overflow.step > 0  # skips began before the first forward overflow
+    f = finding(rec, "scale_collapse")
+    assert f.where == "loss" and "too large" in f.message and "came later" in f.message
+
+
+def test_m3_the_healthy_message_tells_settling_skips_from_back_offs_after_growth():
+    torch.manual_seed(1)
+    rec = loop(Net(), 120, every=20, lr=1e-3, init_scale=2.0**18, growth_interval=25, seed=1)
+    skipped = [r for r in rec.records if r.skipped]
+    assert kinds(rec) == ["healthy"] and skipped
+    message = finding(rec, "healthy").message
+    assert "after the scale grew" in message
+    assert "while the scale settled" not in message or rec.records[0].skipped
+
+
+def test_w_the_first_nonfinite_gradient_is_the_first_in_backward_order():
+    rec = train(classifier(gain=1e5), torch.float16, steps=1)
+    assert rec.records[0].first_nonfinite_grad == "head.weight"
+
+
+def test_w_every_kind_in_kinds_is_produced_by_a_test_of_this_file():
+    import pathlib
+
+    source = pathlib.Path(__file__).read_text()
+    for kind in KINDS:
+        assert f'"{kind}"' in source.split("def test_w_every_kind")[0], f"no test asserts the kind {kind}"
