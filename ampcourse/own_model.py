@@ -593,6 +593,7 @@ WHAT_TO_DO: dict[str, str] = {
     "overflow": "fix that module: SDPA for attention, bf16, or that module in FP32 (troubleshoot.FP32Island)",
     "nonfinite_input": "fix the data: a batch holds inf/NaN before the model runs",
     "nonfinite_loss": "fix the overflow it names, or compute the loss in FP32",
+    "nonfinite_grad": "an inf/NaN gradient was applied (no scaler skips it): find where it starts, clip or fix it",
     "scale_collapse": "read its likely cause: a forward overflow, a loss too large for fp16, an unsafe constant",
     "frequent_skips": "lower the learning rate or clip (after unscale_); look for activations near 65504",
     "underflow": "let the scale grow (init_scale, growth_interval), normalise the loss or inputs, or use bf16",
