@@ -18,7 +18,8 @@ read) each start from a copy of a trained model and fine-tune it for a few steps
 run                what is wrong                                what the recorder reports     the fix
 =================  ===========================================  ============================  =================
 attention          fp16 scores ``q @ kᵀ`` scaled *after* the    ``overflow`` at               ``attention="sdpa"``
-                   product, with grown queries and keys         ``blocks.0.attn``
+                   product, with grown queries and keys         ``blocks.0.attn``             (scaling q first
+                   (largest ``q · k`` 16 × 65504)                                             is not enough)
 unsafe_constant    a leftover static loss scale ``loss × 2²⁴``  ``scale_collapse``            drop the constant
                    under a GradScaler
 bf16_checkpoint    weights that are fine in bf16, fine-tuned    ``overflow`` at               fine-tune in bf16
@@ -55,7 +56,8 @@ __all__ = [
     "ALPHABET", "ATTENTIONS", "BROKEN_RUNS", "LESSON", "TINY", "Attention", "BrokenRun", "Corpus", "GPTConfig",
     "Run", "STATIC_LOSS_SCALE", "TinyGPT", "batches", "corpus", "decode", "encode", "grow_attention_logits",
     "grow_mlp_output", "largest_score", "lesson_text", "peak_output", "pretrain", "run_attention",
-    "run_bf16_checkpoint", "run_scheduler", "run_unsafe_constant", "WHAT_TO_DO", "train_steps",
+    "run_bf16_checkpoint", "run_scheduler", "run_unsafe_constant", "WHAT_TO_DO", "train_steps", "ATTENTION_GROWTH",
+    "reports",
     "train_steps_scheduler_every_step", "train_steps_static_scale", "clean", "Size", "LESSON_SIZE", "TINY_SIZE",
     "SKIP_SCALE", "FP16_MAX",
 ]
@@ -444,7 +446,12 @@ def peak_output(model: TinyGPT, ids: torch.Tensor, name: str) -> float:
     return found[0]
 
 
-def grow_attention_logits(model: TinyGPT, ids: torch.Tensor, factor: float = 4.0, block: int = 0,
+ATTENTION_GROWTH = 16.0
+"""The attention run's largest ``q · k``, in units of 65504: 16, so that even scaling q by 1/√d = 1/4 first
+leaves scores of 4 × 65504 (the scale-first variant overflows too; SDPA is the fix)."""
+
+
+def grow_attention_logits(model: TinyGPT, ids: torch.Tensor, factor: float = ATTENTION_GROWTH, block: int = 0,
                           head: int = 0) -> float:
     """Multiply the query and key rows of one head of ``blocks[block].qkv`` by one gain, chosen so that that
     head's largest ``q · k`` on ``ids`` becomes ``factor × 65504`` (as attention logits grow in some heads of large
@@ -491,7 +498,7 @@ class BrokenRun:
 BROKEN_RUNS: dict[str, BrokenRun] = {row.name: row for row in (
     BrokenRun("attention", "fp16 attention scores computed as q @ kᵀ and scaled after the product, in a model "
               "with one head whose queries and keys have grown", "overflow", "blocks.0.attn",
-              "scale q before the product or use F.scaled_dot_product_attention"),
+              "use F.scaled_dot_product_attention: scaling q before the product buys only a factor √d"),
     BrokenRun("unsafe_constant", "a static loss scale of 2**24 left in the loss under a GradScaler",
               "scale_collapse", None, "remove the constant: the GradScaler does the scaling"),
     BrokenRun("bf16_checkpoint", "a checkpoint whose MLP output fits bf16 but passes 65504, fine-tuned in fp16",
@@ -500,6 +507,13 @@ BROKEN_RUNS: dict[str, BrokenRun] = {row.name: row for row in (
     BrokenRun("scheduler", "scheduler.step() called on every iteration, skipped steps included",
               "scheduler_on_skipped_step", None, "step the scheduler only when the optimizer step was applied"),
 )}
+
+
+def reports(run: Run, name: str) -> bool:
+    """Whether ``run``'s recorder reports what :data:`BROKEN_RUNS` says of the run ``name``: its ``kind``, at its
+    ``where`` when the row names one."""
+    row = BROKEN_RUNS[name]
+    return any(f.kind == row.kind and (row.where is None or f.where == row.where) for f in run.findings())
 
 
 def _finetune_objects(base: TinyGPT, size: Size, device, *, init_scale: float = 2.0**16):
@@ -532,7 +546,7 @@ def run_unsafe_constant(recorder_factory, base: TinyGPT, *, fixed: bool = False,
     device = as_device("device", device)
     model, optimizer, scaler = _finetune_objects(base, size, device)
     recorder = recorder_factory(model, optimizer, scaler)
-    data = _data(model, size, device, steps=size.collapse_steps)
+    data = _data(model, size, device, steps=None if fixed else size.collapse_steps)  # the fix: no collapse to wait for
     if fixed:
         return train_steps(model, optimizer, data, dtype=torch.float16, scaler=scaler, recorder=recorder)
     return train_steps_static_scale(model, optimizer, data, dtype=torch.float16, scaler=scaler, recorder=recorder)
@@ -579,7 +593,7 @@ WHAT_TO_DO: dict[str, str] = {
     "overflow": "fix that module: SDPA for attention, bf16, or that module in FP32 (troubleshoot.FP32Island)",
     "nonfinite_input": "fix the data: a batch holds inf/NaN before the model runs",
     "nonfinite_loss": "fix the overflow it names, or compute the loss in FP32",
-    "nonfinite_grad": "fix the sqrt/log/division at 0 it names; skip steps whose gradient is inf/NaN",
+    "nonfinite_grad": "an inf/NaN gradient was applied (no scaler skips it): find where it starts, clip or fix it",
     "scale_collapse": "read its likely cause: a forward overflow, a loss too large for fp16, an unsafe constant",
     "frequent_skips": "lower the learning rate or clip (after unscale_); look for activations near 65504",
     "underflow": "let the scale grow (init_scale, growth_interval), normalise the loss or inputs, or use bf16",

@@ -846,8 +846,9 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
     root = next((x for x in skipped if (_module(x, "") or ModuleStats("", "", 0.0, 1.0)).grad_finite is False), None)
     if root is not None:
         return "loss", ("the gradient is inf already where it enters the model: the loss is too large for float16 "
-                        "(a sum instead of a mean, unnormalised targets) — average it or normalise the targets."
-                        + later)
+                        "— a constant multiplying it (a leftover static loss scale such as loss * 2**24: drop it, "
+                        "the GradScaler scales), a sum instead of a mean, or unnormalised targets (average it or "
+                        "normalise them)." + later)
     if r is not None and r.first_nonfinite_grad is not None:
         name = r.first_nonfinite_grad
         if not collapse:

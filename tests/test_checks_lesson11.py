@@ -113,6 +113,47 @@ def applied_by_hook(scaler, optimizer, loss):
     return bool(ran)
 
 
+def applied_getattr_private(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    before = float(getattr(scaler, "_scale")) if scaler.is_enabled() else 1.0  # noqa: B009
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= before
+
+
+def applied_vars_private(scaler, optimizer, loss):
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    states = vars(scaler)["_per_optimizer_states"][id(optimizer)]
+    found = sum(v.item() for v in states["found_inf_per_device"].values())
+    scaler.update()
+    return found == 0
+
+
+def applied_loss_finite(scaler, optimizer, loss):
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return bool(torch.isfinite(loss))
+
+
+def applied_always(scaler, optimizer, loss):
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return True
+
+
+def applied_with_a_comment_on_the_private_scale(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()  # public: reads scaler._scale for me, which I must not touch
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= before
+
+
 def applied_not_smaller(scaler, optimizer, loss):
     scaled = scaler.scale(loss)
     before = scaler.get_scale()
@@ -155,6 +196,14 @@ def plan_everything(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", list(peaks))
 
 
+def plan_short_bf16(peaks, bf16):
+    return ("bf16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= LIMIT / 4])
+
+
+def plan_short_fp16(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("fp16", [n for n, p in peaks.items() if not p <= LIMIT / 4])
+
+
 def plan_with_log2(peaks, bf16):
     if bf16:
         return torch.bfloat16, []
@@ -181,9 +230,11 @@ WRONG = {
                                  "name the exact module"),
         "A: a larger scale for an overflow": (_with("A", ("overflow", "encoder.layers.5.ffn.wo", "larger_scale")),
                                               "does not remove the cause"),
-        "B: frequent skips in bf16": (_with("B", ("frequent_skips", "scaler", "lower_lr")), "should not be there"),
-        "C: lower lr for a summed loss": (_with("C", ("scale_collapse", "loss", "lower_lr")), "sum, not a mean"),
-        "C: blames the head": (_with("C", ("scale_collapse", "lm_head.weight", "mean_loss")), "where is not"),
+        "B: frequent skips in bf16": (_with("B", ("frequent_skips", "scaler", "lower_lr")), "no step was skipped"),
+        "C: lower lr for a summed loss": (_with("C", ("scale_collapse", "lm_head.weight", "lower_lr")),
+                                          "instead of their mean"),
+        "C: blames the loss": (_with("C", ("scale_collapse", "loss", "mean_loss")), "where is not"),
+        "C: frequent skips": (_with("C", ("frequent_skips", "lm_head.weight", "mean_loss")), "sum over 2**21"),
         "D: the start-up skips": (_with("D", ("frequent_skips", "scaler", "step_if_applied")), "look at the lr"),
         "E: unneeded scaler": (_with("E", ("unneeded_scaler", "scaler", "drop_scaler")), "stuck at 1"),
         "an unknown kind": (_with("B", ("bf16", "scaler", "drop_scaler")), "not a finding kind"),
@@ -200,6 +251,10 @@ WRONG = {
         "unscaled backward": (applied_unscaled_backward, "backward must run on `scaler.scale(loss)`"),
         "first scale remembered": (applied_remembers_the_first_scale, "read the scale in this call"),
         "disabled scaler means skipped": (applied_scale_not_one, "disabled scaler"),
+        "private _scale through getattr": (applied_getattr_private, "'_scale'"),
+        "private state through vars()": (applied_vars_private, "private attribute"),
+        "the loss is finite": (applied_loss_finite, "never reads the scale"),
+        "always True": (applied_always, "never reads the scale"),
     },
     ("11", "finetune_plan"): {
         "only peaks above 65504": (plan_only_overflowed, "not only those already above 65504"),
@@ -209,6 +264,8 @@ WRONG = {
         "NaN peaks dropped": (plan_drops_nan, "inf or nan"),
         "sorted names": (plan_sorted, "another order"),
         "every module": (plan_everything, "not every module"),
+        "bf16 spelt short": (plan_short_bf16, "return 'bfloat16'"),
+        "fp16 spelt short": (plan_short_fp16, "return 'float16'"),
     },
 }
 
@@ -217,10 +274,12 @@ RIGHT = {
         "tuples from a table": lambda trace: check.ANSWERS[trace],
         "dicts": diagnose_as_dicts,
         "lists, other case and spaces": diagnose_spelt_loosely,
+        "E: bf16 for the underflow": _with("E", ("underflow", "embed.weight", "bf16_or_fp32_island")),
     },
     ("11", "applied_step"): {
         "scale comparison": applied_not_smaller,
         "optimizer step post-hook": applied_by_hook,
+        "a comment naming scaler._scale": applied_with_a_comment_on_the_private_scale,
     },
     ("11", "finetune_plan"): {
         "log2 headroom, torch dtypes": plan_with_log2,
@@ -243,3 +302,34 @@ def test_trace_a_points_at_the_module_its_answer_names():
 
 def test_the_plan_rule_keeps_nan_and_inf_and_not_exactly_two_bits():
     assert check.plan_rule({"a": LIMIT / 4, "b": math.nan, "c": math.inf}, False) == ("float16", ["b", "c"])
+
+
+# The key of each trace must agree with the course's own scale rule, which the recorder applies
+# (recorder._scale_findings: collapsing or a final scale below 1 -> scale_collapse, unstable -> frequent_skips).
+SCALE_STATUS = {"A": "collapsing", "B": "healthy", "C": "collapsing", "D": "healthy", "E": "healthy"}
+
+
+def test_each_trace_scale_history_reads_as_its_key_says():
+    from ampcourse.diagnostics import diagnose_scale
+
+    for trace, status in SCALE_STATUS.items():
+        assert diagnose_scale(check.scale_history(trace)).status == status, trace
+        kind = check.ANSWERS[trace][0]
+        if kind == "scale_collapse":
+            assert status == "collapsing"
+        assert kind != "frequent_skips"
+    # A collapses too, but its forward output is inf first: the recorder names the overflow as the cause
+    assert all(row["first inf/NaN output"] for row in check.TRACES["A"])
+    # C: nothing in the forward, the first non-finite gradient is where the key points
+    assert {row["first inf/NaN grad"] for row in check.TRACES["C"]} == {check.ANSWERS["C"][1]}
+    assert not any(row["first inf/NaN output"] for row in check.TRACES["C"])
+
+
+def test_trace_c_loss_is_a_sum_over_the_tokens_it_names():
+    assert all(row["loss"] > check.SUMMED_TOKENS for row in check.TRACES["C"])
+
+
+def test_the_private_name_detector_reads_code_not_comments():
+    assert check._private(applied_getattr_private) == "'_scale'"
+    assert check._private(applied_private) == "._per_optimizer_states"
+    assert check._private(applied_with_a_comment_on_the_private_scale) is None

@@ -139,3 +139,22 @@ def test_what_to_do_has_one_line_for_each_kind_of_the_recorder():
     from ampcourse.recorder import KINDS
 
     assert tuple(om.WHAT_TO_DO) == KINDS
+
+
+def test_at_the_attention_growth_only_sdpa_stays_finite(base):
+    model = om.TinyGPT(om.TINY)
+    model.load_state_dict(base.state_dict())
+    ids = next(om.batches(om.corpus().ids, batch=2, block=om.TINY.block, steps=1))[0]
+    om.grow_attention_logits(model, ids)
+    assert om.largest_score(model, ids) == pytest.approx(om.ATTENTION_GROWTH * 65504, rel=1e-3)
+    finite = {}
+    for attention in om.ATTENTIONS:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+            finite[attention] = bool(torch.isfinite(model.set_attention(attention)(ids)).all())
+    assert finite == {"manual": False, "scale_after": False, "sdpa": True}
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_reports_agrees_with_the_table(name, base):
+    assert om.reports(RUNS[name](AmpRecorder, base, size=om.TINY_SIZE), name)
+    assert not om.reports(RUNS[name](AmpRecorder, base, fixed=True, size=om.TINY_SIZE), name)

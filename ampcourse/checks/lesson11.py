@@ -10,9 +10,11 @@ with the rule of lesson 11 on cases at its boundaries (a peak exactly 2 bits bel
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import re
+import textwrap
 from collections.abc import Mapping
 
 import torch
@@ -49,30 +51,47 @@ def _rows(n, *, dtype="float16", scale=2.0**16, skipped=(), lr=None, loss=2.5, f
     return rows
 
 
+SUMMED_TOKENS = 2**21
+"""Trace C's loss is the sum of the cross-entropy over this many tokens (batch 512 × 4096), not their mean."""
+
 TRACES: dict[str, list[dict]] = {
-    "A": _rows(6, skipped=range(6), loss=math.nan, forward="encoder.layers.5.ffn.wo",
+    "A": _rows(8, skipped=range(8), loss=math.nan, forward="encoder.layers.5.ffn.wo",
                grad="encoder.layers.5.ffn.wo.weight"),
-    "B": _rows(6, dtype="bfloat16", scale=2.0**16, skipped=(3,), loss=lambda s: 2.5 - 0.1 * s),
-    "C": _rows(6, skipped=range(6), loss=lambda s: 3000.0 - s, grad="loss"),
+    "B": _rows(6, dtype="bfloat16", scale=2.0**16, loss=lambda s: 2.5 - 0.1 * s),
+    "C": _rows(8, skipped=range(8), loss=lambda s: SUMMED_TOKENS * (2.5 - 0.001 * s), grad="lm_head.weight"),
     "D": _rows(6, scale=2.0**24, skipped=range(4), lr=lambda s: 1e-3 * (1 - s / 6)),
     "E": _rows(6, scale=1.0, loss=lambda s: 2.5 - 0.01 * s, lost="embed.weight"),
 }
-"""Five runs, as the recorder saw them (one row per step). The loss of C is the sum over 4096 tokens."""
+"""Five runs, as the recorder saw them (one row per step). The scale is read before each step and halves after
+each skipped one; ``tests/test_checks_lesson11.py`` checks that the course's scale rule
+(:func:`ampcourse.diagnostics.diagnose_scale`, which the recorder applies) reads each history as its key says."""
+
+
+def scale_history(trace: str) -> list[float]:
+    """``scaler.get_scale()`` before each step of ``trace`` and after its last (what ``diagnose_scale`` reads)."""
+    rows = TRACES[trace]
+    last = rows[-1]["scale"] / (2 if rows[-1]["skipped"] else 1)
+    return [row["scale"] for row in rows] + [last]
+
 
 ANSWERS: dict[str, tuple[str, str, str]] = {
     "A": ("overflow", "encoder.layers.5.ffn.wo", "bf16_or_fp32_island"),
     "B": ("unneeded_scaler", "scaler", "drop_scaler"),
-    "C": ("scale_collapse", "loss", "mean_loss"),
+    "C": ("scale_collapse", "lm_head.weight", "mean_loss"),
     "D": ("scheduler_on_skipped_step", "scheduler", "step_if_applied"),
     "E": ("underflow", "embed.weight", "larger_scale"),
 }
+"""The key: (kind, where, fix) of each trace."""
+
+ALSO_FIXES: dict[str, frozenset[str]] = {"E": frozenset({"bf16_or_fp32_island"})}
+"""Other fixes that remove a trace's cause: bf16 has float32's exponent range, so E's gradients do not underflow."""
 
 _WHY = {
     "A": "the first module whose output holds inf/NaN is the cause; the loss, the skips and the collapsing scale only "
          "inherit it",
     "B": "the forward ran in bfloat16, which has float32's range: a GradScaler is not needed",
-    "C": "the loss is in the thousands (a sum, not a mean), so its gradient is inf where it enters the model at any "
-         "scale ≥ 1: the scale keeps halving",
+    "C": "the loss is in the millions, a sum over 2**21 tokens instead of their mean: every gradient is 2**21 times "
+         "the mean's, so lm_head.weight's gradient overflows float16 at every scale tried and the scale keeps halving",
     "D": "the lr keeps falling on the skipped steps 0-3: the scheduler ran on steps the scaler skipped",
     "E": "the scale is stuck at 1, so the embedding's small gradients fall below fp16's normal range",
 }
@@ -107,13 +126,13 @@ def _judge(task: str, trace: str, got: tuple[str, str, str]) -> None:
     if got[0] != kind:
         extra = {("A", "nonfinite_loss"): " The NaN loss is a symptom: look for the first module that made it.",
                  ("A", "scale_collapse"): " No loss scale can fix a forward overflow; the scale only follows it.",
-                 ("B", "frequent_skips"): " One skip in bf16 says the scaler should not be there at all.",
+                 ("B", "frequent_skips"): " No step was skipped; in bf16 the scaler should not be there at all.",
                  ("D", "frequent_skips"): " Four skips at the start are the scale backing off; look at the lr."}
         raise fail(task, f"trace {trace}: not {got[0]!r} — {_WHY[trace]}.{extra.get((trace, got[0]), '')}")
     if got[1] != where:
         raise fail(task, f"trace {trace}: the kind {kind!r} is right, but where is not {got[1]!r}: name the exact "
                          f"module, parameter or object the trace points at ({_WHY[trace]}).")
-    if got[2] != fix:
+    if got[2] != fix and got[2] not in ALSO_FIXES.get(trace, ()):
         raise fail(task, f"trace {trace}: {got[0]!r} at {got[1]!r} is right, but {got[2]!r} ({FIXES[got[2]]}) does not "
                          f"remove the cause: {_WHY[trace]}.")
 
@@ -153,12 +172,38 @@ def _one(task, fn, scaler, *, seed=0):
     return result, bool(steps), moved
 
 
-def _private(fn) -> bool:
+_PRIVATE = re.compile(r"_[A-Za-z_]")
+
+
+def _private(fn) -> str | None:
+    """The first private name ``fn``'s code uses: an attribute ``obj._name``, or a string ``"_name"`` (as in
+    ``getattr(scaler, "_scale")`` or ``vars(scaler)["_scale"]``). Comments are not code: they are ignored."""
     try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        return False
-    return re.search(r"\.\s*_[A-Za-z]", source) is not None  # obj._name: a private attribute
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _PRIVATE.match(node.attr):
+            return f".{node.attr}"
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _PRIVATE.match(node.value):
+            return repr(node.value)
+    return None
+
+
+class _Spy(torch.amp.GradScaler):
+    """A GradScaler that notes when ``get_scale()`` and ``update()`` are called (to name what an answer missed)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+
+    def get_scale(self):
+        self.calls.append("get_scale")
+        return super().get_scale()
+
+    def update(self, new_scale=None):
+        self.calls.append("update")
+        return super().update(new_scale)
 
 
 def applied_step(fn) -> None:
@@ -166,10 +211,11 @@ def applied_step(fn) -> None:
     and says whether the step was applied."""
     task = "Task 2 (applied_step)"
     require_callable(task, fn, "applied_step")
-    if _private(fn):
-        raise fail(task, "applied_step reads a private attribute (a name starting with _, such as GradScaler's "
-                         "found-inf state): it can "
-                         "change in any release. Compare scaler.get_scale() before and after update().")
+    private = _private(fn)
+    if private:
+        raise fail(task, f"applied_step reads a private attribute ({private}: a name starting with _, such as "
+                         "GradScaler's found-inf state or _scale): it can change in any release. Compare "
+                         "scaler.get_scale() before and after update().")
     result, stepped, moved = _one(task, fn, torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1000))
     if not moved:
         raise fail(task, "a clean step at scale 1024 left the weights unchanged: call scaler.scale(loss).backward(), "
@@ -177,15 +223,14 @@ def applied_step(fn) -> None:
     if not result:
         raise fail(task, "a clean step (weights updated, scale unchanged) was reported as skipped: the scale stays the "
                          "same on an applied step, so compare with >= (or: not smaller), not >.")
-    overflow = torch.amp.GradScaler("cpu", init_scale=2.0**40)
+    overflow = _Spy("cpu", init_scale=2.0**40)
     result, stepped, moved = _one(task, fn, overflow)
+    calls = list(overflow.calls)  # what the answer called, before this check reads the scale itself
     if overflow.get_scale() == 2.0**40:
         raise fail(task, "after an overflowing step the scale is still 2**40: call scaler.update() after "
                          "scaler.step(optimizer) — it is what backs the scale off.")
     if result:
-        raise fail(task, "a step whose gradients overflowed (scale 2**40, the optimizer did not step) was reported as "
-                         "applied: read the scale before update() and after it — reading it after step() but before "
-                         "update() sees no change; scaler.step's return value does not say either.")
+        raise fail(task, _overflow_reported_applied(calls))
     grow = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
     result, _, _ = _one(task, fn, grow)
     if not result:
@@ -204,6 +249,18 @@ def applied_step(fn) -> None:
         raise fail(task, "with a disabled scaler (bf16 or fp32: get_scale() is always 1.0) the step is applied: "
                          "return True.")
     passed(task, "clean, overflowing, growing, used and disabled scalers: applied steps True, skipped ones False")
+
+
+def _overflow_reported_applied(calls: list[str]) -> str:
+    what = "a step whose gradients overflowed (scale 2**40, the optimizer did not step) was reported as applied: "
+    if "get_scale" not in calls:
+        return what + ("the answer never reads the scale — a finite loss, True, or scaler.step's return value does "
+                       "not say whether the scaler skipped the step. Compare scaler.get_scale() before and after "
+                       "update().")
+    if "update" in calls and "get_scale" not in calls[calls.index("update"):]:
+        return what + ("read the scale before update() and after it — reading it after step() but before update() "
+                       "sees no change.")
+    return what + "a skipped step lowers the scale: return False when get_scale() after update() is smaller."
 
 
 # --- Task 3: finetune_plan -----------------------------------------------------------------------------------
@@ -227,6 +284,9 @@ CASES: list[tuple[dict[str, float], bool]] = [
 ]
 
 
+_SPELLINGS = {"bf16": "bfloat16", "bfloat": "bfloat16", "fp16": "float16", "half": "float16", "f16": "float16"}
+
+
 def finetune_plan(fn) -> None:
     """Task 3: ``finetune_plan(peaks, bf16) -> (dtype name, modules to keep in FP32)``."""
     task = "Task 3 (finetune_plan)"
@@ -238,6 +298,10 @@ def finetune_plan(fn) -> None:
             raise fail(task, f"finetune_plan returned {got!r}: return (dtype name, list of module names).")
         dtype, keep = got
         dtype = str(dtype).replace("torch.", "")
+        spelt = _SPELLINGS.get(dtype.lower())
+        if spelt == want[0]:
+            raise fail(task, f"peaks {peaks}, bf16={bf16}: {dtype!r} is the right choice, spelt otherwise: return "
+                             f"{want[0]!r} (str(torch.{want[0]}) without 'torch.'), or torch.{want[0]} itself.")
         if dtype != want[0]:
             raise fail(task, f"peaks {peaks}, bf16={bf16}: dtype {dtype!r}, expected {want[0]!r} — "
                              + ("with bf16 available, fine-tune in bf16: its range is float32's."
@@ -268,8 +332,8 @@ def finetune_plan(fn) -> None:
 HINTS = {
     "diagnose": [
         "For each trace, find the first thing that went wrong: a module, the loss, the scale, the lr, the dtype.",
-        "A NaN loss and a collapsing scale follow a forward overflow; in bf16 no scaler is needed; a falling lr on "
-        "skipped steps is the scheduler; a scale stuck at 1 loses small gradients.",
+        "Read each row in the order a step runs: the forward outputs, the loss, the gradients, then the scale and "
+        "the lr. The earliest column that goes wrong names the cause; what comes after it is a symptom.",
         "Return (kind, where, fix): kind from recorder.KINDS, where as the trace spells it (or 'scaler', "
         "'scheduler', 'loss'), fix a key of FIXES.",
     ],
