@@ -33,7 +33,7 @@ def test_module_examples_run(name):
 
 def test_non_editable_install_has_every_module_and_runs_a_quiz(tmp_path):
     """``pip install .`` (not ``-e``): the wheel has every subpackage (``packages.find``), its data, and lesson
-    00's quiz builds from it."""
+    00's quiz builds from it, and the recorder a learner takes to their own model imports from it."""
     source = tmp_path / "source"  # a clean copy: an in-tree build/ folder would leak files of an older build
     shutil.copytree(ROOT / "ampcourse", source / "ampcourse", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
@@ -50,6 +50,7 @@ def test_non_editable_install_has_every_module_and_runs_a_quiz(tmp_path):
     code = ("import ampcourse, pathlib, sys; assert pathlib.Path(ampcourse.__file__).is_relative_to(sys.argv[1]), "
             "ampcourse.__file__\n"
             "from ampcourse.quiz import lesson_quiz; from ampcourse import capstone\n"
+            "from ampcourse.recorder import AmpRecorder; from ampcourse import own_model  # issue 24: plain install\n"
             "quiz = lesson_quiz('00'); print(type(quiz).__name__, len(capstone.load_digits()) > 0)")
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path, env=env, capture_output=True,

@@ -242,7 +242,8 @@ def test_a_folder_name_that_is_not_utf8_is_named_not_blamed_on_torch(tmp_path):
         for file in ("course", "pyproject.toml", "lab-overrides.json"):
             shutil.copy2(ROOT / file, folder / file)
         environment = {k: v for k, v in os.environ.items() if not k.startswith(("AMPCOURSE_", "VIRTUAL_ENV"))}
-        environment.update(AMPCOURSE_VENV=str(venv), FAKE_PIP_LOG=str(tmp_path / "pip.log"))
+        # the copied folder has no ampcourse/ of its own: the course's package comes from this checkout
+        environment.update(AMPCOURSE_VENV=str(venv), FAKE_PIP_LOG=str(tmp_path / "pip.log"), PYTHONPATH=str(ROOT))
         for command in ("doctor", "setup"):
             done = subprocess.run([str(folder / "course"), command], capture_output=True, env=environment, timeout=120)
             err = done.stderr.decode("utf-8", "replace")
