@@ -2,7 +2,7 @@
 
     python benchmarks/suite_phases.py                     # a fresh clone of HEAD in a scratch folder, all of it
     python benchmarks/suite_phases.py --workers 1         # the same without parallel workers (the old way)
-    python benchmarks/suite_phases.py --rev main --keep /tmp/run   # another commit; keep the clone and its log
+    python benchmarks/suite_phases.py --rev main --keep ../suite-run  # another commit; keep the clone and its log
 
 The clone is made with ``git clone`` (committed work only: commit first) and the command runs in it as CI runs
 it: its own ``.venv`` made from nothing by ``./course`` (torch and the other packages from the registries), and
