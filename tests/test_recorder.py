@@ -73,6 +73,17 @@ def data(seed: int = 0, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]
     return torch.randn(32, 8, generator=g) * scale, torch.randint(0, 4, (32,), generator=g)
 
 
+def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, grad_scaler) -> None:
+    """The user's step: backward and step through the GradScaler when there is one, plainly otherwise."""
+    if grad_scaler is not None:
+        grad_scaler.scale(loss).backward()
+        grad_scaler.step(optimizer)
+        grad_scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+
+
 def train(model: nn.Module, dtype: torch.dtype | None = torch.float16, *, scaler: bool | None = True,
           steps: int = 6, every: int = 1, inputs: torch.Tensor | None = None, loss_factor: float = 1.0,
           init_scale: float = 2.0**16, growth_interval: int = 2000, lr: float = 0.01, scheduler: str | None = None,
@@ -95,13 +106,7 @@ def train(model: nn.Module, dtype: torch.dtype | None = torch.float16, *, scaler
                 out = model(x)
                 loss = (loss_fn or nn.functional.cross_entropy)(out, y) * loss_factor
             scale = grad_scaler.get_scale() if grad_scaler else None
-            if grad_scaler is not None:
-                grad_scaler.scale(loss).backward()
-                grad_scaler.step(optimizer)
-                grad_scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
+            optimizer_step(loss, optimizer, grad_scaler)
             applied = grad_scaler is None or grad_scaler.get_scale() >= scale
             step_now = schedule is not None and (applied or not scheduler.startswith("guarded"))
             if step_now and "after" not in scheduler:
@@ -535,13 +540,7 @@ def loop(model: nn.Module, steps: int, dtype: torch.dtype | None = torch.float16
         with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
             out = model(x, blow=blow(i)) if blow else model(x)
             loss = loss_fn(out) if loss_fn else out.float().pow(2).mean()
-        if grad_scaler is not None:
-            grad_scaler.scale(loss).backward()
-            grad_scaler.step(optimizer)
-            grad_scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
+        optimizer_step(loss, optimizer, grad_scaler)
         rec.step(loss)
     rec.detach()
     return rec
