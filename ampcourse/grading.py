@@ -399,18 +399,19 @@ def _thread_source(thread) -> str:
     return str(getattr(target, "__module__", None) or "")
 
 
-def guard_hazards() -> list[str]:
+def guard_hazards(threads: bool = True) -> list[str]:
     """What an answer left running that could alter the grader while a check runs: a Python thread that was not
     running before the first answer cell and is not the kernel's or the course's (:data:`KERNEL_THREAD_MODULES`;
     one that has finished does not count), a thread started with ``_thread`` (invisible to ``threading``), a trace
     or profile function (``sys.settrace``/``setprofile``, ``threading.settrace``/``setprofile``), an audit hook
-    added since (``sys.addaudithook``: seen by the grader's own audit hook)."""
+    added since (``sys.addaudithook``: seen by the grader's own audit hook). ``threads=False`` leaves out the
+    Python threads (:data:`RUNNING_THREAD`), which only earn a note."""
     import _thread
     import threading
 
     found = []
     main = threading.main_thread()
-    for thread in threading.enumerate():
+    for thread in threading.enumerate() if threads else ():
         if thread is main or thread.ident in _GUARD["threads"] or not thread.is_alive():
             continue
         if isinstance(thread, threading._DummyThread) or not _thread_source(thread).startswith(
@@ -559,7 +560,7 @@ def guard_verify(shell) -> list[str]:
         if shell.user_ns.get(name) is not module:
             changed.append(f"the name `{name}`")
     changed += _namespace_changes(restore=False)
-    changed += [hazard for hazard in guard_hazards() if not hazard.startswith("a thread (")]  # RUNNING_THREAD
+    changed += guard_hazards(threads=False)
     return list(dict.fromkeys(changed))
 
 
