@@ -33,6 +33,13 @@ if args[:1] == ["--version"]:
     sys.exit(0)
 if os.environ.get("FAKE_PIP_FAIL") and args[:1] == ["install"]:
     sys.exit(1)  # offline
+if os.environ.get("FAKE_PIP_WAIT") and args[:1] == ["install"]:
+    import time
+    try:
+        time.sleep(60)  # until a Ctrl-C: then, like pip, "Operation cancelled by user" and exit status 1
+    except KeyboardInterrupt:
+        print("ERROR: Operation cancelled by user", file=sys.stderr)
+        sys.exit(1)
 site = pathlib.Path(__file__).resolve().parent.parent
 names = os.environ.get("FAKE_PIP_INSTALLS", "").split()
 for arg in args:
@@ -253,3 +260,68 @@ def test_a_folder_name_that_is_not_utf8_is_named_not_blamed_on_torch(tmp_path):
             else:
                 assert "not valid UTF-8" not in err and done.returncode == 0, err
         assert pip_calls(tmp_path) == []
+
+
+def _half_written(site: Path, name: str, version: str = "1.0") -> Path:
+    """pip's record of ``name`` as a Ctrl-C in mid-install leaves it: METADATA cut off after its Name line."""
+    record = site / f"{name}-{version}.dist-info"
+    record.mkdir()
+    (record / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\n")
+    return record
+
+
+def test_real_pip_fails_on_a_half_written_record(tmp_path):
+    """Audit r3, finding 22, the mechanism: a run after a Ctrl-C in the first set-up's install failed with pip's
+    `TypeError: expected string or bytes-like object, got 'NoneType'`. pip (the course's own) fails so on any
+    dist-info whose METADATA has a Name and no Version (cut off while pip wrote it)."""
+    pip_dir = Path(__import__("pip").__file__).parent
+    site = tmp_path / "site"
+    site.mkdir()
+    _half_written(site, "jupyterlab")
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{pip_dir.parent}", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    done = subprocess.run([sys.executable, "-m", "pip", "list", "--path", str(site)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "expected string or bytes-like object" in done.stderr, done.stderr[-2000:]
+
+
+def test_setup_removes_half_written_records_and_installs_again(tmp_path):
+    """Audit r3, finding 22: doctor names the half-written records; set-up removes them and installs again (torch's
+    through install_torch, so never the default build pip would pull)."""
+    venv = make_venv(tmp_path)
+    site = _site_packages(venv)
+    lab, torch_record = _half_written(site, "jupyterlab"), _half_written(site, "torch", "2.13.0")
+    (site / "numpy-2.0.dist-info").mkdir()  # a record without METADATA at all
+    before = _tree(venv)
+    doctor = course(venv, "doctor", tmp_path=tmp_path)
+    assert doctor.returncode == 1 and "half-written" in doctor.stderr, doctor.stderr
+    assert all(n in doctor.stderr for n in ("jupyterlab-1.0.dist-info", "torch-2.13.0.dist-info", "numpy-2.0"))
+    assert _tree(venv) == before and pip_calls(tmp_path) == []
+    done = course(venv, "setup", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "removing pip's half-written record jupyterlab-1.0.dist-info" in done.stderr, done.stderr
+    assert not lab.exists() and not torch_record.exists() and not (site / "numpy-2.0.dist-info").exists()
+    calls = pip_calls(tmp_path)
+    assert len(calls) == 2 and re.search(r"install .*--force-reinstall --no-deps .*torch==\S+", calls[0]), calls
+    assert calls[1] == "install --quiet -e .[dev]", calls
+    assert "torch does not import" not in done.stderr  # it does: only its record was damaged
+    assert course(venv, "doctor", tmp_path=tmp_path).returncode == 0
+
+
+def test_ctrl_c_during_setup_says_interrupted_not_offline(tmp_path):
+    """Audit r3, finding 22: Ctrl-C in set-up's install printed the "Offline or behind a proxy?" hint."""
+    import signal
+    import time
+
+    venv = make_venv(tmp_path, stamp=False)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("AMPCOURSE_", "VIRTUAL_ENV"))}
+    environment.update(AMPCOURSE_VENV=str(venv), FAKE_PIP_LOG=str(tmp_path / "pip.log"), FAKE_PIP_WAIT="1")
+    run = subprocess.Popen([str(ROOT / "course"), "setup"], stderr=subprocess.PIPE, text=True, env=environment,
+                           start_new_session=True)  # its own process group, as a terminal's foreground job
+    deadline = time.monotonic() + 60
+    while not any(c.startswith("install") for c in pip_calls(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # pip is inside its sleep
+    os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C does: the signal to the whole foreground group
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130, stderr
+    assert "set-up interrupted: run ./course setup again" in stderr and "Offline" not in stderr, stderr
