@@ -5,6 +5,7 @@ terminal summary at the end of the run, so the numbers a test checked are visibl
 is split among pytest-xdist workers: each hands its figures to the controller).
 """
 
+import os
 import shutil
 
 import pytest
@@ -13,6 +14,17 @@ import torch
 from ampcourse.course import ROOT
 
 _FIGURES: list[str] = []
+
+
+def pytest_configure(config):
+    """In a pytest-xdist worker, this process's torch gets its share of the CPUs (CPUs / workers, at least one)
+    instead of all of them: ``./course test`` runs one worker per CPU, and each worker's intra-op threads spinning
+    on every core beside the others' costs time (oversubscription). Only torch in this process: the kernels that
+    nbval and the graders start keep torch's default, the learner's."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        torch.set_num_threads(max(1, cpus // workers))
 
 
 @pytest.fixture

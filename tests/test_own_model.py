@@ -97,10 +97,22 @@ RUNS = {"attention": om.run_attention, "unsafe_constant": om.run_unsafe_constant
         "bf16_checkpoint": om.run_bf16_checkpoint, "scheduler": om.run_scheduler}
 
 
+@pytest.fixture(scope="module")
+def runs(base):
+    """Each run (broken or fixed) trained once for the whole module: the tests below only read its findings."""
+    done = {}
+
+    def run(name, fixed=False):
+        if (name, fixed) not in done:
+            done[name, fixed] = RUNS[name](AmpRecorder, base, fixed=fixed, size=om.TINY_SIZE)
+        return done[name, fixed]
+    return run
+
+
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_each_broken_run_gives_its_named_finding_where_the_table_says(name, base):
+def test_each_broken_run_gives_its_named_finding_where_the_table_says(name, runs):
     row = om.BROKEN_RUNS[name]
-    run = RUNS[name](AmpRecorder, base, size=om.TINY_SIZE)
+    run = runs(name)
     found = [f for f in run.findings() if f.kind == row.kind]
     assert found, run.findings()
     if row.where is not None:
@@ -108,8 +120,8 @@ def test_each_broken_run_gives_its_named_finding_where_the_table_says(name, base
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_each_fixed_run_is_healthy_only(name, base):
-    run = RUNS[name](AmpRecorder, base, fixed=True, size=om.TINY_SIZE)
+def test_each_fixed_run_is_healthy_only(name, runs):
+    run = runs(name, fixed=True)
     assert run.kinds() == ["healthy"], run.findings()
 
 
@@ -155,6 +167,6 @@ def test_at_the_attention_growth_only_sdpa_stays_finite(base):
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_reports_agrees_with_the_table(name, base):
-    assert om.reports(RUNS[name](AmpRecorder, base, size=om.TINY_SIZE), name)
-    assert not om.reports(RUNS[name](AmpRecorder, base, fixed=True, size=om.TINY_SIZE), name)
+def test_reports_agrees_with_the_table(name, runs):
+    assert om.reports(runs(name), name)
+    assert not om.reports(runs(name, fixed=True), name)

@@ -325,3 +325,20 @@ def test_ctrl_c_during_setup_says_interrupted_not_offline(tmp_path):
     _, stderr = run.communicate(timeout=60)
     assert run.returncode == 130, stderr
     assert "set-up interrupted: run ./course setup again" in stderr and "Offline" not in stderr, stderr
+
+
+def test_setup_skips_the_slow_rfc3987_syntax_import_and_nbformat_still_validates(tmp_path):
+    """Set-up writes a .pth line that keeps rfc3987_syntax (2 s of Lark grammar per process importing nbformat)
+    from being imported; nbformat validates every course notebook with it in force."""
+    venv = make_venv(tmp_path)
+    done = course(venv, "setup", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    line = re.search(r'^SKIP_IMPORT_LINE="(.+)"$', COURSE, flags=re.M).group(1)
+    assert [p.read_text() for p in _site_packages(venv).glob("*.pth") if "rfc3987" in p.name] == [line + "\n"]
+    notebooks = sorted(str(p) for folder in ("notebooks", "solutions", "exercises")
+                       for p in (ROOT / folder).glob("*.ipynb"))
+    script = (f"{line}\nimport sys, nbformat\n"
+              "for path in sys.argv[1:]:\n    nbformat.validate(nbformat.read(path, as_version=4))\n"
+              "assert sys.modules['rfc3987_syntax'] is None\nprint(len(sys.argv) - 1)")
+    checked = subprocess.run([sys.executable, "-c", script, *notebooks], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0 and checked.stdout.strip() == str(len(notebooks)), checked.stderr
