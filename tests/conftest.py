@@ -16,15 +16,32 @@ from ampcourse.course import ROOT
 _FIGURES: list[str] = []
 
 
-def pytest_configure(config):
-    """In a pytest-xdist worker, this process's torch gets its share of the CPUs (CPUs / workers, at least one)
-    instead of all of them: ``./course test`` runs one worker per CPU, and each worker's intra-op threads spinning
-    on every core beside the others' costs time (oversubscription). Only torch in this process: the kernels that
-    nbval and the graders start keep torch's default, the learner's."""
+def _threads_per_worker() -> int | None:
+    """In a pytest-xdist run of several workers (``./course test`` runs one per CPU), each worker's share of the
+    CPUs (CPUs / workers, at least one); ``None`` in a serial run or where ``OMP_NUM_THREADS`` is set already."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        torch.set_num_threads(max(1, cpus // workers))
+    if workers <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cpus // workers)
+
+
+def pytest_configure(config):
+    """A worker's torch gets its share of the CPUs instead of all of them: intra-op threads of every worker
+    spinning on every core beside the others' cost time (oversubscription)."""
+    threads = _threads_per_worker()
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _share_of_the_cpus_for_started_processes(monkeypatch):
+    """The processes a test under tests/ starts (kernels of the graders, ``pytest``, ``python -m ampcourse``) get
+    the worker's share of the CPUs too. Not the lessons' and solutions' own nbval runs (this conftest does not
+    apply to them): those keep the learner's default threads, and the second pass runs them on one."""
+    threads = _threads_per_worker()
+    if threads is not None:
+        monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
 
 
 @pytest.fixture
