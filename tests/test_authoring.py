@@ -87,6 +87,25 @@ def test_repo_is_up_to_date():
                          "answers in exercises/ and backs them up to exercises/.backup/ first)")
 
 
+def test_no_exercise_holds_an_out_of_date_stub():
+    """A stub cell (a code cell still raising NotImplementedError, never run) that is not the current build's stub:
+    an exercise built before its stub changed. ``build`` keeps such a cell as if it were the learner's work, and
+    test_repo_is_up_to_date cannot tell the two apart. (A learner's unfinished, never-run edit of a stub in their
+    own working copy is reported too: that copy's answers are theirs to keep.)"""
+    old = []
+    for path, template in authoring.templates().items():
+        if path.parent != ROOT / "exercises" or not path.exists():
+            continue
+        stubs = {c.source for c in template.cells if c.cell_type == "code"}
+        for cell in authoring.read(path).cells:
+            if (cell.cell_type == "code" and "check" not in authoring.tags(cell) and not cell.get("outputs")
+                    and authoring._STUB_LINE.search(cell.source) and cell.source not in stubs):
+                first = next((line for line in cell.source.splitlines() if line.startswith("def ")), cell.source)
+                old.append(f"{path.name}: {first[:60]}")
+    assert old == [], (f"exercise cells that are an older build's stub: {old}. Delete those exercises and run "
+                       "python -m ampcourse build")
+
+
 def _answer_everything(root, note="LEARNER WORK"):
     """A learner's working copy: every exercise answered from solutions/ and saved by JupyterLab (outputs,
     metadata, a notes cell, a scratch cell); every lesson run and saved (outputs, JupyterLab metadata)."""
