@@ -4,9 +4,10 @@
 learning-rate scheduler; the training loop stays the user's own, with one added call, ``rec.step(loss)``
 after each ``scaler.update()``. It records, per step, through public PyTorch APIs only:
 
-* every step: the loss, the scale before and after the step, whether ``optimizer.step()`` really ran
-  (``Optimizer.register_step_post_hook``; the scale going down, :func:`ampcourse.scaler_run.step_was_skipped`,
-  is recorded beside it), the lr and the scheduler's ``last_epoch``;
+* every step: the loss, the scale before and after the step, whether the optimizer applied the step
+  (``optimizer.step()`` ran, seen by ``Optimizer.register_step_post_hook``, and, with an enabled GradScaler, the
+  scale did not go down, :func:`ampcourse.scaler_run.step_was_skipped`: a fused optimizer's ``step()`` runs even
+  on a step the scaler skips, and its kernel skips the update itself), the lr and the scheduler's ``last_epoch``;
 * on sampled steps (``every=N``: steps 0, N, 2N, ..., and the step after an unsampled skipped or non-finite
   one; the hooks are attached only for those steps, so the other steps run at full speed): the module whose
   forward pass made the first inf or NaN (the first module whose output holds one, if its inputs were finite;
@@ -129,8 +130,12 @@ class StepRecord:
         loss: the loss as passed (float; inf/NaN if it was).
         scale_before, scale_after: ``scaler.get_scale()`` before the step and after its ``update()`` (None
             without an enabled scaler).
-        stepped: ``optimizer.step()`` ran during the step (``register_step_post_hook``).
+        stepped: the optimizer applied the step: ``optimizer.step()`` ran (``register_step_post_hook``) and, with
+            an enabled GradScaler, the scale did not go down. ``GradScaler.step`` calls the ``step()`` of a fused
+            optimizer (``fused=True`` Adam, AdamW, SGD: ``_step_supports_amp_scaling``) also when a gradient is
+            inf/NaN, and the fused kernel then leaves the weights alone, so the hook alone cannot tell.
         skipped: it did not (with a scaler: the scaler skipped it because a gradient was inf/NaN).
+        step_called: ``optimizer.step()`` ran (the hook fired), applied or not.
         scale_decreased: the scale went down (:func:`~ampcourse.scaler_run.step_was_skipped`).
         lr: ``optimizer.param_groups[0]["lr"]`` when ``rec.step`` ran.
         scheduler_epoch: the scheduler's ``last_epoch`` when ``rec.step`` ran (None without a scheduler).
@@ -174,6 +179,7 @@ class StepRecord:
     modules: tuple[ModuleStats, ...] = ()
     first_nonfinite_output: str | None = None
     param_grad_lost: Mapping[str, float] = field(default_factory=dict)
+    step_called: bool = False
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -182,6 +188,9 @@ class StepRecord:
 
 
 # --- The hooks of one sampled step -------------------------------------------------------------------------
+
+Peak = tuple[torch.Tensor, torch.Tensor]  # a measured tensor's (min, max), 0-d tensors until collect()
+
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
     """The floating-point tensors in a module's output or inputs (a tensor, or tuples/lists/dicts/dataclass
@@ -203,12 +212,31 @@ def _sample(t: torch.Tensor) -> torch.Tensor:
     return flat if flat.numel() <= SAMPLE else flat[:: flat.numel() // SAMPLE][:SAMPLE]
 
 
-def _abs_max(t: torch.Tensor) -> torch.Tensor:
-    """max |x| of ``t`` as a 0-d tensor: inf when ``t`` holds ±inf, NaN when it holds a NaN. ``aminmax`` is one
-    pass and allocates nothing (``abs().amax()`` copies the tensor; ``vector_norm(t, inf)`` is 5-10x slower on
-    CPU): the sampled step's cost is mostly these reductions (benchmarks/recorder_overhead.py)."""
-    low, high = torch.aminmax(t.detach())
-    return torch.maximum(high, low.neg())
+def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(min, max) of ``t`` as two 0-d tensors, by one ``aminmax`` kernel with no tensor-sized copy
+    (``abs().amax()`` copies the tensor; ``vector_norm(t, inf)`` is 5-10x slower on CPU): max |x| is taken from
+    the pair on the host, after the step's one transfer (:func:`_abs_max_of`), so a measured tensor costs one op."""
+    return torch.aminmax(t.detach())
+
+
+def _abs_max_of(low: float, high: float) -> float:
+    """max |x| from ``t``'s (min, max): inf when ``t`` holds ±inf, NaN when it holds a NaN (either side)."""
+    if math.isnan(low) or math.isnan(high):
+        return math.nan
+    return max(-low, high)
+
+
+def _abs_max(t: torch.Tensor) -> float:
+    """max |x| of ``t`` (a float; inf with ±inf, NaN with a NaN), as the recorder measures it."""
+    low, high = _abs_range(t)
+    return _abs_max_of(float(low), float(high))
+
+
+_CAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # torch.cat promotes these to float32 (float64: MPS)
+_FP16_OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+             nn.ConvTranspose3d, nn.MultiheadAttention)
+"""Modules whose forward runs autocast's lower-precision ops (linear, conv, matmul) on CPU and CUDA: a float32
+input is cast to the autocast dtype there, so the module that produced it is measured against that dtype."""
 
 
 def _is_compiled(module: nn.Module) -> bool:
@@ -226,33 +254,35 @@ class _Probe:
     model's device; :meth:`collect` brings them to the CPU in one transfer (one GPU sync per sampled step).
 
     Each tensor is measured once, however many modules share it (a container's output is its last child's; a
-    residual stream feeds several modules): one forward reduction (max |x|, which is inf/NaN exactly when the
-    tensor holds one) and one gradient hook. The gradient fractions are counted on an evenly strided sample of
-    at most :data:`SAMPLE` entries per tensor (every entry below that)."""
+    residual stream feeds several modules): one forward reduction (``aminmax``: max |x| is inf/NaN exactly when
+    the tensor holds one) and one gradient hook. Inputs passed by keyword (``model(**batch)``,
+    ``self.attn(hidden_states=h)``) are seen like positional ones. The gradient fractions are counted on an evenly
+    strided sample of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
                  root: nn.Module) -> None:
         self.handles: list[Any] = []
         self.order: list[str] = []
         self.kinds: dict[str, str] = {}
-        self.peaks: dict[str, list[torch.Tensor]] = {}
+        self.peaks: dict[str, list[Peak]] = {}
         self.limits: dict[str, float] = {}
         self.autocast: set[torch.dtype | None] = set()
-        self.grad_out: dict[str, list[tuple[torch.Tensor, int]]] = {}
-        self.events: list[tuple[str, bool, torch.Tensor]] = []  # (module, is-input-gradient, max |gradient|)
-        self.params: dict[str, tuple[torch.Tensor, ...]] = {}  # in backward order: lost, counted, norm
-        self.inputs: list[torch.Tensor] = []
+        self.grad_out: dict[str, list[tuple[torch.Tensor, torch.Tensor, int]]] = {}  # lost, non-zero, counted
+        self.events: list[tuple[tuple[tuple[str, bool], ...], Peak]] = []  # (gradient roles, its (min, max))
+        self.params: dict[str, tuple[torch.Tensor, torch.Tensor | int, torch.Tensor]] = {}  # lost, counted, norm
+        self.inputs: list[Peak] = []
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
-        self.calls: list[tuple[str, int, int | None, list[torch.Tensor], list[torch.Tensor]]] = []
-        self._stack: list[tuple[str, int, list[torch.Tensor]]] = []  # running calls: name, call number, inputs
+        self.calls: list[tuple[str, int, int | None, list[Peak], list[Peak]]] = []
+        self._stack: list[tuple[str, int, list[Peak]]] = []  # running calls: name, call number, inputs
         self._started = 0
         self.removed = False  # set by remove(): a tensor hook of a pending backward then does nothing
-        self._peaks: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # id(tensor) -> (tensor, its max |x|)
+        self._peaks: dict[int, tuple[weakref.ref, Peak]] = {}  # id(tensor) -> (tensor, its (min, max))
         self._roles: dict[int, tuple[weakref.ref, list[tuple[str, bool]]]] = {}  # id(tensor) -> gradient roles
-        self.handles.append(root.register_forward_pre_hook(self._root_inputs))
+        self._made_by: dict[int, tuple[weakref.ref, list[str]]] = {}  # id(float32 output) -> modules returning it
+        self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
         for name, module in modules:
-            self.handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
-            self.handles.append(module.register_forward_hook(self._forward_hook(name)))
+            self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
+            self.handles.append(module.register_forward_hook(self._forward_hook(name), with_kwargs=True))
         for name, param, embedding in params:
             self.handles.append(param.register_post_accumulate_grad_hook(self._param_hook(name, embedding)))
 
@@ -263,23 +293,42 @@ class _Probe:
         self.handles.clear()
         self._peaks.clear()
         self._roles.clear()
+        self._made_by.clear()
 
-    def _root_inputs(self, module: nn.Module, args: Any) -> None:
-        self.inputs += [self._peak(t) for t in _tensors(args)]
+    def _root_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        self.inputs += [self._peak(t) for t in _tensors((args, kwargs))]
 
-    def _peak(self, t: torch.Tensor) -> torch.Tensor:
+    def _peak(self, t: torch.Tensor) -> Peak:
         entry = self._peaks.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
-        peak = _abs_max(t).float()
+        peak = _abs_range(t)
         self._peaks[id(t)] = (weakref.ref(t), peak)
         return peak
 
-    def _pre_hook(self, name: str) -> Callable:
-        def hook(module: nn.Module, args: Any) -> None:
-            self._stack.append((name, self._started, [self._peak(t) for t in _tensors(args)]))
+    def _pre_hook(self, name: str, module: nn.Module) -> Callable:
+        casts = isinstance(module, _FP16_OPS)
+
+        def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
+            inputs = _tensors((args, kwargs))
+            self._stack.append((name, self._started, [self._peak(t) for t in inputs]))
             self._started += 1
+            if casts and self._made_by:
+                self._cast_inputs(inputs)
         return hook
+
+    def _cast_inputs(self, inputs: list[torch.Tensor]) -> None:
+        """A float32 input of a module that runs autocast's low-precision ops is cast down there: the modules
+        that returned it are measured against the autocast dtype (on CUDA a LayerNorm's float32 output, say)."""
+        for t in inputs:
+            entry = self._made_by.get(id(t))
+            if t.dtype != torch.float32 or entry is None or entry[0]() is not t:
+                continue
+            device = t.device.type
+            if torch.is_autocast_enabled(device):
+                limit = float(torch.finfo(torch.get_autocast_dtype(device)).max)
+                for producer in entry[1]:
+                    self.limits[producer] = min(limit, self.limits[producer])
 
     def _pop_call(self, name: str, outs: list[torch.Tensor]) -> None:
         """Close this module's call (the innermost running call of that name; calls left open above it by an
@@ -293,7 +342,7 @@ class _Probe:
         self.calls.append((name, started, parent, inputs, [self._peak(t) for t in outs]))
 
     def _forward_hook(self, name: str) -> Callable:
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
+        def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             outs = _tensors(output)
             self._pop_call(name, outs)
             if not outs:
@@ -302,7 +351,8 @@ class _Probe:
             autocast = torch.is_autocast_enabled(device)
             dtype = torch.get_autocast_dtype(device) if autocast else None
             self.autocast.add(dtype)
-            # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max
+            # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max,
+            # until a module that casts its inputs to the autocast dtype receives it (_cast_inputs)
             own = outs[0].dtype
             limit = float(torch.finfo(own if own == torch.float32 or not autocast else dtype).max)
             if name not in self.peaks:
@@ -310,10 +360,18 @@ class _Probe:
                 self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
             self.peaks[name] += [self._peak(t) for t in outs]
             self.limits[name] = min(limit, self.limits[name])
+            if autocast:
+                for t in outs:
+                    if t.dtype == torch.float32:
+                        entry = self._made_by.get(id(t))
+                        if entry is not None and entry[0]() is t:
+                            entry[1].append(name)
+                        else:
+                            self._made_by[id(t)] = (weakref.ref(t), [name])
             if torch.is_grad_enabled():
                 for t in outs:
                     self._watch_gradient(t, name, is_input=False)
-                for t in _tensors(args):
+                for t in _tensors((args, kwargs)):
                     self._watch_gradient(t, name, is_input=True)
         return hook
 
@@ -333,10 +391,10 @@ class _Probe:
             if self.removed:
                 return
             g = grad.detach()
-            top = _abs_max(g)  # inf/NaN exactly when the gradient holds one
+            top = _abs_range(g)  # inf/NaN exactly when the gradient holds one
             if not all(is_input for _, is_input in roles):
-                a = _sample(g).abs()
-                counts = torch.stack([(a == 0).sum(), (a < FP16_NORMAL_MIN).sum()]), a.numel()
+                a = _sample(g)
+                counts = (a.abs() < FP16_NORMAL_MIN).sum(), torch.count_nonzero(a), a.numel()
             self.events.append((tuple(roles), top))
             for name, is_input in roles:
                 if not is_input:
@@ -356,8 +414,8 @@ class _Probe:
                 used = (a > 0).any(dim=1, keepdim=True)
                 counted, lost = used.sum() * a.shape[1], ((a < FP16_NORMAL_MIN) & used).sum()
             else:
-                a = _sample(g).abs()
-                counted, lost = torch.tensor(a.numel(), device=a.device), (a < FP16_NORMAL_MIN).sum()
+                a = _sample(g)
+                counted, lost = a.numel(), (a.abs() < FP16_NORMAL_MIN).sum()
             self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
             self.params[name] = (lost, counted, torch.linalg.vector_norm(g, dtype=torch.float32))
         return hook
@@ -365,30 +423,38 @@ class _Probe:
     def collect(self, scale: float) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
         flat: list[torch.Tensor] = []
+        pairs: list[int] = []
 
-        def put(t: torch.Tensor) -> int:
-            flat.append(t.detach().reshape(-1).to(torch.float32, copy=False))  # float64: not on MPS
+        def put(t: torch.Tensor | int) -> int:
+            if not isinstance(t, torch.Tensor):
+                return -1 - int(t)  # a count known on the host: no transfer (read back by _value)
+            flat.append(t.reshape(1) if t.dtype in _CAT_DTYPES else t.reshape(1).to(torch.float32))
             return len(flat) - 1
 
-        peaks = {name: [put(p) for p in values] for name, values in self.peaks.items()}
-        outs = {name: [(put(c), n) for c, n in values] for name, values in self.grad_out.items()}
-        events = [(roles, put(bad)) for roles, bad in self.events]
-        calls = [(name, n, parent, [put(t) for t in ins], [put(t) for t in outs_])
+        def peak(p: Peak) -> int:
+            i = put(p[0])
+            put(p[1])
+            pairs.append(i)
+            return i
+
+        peaks = {name: [peak(p) for p in values] for name, values in self.peaks.items()}
+        outs = {name: [(put(lost), put(nonzero), n) for lost, nonzero, n in values]
+                for name, values in self.grad_out.items()}
+        events = [(roles, peak(bad)) for roles, bad in self.events]
+        calls = [(name, n, parent, [peak(t) for t in ins], [peak(t) for t in outs_])
                  for name, n, parent, ins, outs_ in self.calls]
         params = {name: [put(t) for t in values] for name, values in self.params.items()}
-        inputs = [put(bad) for bad in self.inputs]
+        inputs = [peak(bad) for bad in self.inputs]
         values: list[float] = []
         if flat:
             devices = {t.device for t in flat}
+            # one kernel and one transfer: torch.cat promotes float16/bfloat16 to float32 (exact)
             values = torch.cat([t.cpu() for t in flat] if len(devices) > 1 else flat).tolist()
-            sizes = [t.numel() for t in flat]
-            starts = [0]
-            for size in sizes:
-                starts.append(starts[-1] + size)
-            values = [values[starts[i]:starts[i + 1]] for i in range(len(flat))]
+            for i in pairs:
+                values[i] = _abs_max_of(values[i], values[i + 1])
         return {
             "autocast_dtype": _lowest(self.autocast),
-            "input_finite": None if not self.inputs else all(math.isfinite(values[i][0]) for i in inputs),
+            "input_finite": None if not self.inputs else all(math.isfinite(values[i]) for i in inputs),
             "modules": self._modules(peaks, outs, events, values),
             **_forward_culprit(calls, values),
             "first_nonfinite_backward": _backward_culprit(events, values),
@@ -398,16 +464,17 @@ class _Probe:
     def _modules(self, peaks: dict, outs: dict, events: list, values: list) -> tuple[ModuleStats, ...]:
         stats = []
         for name in self.order:
-            ps = [values[i][0] for i in peaks[name]]
+            ps = [values[i] for i in peaks[name]]
             peak = math.nan if any(math.isnan(p) for p in ps) else max(ps)
             grad: dict[str, Any] = {}
             if outs.get(name):
-                counts = [values[i] for i, _ in outs[name]]
-                total = sum(n for _, n in outs[name])
-                zero, lost = (sum(c[k] for c in counts) for k in range(2))
-                finite = all(math.isfinite(values[i][0]) for roles, i in events if (name, False) in roles)
+                total = sum(n for _, _, n in outs[name])
+                lost = sum(values[i] for i, _, _ in outs[name])
+                nonzero = sum(values[j] for _, j, _ in outs[name])
+                zero = total - nonzero
+                finite = all(math.isfinite(values[i]) for roles, i in events if (name, False) in roles)
                 grad = {"grad_lost": lost / total, "grad_finite": finite,
-                        "grad_subnormal": (lost - zero) / (total - zero) if total > zero else 0.0}
+                        "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0}
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
         return tuple(stats)
 
@@ -426,23 +493,23 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:k]) for k in range(len(parts) - 1, -1, -1)]
 
 
-def _forward_culprit(calls: list[tuple], values: list[list[float]]) -> dict[str, str | None]:
+def _forward_culprit(calls: list[tuple], values: list[float]) -> dict[str, str | None]:
     """Where a forward pass made its first inf/NaN. ``first_nonfinite_output``: the first module call (in
     completion order) whose output holds one. If that call's inputs were finite, its own forward made it;
     otherwise the inf/NaN was made between modules, in the code of an enclosing module's forward: the innermost
     enclosing call whose inputs were finite (``first_nonfinite_module``)."""
-    bad = next((c for c in calls if not all(math.isfinite(values[i][0]) for i in c[4])), None)
+    bad = next((c for c in calls if not all(math.isfinite(values[i]) for i in c[4])), None)
     if bad is None:
         return {"first_nonfinite_module": None, "first_nonfinite_output": None}
     by_number = {c[1]: c for c in calls}
     call = bad
-    while call is not None and not all(math.isfinite(values[i][0]) for i in call[3]):
+    while call is not None and not all(math.isfinite(values[i]) for i in call[3]):
         call = by_number.get(call[2])
     return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
 
 
 def _backward_culprit(events: list[tuple[tuple[tuple[str, bool], ...], int]],
-                      values: list[list[float]]) -> str | None:
+                      values: list[float]) -> str | None:
     """Where the backward pass made its first inf/NaN (events in backward order, one per gradient tensor, with
     the modules it is the output or the input gradient of): the first module whose input gradient is non-finite
     while every gradient that reached its output so far was finite (its own backward made it); or, when a
@@ -450,7 +517,7 @@ def _backward_culprit(events: list[tuple[tuple[tuple[str, bool], ...], int]],
     enclosing module whose output gradient was finite."""
     out_seen: dict[str, bool] = {}
     for roles, i in events:
-        bad = not math.isfinite(values[i][0])
+        bad = not math.isfinite(values[i])
         if bad:
             for name, is_input in roles:
                 if is_input and out_seen.get(name, False):
@@ -466,11 +533,16 @@ def _backward_culprit(events: list[tuple[tuple[tuple[str, bool], ...], int]],
     return None
 
 
-def _param_fields(params: dict[str, list[int]], values: list[list[float]], scale: float) -> dict[str, Any]:
+def _value(values: list[float], i: int) -> float:
+    """A collected value: ``values[i]``, or a count kept on the host (``i`` = -1 - count, see ``collect``)."""
+    return values[i] if i >= 0 else float(-1 - i)
+
+
+def _param_fields(params: dict[str, list[int]], values: list[float], scale: float) -> dict[str, Any]:
     lost, bad_first, squares, any_bad = {}, None, 0.0, False
     for name, (i_lost, i_counted, i_norm) in params.items():
-        counted, norm = values[i_counted][0], values[i_norm][0]
-        lost[name] = values[i_lost][0] / counted if counted else 1.0
+        counted, norm = _value(values, i_counted), values[i_norm]
+        lost[name] = values[i_lost] / counted if counted else 1.0
         if not math.isfinite(norm) and bad_first is None:
             bad_first = name
         any_bad = any_bad or not math.isfinite(norm)
@@ -586,9 +658,11 @@ class AmpRecorder:
         if not self.attached:
             raise RuntimeError("this AmpRecorder is detached: create a new one to record more steps")
         value = _as_loss(loss)
-        stepped, self._optimizer_steps = self._optimizer_steps > 0, 0
+        called, self._optimizer_steps = self._optimizer_steps > 0, 0
         before, after = self._scale, self._read_scale()
         decreased = bool(before and after is not None and step_was_skipped(before, after))
+        # a fused optimizer's step() runs on a skipped step too (its kernel skips the update): the scale decides
+        stepped = called and not decreased
         sampled = {}
         if self._probe is not None:
             self._probe.remove()
@@ -598,7 +672,7 @@ class AmpRecorder:
             step=len(self._records), loss=value, scale_before=before, scale_after=after, stepped=stepped,
             skipped=not stepped, scale_decreased=decreased, lr=float(self.optimizer.param_groups[0]["lr"]),
             scheduler_epoch=None if self.scheduler is None else int(self.scheduler.last_epoch),
-            sampled=bool(sampled), **sampled)
+            sampled=bool(sampled), step_called=called, **sampled)
         self._records.append(record)
         self._scale = after
         self._open_probe()
@@ -755,7 +829,7 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
 
 
 def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
-    missed = [r.step for r in records if not r.stepped and not r.scale_decreased]
+    missed = [r.step for r in records if not r.step_called and not r.scale_decreased]
     if not missed:
         return None
     return Finding("optimizer_not_stepped", missed[0], "optimizer",
