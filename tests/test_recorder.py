@@ -711,7 +711,7 @@ def test_e7_an_fp32_island_s_float32_output_is_measured_against_float32_s_max():
 
 
 def _count_range_calls(monkeypatch) -> list[int]:
-    """A spy on the recorder's one per-tensor measurement (aminmax): every tensor hook, forward or gradient, calls it."""
+    """A spy on the recorder's one per-tensor measurement (aminmax): every forward and gradient hook calls it."""
     import ampcourse.recorder as recorder
 
     calls: list[int] = []

@@ -5,8 +5,9 @@ not show (:data:`TRACES`, printed by :func:`show_traces`); the answers come from
 recorder's :data:`~ampcourse.recorder.KINDS`) and fixes (:data:`FIXES`), so the check compares them strictly.
 ``applied_step(scaler, optimizer, loss)`` is run on a tiny model with real GradScalers: a clean step, an
 overflowing one (with plain SGD and with a fused one, whose ``step()`` GradScaler calls even on a skipped step), a
-clean step at a non-exact ``init_scale`` (0.7), a growth step, a used scaler and a disabled one. ``finetune_plan(peaks, bf16)`` is compared
-with the rule of lesson 11 on cases at its boundaries (a peak exactly 2 bits below 65504, inf, NaN, no bf16).
+clean step at a non-exact ``init_scale`` (0.7), a growth step, a used scaler and a disabled one.
+``finetune_plan(peaks, bf16)`` is compared with the rule of lesson 11 on cases at its boundaries (a peak exactly
+2 bits below 65504, inf, NaN, no bf16, bf16 with inf/NaN/above-65504 peaks).
 """
 
 from __future__ import annotations
