@@ -79,7 +79,7 @@ class Finding:
 
     def __str__(self) -> str:
         where = ("" if self.kind == "healthy" or self.where in ("scaler", "scheduler", "loss", "optimizer")
-                 else f" in {self.where or '(model)'}")
+                 else f" in {_label(self.where)}")
         return f"[{self.kind}] step {self.step}{where}: {self.message}"
 
 
@@ -580,8 +580,9 @@ class AmpRecorder:
             The loss, scale, skipped flag and lr are recorded on every step.
 
     Call ``rec.step(loss)`` after ``scaler.update()`` (and before the next ``zero_grad``), once per
-    optimizer step, also when the scaler skipped it. With an enabled scaler, each step reads
-    ``scaler.get_scale()`` once (on CUDA a GPU-to-CPU sync), and a sampled step adds one more sync.
+    optimizer step, also when the scaler skipped it. Each step reads the loss (``float(loss)``) and, with an
+    enabled scaler, ``scaler.get_scale()``: on CUDA each is a GPU-to-CPU sync (two per step, as a loop that logs
+    its loss pays one of them already), and a sampled step adds one more (its one transfer).
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
@@ -758,7 +759,11 @@ def _limit_name(limit: float) -> str:
 
 
 def _label(name: str) -> str:
-    return name or "(model)"
+    """A module's name as the messages print it: ``(model)`` for the model itself, a Sequential index quoted
+    (``'2'``, ``'blocks.0'``: a bare number reads as a count)."""
+    if not name:
+        return "(model)"
+    return f"'{name}'" if name.split(".")[-1].isdigit() else name
 
 
 def _module(record: StepRecord, name: str) -> ModuleStats | None:
@@ -772,7 +777,7 @@ def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: in
     if applied_bad is not None:
         found.append(applied_bad)
     for rule in (_nonfinite_input, _overflow, _nonfinite_loss, _not_stepped):
-        finding = rule(records, sampled)
+        finding = rule(records, sampled, found) if rule is _nonfinite_loss else rule(records, sampled)
         # after a non-finite gradient was applied the weights are inf/NaN: later forward overflows and losses
         # only inherit it (nonfinite_grad says so)
         if finding is not None and not (applied_bad is not None and finding.kind in ("overflow", "nonfinite_loss")
@@ -811,20 +816,35 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     module = _module(r, name)
     kind = f" ({module.kind})" if module else ""
     output = r.first_nonfinite_output
-    if output is not None and output != name:
+    names = [m.name for m in r.modules]
+    cast = next((m for m in r.modules if m.finite and m.peak > m.limit), None)  # a float32 output, too big
+    nan = (_module(r, output) or _module(r, name) or ModuleStats("", "", math.inf, 1.0)).peak
+    if cast is not None and output in names and names.index(cast.name) < names.index(output):
+        name = cast.name
+        what = (f"{_label(name)} ({cast.kind}) returns float32 values up to {cast.peak:.4g} (step {r.step}), above "
+                f"{_limit_name(cast.limit)}'s largest value; the module that receives them, {_label(output)}, "
+                "casts them down under autocast and holds the first inf/NaN")
+    elif output is not None and output != name:
         what = (f"the forward code of {_label(name)}{kind} itself, between its submodules, makes the first inf/NaN "
                 f"(step {r.step}: its inputs are finite, and the first submodule output that holds it, "
                 f"{_label(output)}'s, only received it)")
     else:
         what = (f"{_label(name)}{kind} is the first module whose output holds inf/NaN (step {r.step}; every later "
                 "module only inherits it)")
-    if r.autocast_dtype == torch.float16:
+    invalid = ("0/0, inf - inf, 0 × inf, or sqrt or log of a negative number: look for such an op there "
+               "(an eps, a clamp or a mask fixes it)")
+    if r.autocast_dtype == torch.float16 and math.isnan(nan):
+        fix = (f"the first non-finite value is a NaN, made by an invalid operation — {invalid} — or by a value that "
+               f"first passed float16's largest value, {FP16_MAX:g}, and became inf (inf - inf in a softmax, say). "
+               "If it is an overflow: run it in FP32 (troubleshoot.FP32Island), train in bf16, or keep its values "
+               "smaller.")
+    elif r.autocast_dtype == torch.float16:
         fix = (f"a value passed float16's largest value, {FP16_MAX:g}. Run it in FP32 (troubleshoot.FP32Island), "
                "train in bf16, or keep its values smaller (normalise its inputs; in attention, "
                "F.scaled_dot_product_attention and a mask of torch.finfo(dtype).min instead of -1e9).")
     else:
-        fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence, not a precision limit: lower the learning "
-               "rate, clip the gradients, check the data.")
+        fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence or an invalid operation ({invalid}), not "
+               "a precision limit: else lower the learning rate, clip the gradients, check the data.")
     return Finding("overflow", r.step, name, f"{what}: {fix}")
 
 
@@ -838,25 +858,32 @@ def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Findin
                    "rec.step(loss); with gradient accumulation, call rec.step only on the steps that update.")
 
 
-def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> Finding | None:
+    """The first non-finite loss, blamed on what came before it: the batch (a nonfinite_input finding) or a
+    forward overflow (an overflow finding) at or before the first sampled step with a non-finite loss, else the
+    loss computation itself."""
     r = next((r for r in records if not math.isfinite(r.loss)), None)
     if r is None:
         return None
     n = sum(not math.isfinite(x.loss) for x in records)
-    overflow = next((x for x in sampled if x.first_nonfinite_module is not None), None)
+    kinds = {f.kind: f for f in found}
     bad_sampled = [x for x in sampled if not math.isfinite(x.loss)]
+    overflow, bad_input = kinds.get("overflow"), kinds.get("nonfinite_input")
     if not bad_sampled:
         cause = (f"step {r.step} was not sampled, nor any other step with a non-finite loss{_every(records)}, so the "
                  "recorder did not see where it starts: record with every=1, or run troubleshoot.find_nonfinite on "
                  "that batch.")
         if overflow is not None:
-            cause += f" A sampled step ({overflow.step}) overflowed in {_label(overflow.first_nonfinite_module)}."
-    elif overflow is not None:
-        cause = (f"the forward pass overflowed first, in {_label(overflow.first_nonfinite_module)}: fix that "
+            cause += f" A sampled step ({overflow.step}) overflowed in {_label(overflow.where)}."
+    elif bad_input is not None and bad_input.step <= bad_sampled[0].step:
+        cause = (f"the batch held inf/NaN first (step {bad_input.step}, see the nonfinite_input finding): fix the "
+                 "data and the loss follows.")
+    elif overflow is not None and overflow.step <= bad_sampled[0].step:
+        cause = (f"the forward pass overflowed first, in {_label(overflow.where)} (step {overflow.step}): fix that "
                  "(see the overflow finding) and the loss follows.")
     else:
-        cause = ("no module output was inf/NaN on the sampled steps with a non-finite loss, so it comes from the "
-                 "loss computation: compute the loss in "
+        cause = (f"at step {bad_sampled[0].step}, the first sampled step with a non-finite loss, no module output was "
+                 "inf/NaN, so it comes from the loss computation: compute the loss in "
                  "FP32 (troubleshoot.fp32_loss, or outside autocast) and look for log(0) or a division by 0.")
     unsampled = "" if r.sampled or not bad_sampled else (
         f" (step {r.step} was not sampled{_every(records)}; step {bad_sampled[0].step} was)")
@@ -876,9 +903,14 @@ def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
     r = next((r for r in sampled if r.stepped and r.grad_norm is not None and not math.isfinite(r.grad_norm)), None)
     if r is None or r.first_nonfinite_grad is None:
         return None
-    if r.first_nonfinite_module is not None:
+    if r.input_finite is False:
+        source = "the batch already held inf/NaN (see the nonfinite_input finding)"
+    elif r.first_nonfinite_module is not None:
         source = (f"the forward pass made it first, in {_label(r.first_nonfinite_module)} (see the overflow "
                   "finding)")
+    elif not math.isfinite(r.loss):
+        source = (f"every module output was finite, but the loss was {r.loss} (see the nonfinite_loss finding): the "
+                  "gradient was inf/NaN from where it entered the model")
     elif r.first_nonfinite_backward is not None:
         source = (f"the forward pass was finite: the backward of {_label(r.first_nonfinite_backward)}'s own code made "
                   "it — a sqrt, log or division at 0 there (sqrt(x) at x = 0 has an infinite gradient; add a safe "
@@ -1125,9 +1157,10 @@ def _report(rec: AmpRecorder) -> str:
         last = sampled[-1]
         closest = sorted(last.modules, key=lambda m: m.headroom_bits)[:6]
         rows = [{"module": _label(m.name), "type": m.kind, "peak |out|": m.peak, "headroom (bits)": m.headroom_bits,
-                 "grad lost": m.grad_lost} for m in closest]
+                 "grad lost": "inf/NaN" if m.grad_finite is False else m.grad_lost} for m in closest]
         lines.append(Table(rows, formats={"peak |out|": _fmt, "headroom (bits)": "{:.1f}",
-                                          "grad lost": lambda v: "—" if v is None else f"{v:.0%}"},
+                                          "grad lost": lambda v: "—" if v is None else v if isinstance(v, str)
+                                          else f"{v:.0%}"},
                            title=f"modules nearest to overflow at step {last.step}").text())
     findings = "\n".join(["findings:"] + [f"- {f}" for f in rec.findings()])
     return "\n\n".join(lines + [findings])

@@ -868,3 +868,100 @@ def test_r2_e3_keyword_inputs_of_a_module_get_gradient_roles():
     rec = _kw_step(KwNet(), torch.randn(4, 8))
     lin = next(m for m in rec.records[0].modules if m.name == "inner.lin")
     assert lin.grad_finite is True and kinds(rec) == ["healthy"]
+
+
+def _nan_loss_run():
+    """bf16, no scaler, a loss that is 0/0 from step 0: the NaN gradient is applied, the weights turn NaN."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    optimizer = torch.optim.AdamW(model.parameters())
+    rec = AmpRecorder(model, optimizer)
+    for _ in range(3):
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(torch.randn(16, 16))
+        loss = (out.float() * 0).sum() / 0.0 * 0
+        loss.backward()
+        optimizer.step()
+        rec.step(loss)
+    rec.detach()
+    return rec
+
+
+def test_r2_e4_a_nan_loss_from_step_0_is_blamed_on_the_loss_not_on_a_later_overflow():
+    rec = _nan_loss_run()
+    assert rec.records[0].first_nonfinite_module is None and rec.records[1].first_nonfinite_module == "0"
+    assert "overflow" not in kinds(rec)
+    message = finding(rec, "nonfinite_loss").message
+    assert "loss computation" in message and "overflow finding" not in message
+
+
+def test_r2_e12_a_nan_gradient_from_a_nan_loss_says_the_loss_was_nan():
+    message = finding(_nan_loss_run(), "nonfinite_grad").message
+    assert "the loss was nan" in message and "the forward pass was finite" not in message
+
+
+def test_r2_e4_a_nan_batch_blames_the_batch_for_the_nan_loss():
+    x = data()[0]
+    x[0, 0] = math.nan
+    rec = train(classifier(), torch.float16, steps=3, inputs=x)
+    assert "nonfinite_input" in kinds(rec) and "overflow" not in kinds(rec)
+    message = finding(rec, "nonfinite_loss").message
+    assert "the batch held inf/NaN first" in message and "overflow finding" not in message
+
+
+class NegativeSqrtNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.sqrt(self.a(x) - 10))  # sqrt of a negative: NaN, no overflow
+
+
+def test_r2_e13_a_nan_made_by_sqrt_of_a_negative_is_not_called_an_overflow_past_65504():
+    torch.manual_seed(0)
+    rec = loop(NegativeSqrtNet(), 2, x_fn=lambda i: torch.randn(4, 8))
+    f = finding(rec, "overflow")
+    assert f.where == "" and "sqrt or log of a negative" in f.message
+    assert "a value passed float16's largest value" not in f.message
+
+
+class Float32LayerNorm(nn.LayerNorm):
+    """What CUDA autocast does to layer_norm (an fp32 op there): the input cast to float32, a float32 output."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", enabled=False):
+            return nn.functional.layer_norm(x.float(), self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+def _fp32_norm_run(gamma: float) -> AmpRecorder:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), Float32LayerNorm(32), nn.Linear(32, 1))
+    with torch.no_grad():
+        model[1].weight.fill_(gamma)
+    return loop(model, 3, lr=1e-6, x_fn=lambda i: torch.randn(8, 16))
+
+
+def test_r2_e16_a_float32_norm_output_fed_to_a_float16_linear_is_measured_against_65504():
+    rec = _fp32_norm_run(1.2e4)
+    norm = next(m for m in rec.records[0].modules if m.name == "1")
+    assert norm.limit == 65504.0 and 0 < norm.headroom_bits < LOW_HEADROOM_BITS
+    assert finding(rec, "low_headroom").where == "1"
+
+
+def test_r2_e16_a_float32_output_that_overflows_when_cast_down_is_blamed_on_its_module_not_the_next():
+    rec = _fp32_norm_run(1e5)
+    assert rec.records[0].first_nonfinite_output == "2"
+    f = finding(rec, "overflow")
+    assert f.where == "1" and "casts them down" in f.message and "in '1'" in str(f)
+
+
+def test_r2_e22_a_nan_output_gradient_reads_inf_nan_in_the_report_not_0_percent():
+    rec = train(classifier(gain=1e5), torch.float16, steps=1)
+    bad = [m for m in rec.records[0].modules if m.grad_finite is False]
+    assert bad
+    table = rec.report().split("modules nearest to overflow")[1].split("findings:")[0].splitlines()
+    labels = {"(model)" if not m.name else m.name for m in bad}
+    bad_rows = [line for line in table if line.split() and line.split()[0] in labels]
+    assert bad_rows and all("inf/NaN" in line and " 0%" not in line for line in bad_rows)
