@@ -759,11 +759,11 @@ def _limit_name(limit: float) -> str:
 
 
 def _label(name: str) -> str:
-    """A module's name as the messages print it: ``(model)`` for the model itself, a Sequential index quoted
-    (``'2'``, ``'blocks.0'``: a bare number reads as a count)."""
+    """A module's name as the messages print it: ``(model)`` for the model itself, a name that starts with a
+    Sequential index quoted (``'2'``, ``'0.attn'``: a bare number reads as a count)."""
     if not name:
         return "(model)"
-    return f"'{name}'" if name.split(".")[-1].isdigit() else name
+    return f"'{name}'" if name.split(".")[0].isdigit() else name
 
 
 def _module(record: StepRecord, name: str) -> ModuleStats | None:
@@ -831,13 +831,13 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     else:
         what = (f"{_label(name)}{kind} is the first module whose output holds inf/NaN (step {r.step}; every later "
                 "module only inherits it)")
-    invalid = ("0/0, inf - inf, 0 × inf, or sqrt or log of a negative number: look for such an op there "
-               "(an eps, a clamp or a mask fixes it)")
+    invalid = "0/0, or sqrt or log of a negative number: an eps, a clamp or a mask fixes that"
     if r.autocast_dtype == torch.float16 and math.isnan(nan):
-        fix = (f"the first non-finite value is a NaN, made by an invalid operation — {invalid} — or by a value that "
-               f"first passed float16's largest value, {FP16_MAX:g}, and became inf (inf - inf in a softmax, say). "
-               "If it is an overflow: run it in FP32 (troubleshoot.FP32Island), train in bf16, or keep its values "
-               "smaller.")
+        fix = (f"its output holds NaN, not inf: either a value passed float16's largest value, {FP16_MAX:g}, and "
+               "the inf became NaN (inf - inf or 0 × inf, as in a softmax over an inf score), or an invalid "
+               f"operation made it directly ({invalid}). For an overflow: run it in FP32 "
+               "(troubleshoot.FP32Island), train in bf16, or keep its values smaller (normalise its inputs; in "
+               "attention, F.scaled_dot_product_attention and a mask of torch.finfo(dtype).min instead of -1e9).")
     elif r.autocast_dtype == torch.float16:
         fix = (f"a value passed float16's largest value, {FP16_MAX:g}. Run it in FP32 (troubleshoot.FP32Island), "
                "train in bf16, or keep its values smaller (normalise its inputs; in attention, "
