@@ -189,12 +189,12 @@ class StepRecord:
 
 # --- The hooks of one sampled step -------------------------------------------------------------------------
 
-Peak = tuple[torch.Tensor, torch.Tensor]  # a measured tensor's (min, max), 0-d tensors until collect()
-
-
 def _tensors(tree: Any) -> list[torch.Tensor]:
     """The floating-point tensors in a module's output or inputs (a tensor, or tuples/lists/dicts/dataclass
     instances of them, nested)."""
+    if type(tree) is tuple and len(tree) == 1 and type(tree[0]) is torch.Tensor:  # the common (x,): fast path
+        t = tree[0]
+        return [t] if t.is_floating_point() and t.numel() else []
     if isinstance(tree, torch.Tensor):
         return [tree] if tree.is_floating_point() and tree.numel() else []
     if isinstance(tree, (list, tuple)):
@@ -204,6 +204,11 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):  # e.g. a model's output dataclass
         return [t for f in dataclasses.fields(tree) for t in _tensors(getattr(tree, f.name, None))]
     return []
+
+
+def _inputs(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The floating-point tensors a module was called with, positional and keyword."""
+    return _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)
 
 
 def _sample(t: torch.Tensor) -> torch.Tensor:
@@ -232,7 +237,6 @@ def _abs_max(t: torch.Tensor) -> float:
     return _abs_max_of(float(low), float(high))
 
 
-_CAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # torch.cat promotes these to float32 (float64: MPS)
 _FP16_OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
              nn.ConvTranspose3d, nn.MultiheadAttention)
 """Modules whose forward runs autocast's lower-precision ops (linear, conv, matmul) on CPU and CUDA: a float32
@@ -264,19 +268,23 @@ class _Probe:
         self.handles: list[Any] = []
         self.order: list[str] = []
         self.kinds: dict[str, str] = {}
-        self.peaks: dict[str, list[Peak]] = {}
+        # every measured 0-d tensor, in one list: collect() stacks it (one kernel, one transfer); the fields
+        # below hold indices into it (a peak: the index of its min, its max at the next index)
+        self.flat: list[torch.Tensor] = []
+        self.pairs: list[int] = []
+        self.peaks: dict[str, list[int]] = {}
         self.limits: dict[str, float] = {}
         self.autocast: set[torch.dtype | None] = set()
-        self.grad_out: dict[str, list[tuple[torch.Tensor, torch.Tensor, int]]] = {}  # lost, non-zero, counted
-        self.events: list[tuple[tuple[tuple[str, bool], ...], Peak]] = []  # (gradient roles, its (min, max))
-        self.params: dict[str, tuple[torch.Tensor, torch.Tensor | int, torch.Tensor]] = {}  # lost, counted, norm
-        self.inputs: list[Peak] = []
+        self.grad_out: dict[str, list[tuple[int, int, int]]] = {}  # lost, non-zero (indices), counted
+        self.events: list[tuple[tuple[tuple[str, bool], ...], int]] = []  # (gradient roles, its peak)
+        self.params: dict[str, tuple[int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
+        self.inputs: list[int] = []
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
-        self.calls: list[tuple[str, int, int | None, list[Peak], list[Peak]]] = []
-        self._stack: list[tuple[str, int, list[Peak]]] = []  # running calls: name, call number, inputs
+        self.calls: list[tuple[str, int, int | None, list[int], list[int]]] = []
+        self._stack: list[tuple[str, int, list[int]]] = []  # running calls: name, call number, inputs
         self._started = 0
         self.removed = False  # set by remove(): a tensor hook of a pending backward then does nothing
-        self._peaks: dict[int, tuple[weakref.ref, Peak]] = {}  # id(tensor) -> (tensor, its (min, max))
+        self._peaks: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (tensor, its peak)
         self._roles: dict[int, tuple[weakref.ref, list[tuple[str, bool]]]] = {}  # id(tensor) -> gradient roles
         self._made_by: dict[int, tuple[weakref.ref, list[str]]] = {}  # id(float32 output) -> modules returning it
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
@@ -296,13 +304,21 @@ class _Probe:
         self._made_by.clear()
 
     def _root_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        self.inputs += [self._peak(t) for t in _tensors((args, kwargs))]
+        self.inputs += [self._peak(t) for t in _inputs(args, kwargs)]
 
-    def _peak(self, t: torch.Tensor) -> Peak:
+    def _put(self, t: torch.Tensor) -> int:
+        """Keep a measured 0-d tensor for collect(); its index."""
+        self.flat.append(t if t.dtype != torch.float64 else t.float())  # float64: not on MPS
+        return len(self.flat) - 1
+
+    def _peak(self, t: torch.Tensor) -> int:
         entry = self._peaks.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
-        peak = _abs_range(t)
+        low, high = _abs_range(t)
+        peak = self._put(low)
+        self._put(high)
+        self.pairs.append(peak)
         self._peaks[id(t)] = (weakref.ref(t), peak)
         return peak
 
@@ -310,7 +326,7 @@ class _Probe:
         casts = isinstance(module, _FP16_OPS)
 
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
-            inputs = _tensors((args, kwargs))
+            inputs = _inputs(args, kwargs)
             self._stack.append((name, self._started, [self._peak(t) for t in inputs]))
             self._started += 1
             if casts and self._made_by:
@@ -371,7 +387,7 @@ class _Probe:
             if torch.is_grad_enabled():
                 for t in outs:
                     self._watch_gradient(t, name, is_input=False)
-                for t in _tensors((args, kwargs)):
+                for t in _inputs(args, kwargs):
                     self._watch_gradient(t, name, is_input=True)
         return hook
 
@@ -391,10 +407,14 @@ class _Probe:
             if self.removed:
                 return
             g = grad.detach()
-            top = _abs_range(g)  # inf/NaN exactly when the gradient holds one
+            low, high = _abs_range(g)  # max |x|: inf/NaN exactly when the gradient holds one
+            top = self._put(low)
+            self._put(high)
+            self.pairs.append(top)
             if not all(is_input for _, is_input in roles):
                 a = _sample(g)
-                counts = (a.abs() < FP16_NORMAL_MIN).sum(), torch.count_nonzero(a), a.numel()
+                counts = (self._put((a.abs() < FP16_NORMAL_MIN).sum()), self._put(torch.count_nonzero(a)),
+                          a.numel())
             self.events.append((tuple(roles), top))
             for name, is_input in roles:
                 if not is_input:
@@ -412,46 +432,26 @@ class _Probe:
             if embedding and g.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
                 a = g.abs()
                 used = (a > 0).any(dim=1, keepdim=True)
-                counted, lost = used.sum() * a.shape[1], ((a < FP16_NORMAL_MIN) & used).sum()
+                counted = self._put(used.sum() * a.shape[1])
+                lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
             else:
                 a = _sample(g)
-                counted, lost = a.numel(), (a.abs() < FP16_NORMAL_MIN).sum()
+                counted, lost = -1 - a.numel(), self._put((a.abs() < FP16_NORMAL_MIN).sum())
             self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
-            self.params[name] = (lost, counted, torch.linalg.vector_norm(g, dtype=torch.float32))
+            self.params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
         return hook
 
     def collect(self, scale: float) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
-        flat: list[torch.Tensor] = []
-        pairs: list[int] = []
-
-        def put(t: torch.Tensor | int) -> int:
-            if not isinstance(t, torch.Tensor):
-                return -1 - int(t)  # a count known on the host: no transfer (read back by _value)
-            flat.append(t.reshape(1) if t.dtype in _CAT_DTYPES else t.reshape(1).to(torch.float32))
-            return len(flat) - 1
-
-        def peak(p: Peak) -> int:
-            i = put(p[0])
-            put(p[1])
-            pairs.append(i)
-            return i
-
-        peaks = {name: [peak(p) for p in values] for name, values in self.peaks.items()}
-        outs = {name: [(put(lost), put(nonzero), n) for lost, nonzero, n in values]
-                for name, values in self.grad_out.items()}
-        events = [(roles, peak(bad)) for roles, bad in self.events]
-        calls = [(name, n, parent, [peak(t) for t in ins], [peak(t) for t in outs_])
-                 for name, n, parent, ins, outs_ in self.calls]
-        params = {name: [put(t) for t in values] for name, values in self.params.items()}
-        inputs = [peak(bad) for bad in self.inputs]
         values: list[float] = []
-        if flat:
-            devices = {t.device for t in flat}
-            # one kernel and one transfer: torch.cat promotes float16/bfloat16 to float32 (exact)
-            values = torch.cat([t.cpu() for t in flat] if len(devices) > 1 else flat).tolist()
-            for i in pairs:
+        if self.flat:
+            devices = {t.device for t in self.flat}
+            # one kernel and one transfer: torch.stack promotes float16, bfloat16 and the int64 counts to float32
+            values = torch.stack([t.cpu() for t in self.flat] if len(devices) > 1 else self.flat).tolist()
+            for i in self.pairs:
                 values[i] = _abs_max_of(values[i], values[i + 1])
+        inputs, peaks, outs, events, calls, params = (self.inputs, self.peaks, self.grad_out, self.events,
+                                                      self.calls, self.params)
         return {
             "autocast_dtype": _lowest(self.autocast),
             "input_finite": None if not self.inputs else all(math.isfinite(values[i]) for i in inputs),
@@ -462,6 +462,12 @@ class _Probe:
         }
 
     def _modules(self, peaks: dict, outs: dict, events: list, values: list) -> tuple[ModuleStats, ...]:
+        out_finite: dict[str, bool] = {}  # module -> every gradient w.r.t. its output was finite
+        for roles, i in events:
+            finite = math.isfinite(values[i])
+            for name, is_input in roles:
+                if not is_input:
+                    out_finite[name] = out_finite.get(name, True) and finite
         stats = []
         for name in self.order:
             ps = [values[i] for i in peaks[name]]
@@ -472,8 +478,7 @@ class _Probe:
                 lost = sum(values[i] for i, _, _ in outs[name])
                 nonzero = sum(values[j] for _, j, _ in outs[name])
                 zero = total - nonzero
-                finite = all(math.isfinite(values[i]) for roles, i in events if (name, False) in roles)
-                grad = {"grad_lost": lost / total, "grad_finite": finite,
+                grad = {"grad_lost": lost / total, "grad_finite": out_finite.get(name, True),
                         "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0}
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
         return tuple(stats)
