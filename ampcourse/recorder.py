@@ -206,6 +206,17 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     return []
 
 
+_LARGEST: dict[torch.dtype, float] = {}
+
+
+def _largest(dtype: torch.dtype) -> float:
+    """``torch.finfo(dtype).max`` as a float (kept: the forward hook asks for it on every module call)."""
+    value = _LARGEST.get(dtype)
+    if value is None:
+        value = _LARGEST[dtype] = float(torch.finfo(dtype).max)
+    return value
+
+
 def _inputs(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The floating-point tensors a module was called with, positional and keyword."""
     return _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)
@@ -342,7 +353,7 @@ class _Probe:
                 continue
             device = t.device.type
             if torch.is_autocast_enabled(device):
-                limit = float(torch.finfo(torch.get_autocast_dtype(device)).max)
+                limit = _largest(torch.get_autocast_dtype(device))
                 for producer in entry[1]:
                     self.limits[producer] = min(limit, self.limits[producer])
 
@@ -370,7 +381,7 @@ class _Probe:
             # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max,
             # until a module that casts its inputs to the autocast dtype receives it (_cast_inputs)
             own = outs[0].dtype
-            limit = float(torch.finfo(own if own == torch.float32 or not autocast else dtype).max)
+            limit = _largest(own if own == torch.float32 or not autocast else dtype)
             if name not in self.peaks:
                 self.order.append(name)
                 self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
