@@ -4,9 +4,10 @@
 learning-rate scheduler; the training loop stays the user's own, with one added call, ``rec.step(loss)``
 after each ``scaler.update()``. It records, per step, through public PyTorch APIs only:
 
-* every step: the loss, the scale before and after the step, whether ``optimizer.step()`` really ran
-  (``Optimizer.register_step_post_hook``; the scale going down, :func:`ampcourse.scaler_run.step_was_skipped`,
-  is recorded beside it), the lr and the scheduler's ``last_epoch``;
+* every step: the loss, the scale before and after the step, whether the optimizer applied the step
+  (``optimizer.step()`` ran, seen by ``Optimizer.register_step_post_hook``, and, with an enabled GradScaler, the
+  scale did not go down, :func:`ampcourse.scaler_run.step_was_skipped`: a fused optimizer's ``step()`` runs even
+  on a step the scaler skips, and its kernel skips the update itself), the lr and the scheduler's ``last_epoch``;
 * on sampled steps (``every=N``: steps 0, N, 2N, ..., and the step after an unsampled skipped or non-finite
   one; the hooks are attached only for those steps, so the other steps run at full speed): the module whose
   forward pass made the first inf or NaN (the first module whose output holds one, if its inputs were finite;
@@ -78,7 +79,7 @@ class Finding:
 
     def __str__(self) -> str:
         where = ("" if self.kind == "healthy" or self.where in ("scaler", "scheduler", "loss", "optimizer")
-                 else f" in {self.where or '(model)'}")
+                 else f" in {_label(self.where)}")
         return f"[{self.kind}] step {self.step}{where}: {self.message}"
 
 
@@ -129,8 +130,12 @@ class StepRecord:
         loss: the loss as passed (float; inf/NaN if it was).
         scale_before, scale_after: ``scaler.get_scale()`` before the step and after its ``update()`` (None
             without an enabled scaler).
-        stepped: ``optimizer.step()`` ran during the step (``register_step_post_hook``).
+        stepped: the optimizer applied the step: ``optimizer.step()`` ran (``register_step_post_hook``) and, with
+            an enabled GradScaler, the scale did not go down. ``GradScaler.step`` calls the ``step()`` of a fused
+            optimizer (``fused=True`` Adam, AdamW, SGD: ``_step_supports_amp_scaling``) also when a gradient is
+            inf/NaN, and the fused kernel then leaves the weights alone, so the hook alone cannot tell.
         skipped: it did not (with a scaler: the scaler skipped it because a gradient was inf/NaN).
+        step_called: ``optimizer.step()`` ran (the hook fired), applied or not.
         scale_decreased: the scale went down (:func:`~ampcourse.scaler_run.step_was_skipped`).
         lr: ``optimizer.param_groups[0]["lr"]`` when ``rec.step`` ran.
         scheduler_epoch: the scheduler's ``last_epoch`` when ``rec.step`` ran (None without a scheduler).
@@ -174,6 +179,7 @@ class StepRecord:
     modules: tuple[ModuleStats, ...] = ()
     first_nonfinite_output: str | None = None
     param_grad_lost: Mapping[str, float] = field(default_factory=dict)
+    step_called: bool = False
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -186,6 +192,9 @@ class StepRecord:
 def _tensors(tree: Any) -> list[torch.Tensor]:
     """The floating-point tensors in a module's output or inputs (a tensor, or tuples/lists/dicts/dataclass
     instances of them, nested)."""
+    if type(tree) is tuple and len(tree) == 1 and type(tree[0]) is torch.Tensor:  # the common (x,): fast path
+        t = tree[0]
+        return [t] if t.is_floating_point() and t.numel() else []
     if isinstance(tree, torch.Tensor):
         return [tree] if tree.is_floating_point() and tree.numel() else []
     if isinstance(tree, (list, tuple)):
@@ -197,18 +206,52 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     return []
 
 
+_LARGEST: dict[torch.dtype, float] = {}
+
+
+def _largest(dtype: torch.dtype) -> float:
+    """``torch.finfo(dtype).max`` as a float (kept: the forward hook asks for it on every module call)."""
+    value = _LARGEST.get(dtype)
+    if value is None:
+        value = _LARGEST[dtype] = float(torch.finfo(dtype).max)
+    return value
+
+
+def _inputs(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The floating-point tensors a module was called with, positional and keyword."""
+    return _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)
+
+
 def _sample(t: torch.Tensor) -> torch.Tensor:
     """At most :data:`SAMPLE` evenly strided entries of ``t`` (all of them when it is that small)."""
     flat = t.reshape(-1)
     return flat if flat.numel() <= SAMPLE else flat[:: flat.numel() // SAMPLE][:SAMPLE]
 
 
-def _abs_max(t: torch.Tensor) -> torch.Tensor:
-    """max |x| of ``t`` as a 0-d tensor: inf when ``t`` holds ±inf, NaN when it holds a NaN. ``aminmax`` is one
-    pass and allocates nothing (``abs().amax()`` copies the tensor; ``vector_norm(t, inf)`` is 5-10x slower on
-    CPU): the sampled step's cost is mostly these reductions (benchmarks/recorder_overhead.py)."""
-    low, high = torch.aminmax(t.detach())
-    return torch.maximum(high, low.neg())
+def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(min, max) of ``t`` as two 0-d tensors, by one ``aminmax`` kernel with no tensor-sized copy
+    (``abs().amax()`` copies the tensor; ``vector_norm(t, inf)`` is 5-10x slower on CPU): max |x| is taken from
+    the pair on the host, after the step's one transfer (:func:`_abs_max_of`), so a measured tensor costs one op."""
+    return torch.aminmax(t.detach())
+
+
+def _abs_max_of(low: float, high: float) -> float:
+    """max |x| from ``t``'s (min, max): inf when ``t`` holds ±inf, NaN when it holds a NaN (either side)."""
+    if math.isnan(low) or math.isnan(high):
+        return math.nan
+    return max(-low, high)
+
+
+def _abs_max(t: torch.Tensor) -> float:
+    """max |x| of ``t`` (a float; inf with ±inf, NaN with a NaN), as the recorder measures it."""
+    low, high = _abs_range(t)
+    return _abs_max_of(float(low), float(high))
+
+
+_FP16_OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+             nn.ConvTranspose3d, nn.MultiheadAttention)
+"""Modules whose forward runs autocast's lower-precision ops (linear, conv, matmul) on CPU and CUDA: a float32
+input is cast to the autocast dtype there, so the module that produced it is measured against that dtype."""
 
 
 def _is_compiled(module: nn.Module) -> bool:
@@ -226,33 +269,39 @@ class _Probe:
     model's device; :meth:`collect` brings them to the CPU in one transfer (one GPU sync per sampled step).
 
     Each tensor is measured once, however many modules share it (a container's output is its last child's; a
-    residual stream feeds several modules): one forward reduction (max |x|, which is inf/NaN exactly when the
-    tensor holds one) and one gradient hook. The gradient fractions are counted on an evenly strided sample of
-    at most :data:`SAMPLE` entries per tensor (every entry below that)."""
+    residual stream feeds several modules): one forward reduction (``aminmax``: max |x| is inf/NaN exactly when
+    the tensor holds one) and one gradient hook. Inputs passed by keyword (``model(**batch)``,
+    ``self.attn(hidden_states=h)``) are seen like positional ones. The gradient fractions are counted on an evenly
+    strided sample of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
                  root: nn.Module) -> None:
         self.handles: list[Any] = []
         self.order: list[str] = []
         self.kinds: dict[str, str] = {}
-        self.peaks: dict[str, list[torch.Tensor]] = {}
+        # every measured 0-d tensor, in one list: collect() stacks it (one kernel, one transfer); the fields
+        # below hold indices into it (a peak: the index of its min, its max at the next index)
+        self.flat: list[torch.Tensor] = []
+        self.pairs: list[int] = []
+        self.peaks: dict[str, list[int]] = {}
         self.limits: dict[str, float] = {}
         self.autocast: set[torch.dtype | None] = set()
-        self.grad_out: dict[str, list[tuple[torch.Tensor, int]]] = {}
-        self.events: list[tuple[str, bool, torch.Tensor]] = []  # (module, is-input-gradient, max |gradient|)
-        self.params: dict[str, tuple[torch.Tensor, ...]] = {}  # in backward order: lost, counted, norm
-        self.inputs: list[torch.Tensor] = []
+        self.grad_out: dict[str, list[tuple[int, int, int]]] = {}  # lost, non-zero (indices), counted
+        self.events: list[tuple[tuple[tuple[str, bool], ...], int]] = []  # (gradient roles, its peak)
+        self.params: dict[str, tuple[int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
+        self.inputs: list[int] = []
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
-        self.calls: list[tuple[str, int, int | None, list[torch.Tensor], list[torch.Tensor]]] = []
-        self._stack: list[tuple[str, int, list[torch.Tensor]]] = []  # running calls: name, call number, inputs
+        self.calls: list[tuple[str, int, int | None, list[int], list[int]]] = []
+        self._stack: list[tuple[str, int, list[int]]] = []  # running calls: name, call number, inputs
         self._started = 0
         self.removed = False  # set by remove(): a tensor hook of a pending backward then does nothing
-        self._peaks: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # id(tensor) -> (tensor, its max |x|)
+        self._peaks: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (tensor, its peak)
         self._roles: dict[int, tuple[weakref.ref, list[tuple[str, bool]]]] = {}  # id(tensor) -> gradient roles
-        self.handles.append(root.register_forward_pre_hook(self._root_inputs))
+        self._made_by: dict[int, tuple[weakref.ref, list[str]]] = {}  # id(float32 output) -> modules returning it
+        self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
         for name, module in modules:
-            self.handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
-            self.handles.append(module.register_forward_hook(self._forward_hook(name)))
+            self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
+            self.handles.append(module.register_forward_hook(self._forward_hook(name), with_kwargs=True))
         for name, param, embedding in params:
             self.handles.append(param.register_post_accumulate_grad_hook(self._param_hook(name, embedding)))
 
@@ -263,23 +312,50 @@ class _Probe:
         self.handles.clear()
         self._peaks.clear()
         self._roles.clear()
+        self._made_by.clear()
 
-    def _root_inputs(self, module: nn.Module, args: Any) -> None:
-        self.inputs += [self._peak(t) for t in _tensors(args)]
+    def _root_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        self.inputs += [self._peak(t) for t in _inputs(args, kwargs)]
 
-    def _peak(self, t: torch.Tensor) -> torch.Tensor:
+    def _put(self, t: torch.Tensor) -> int:
+        """Keep a measured 0-d tensor for collect(); its index."""
+        self.flat.append(t if t.dtype != torch.float64 else t.float())  # float64: not on MPS
+        return len(self.flat) - 1
+
+    def _peak(self, t: torch.Tensor) -> int:
         entry = self._peaks.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
-        peak = _abs_max(t).float()
+        low, high = _abs_range(t)
+        peak = self._put(low)
+        self._put(high)
+        self.pairs.append(peak)
         self._peaks[id(t)] = (weakref.ref(t), peak)
         return peak
 
-    def _pre_hook(self, name: str) -> Callable:
-        def hook(module: nn.Module, args: Any) -> None:
-            self._stack.append((name, self._started, [self._peak(t) for t in _tensors(args)]))
+    def _pre_hook(self, name: str, module: nn.Module) -> Callable:
+        casts = isinstance(module, _FP16_OPS)
+
+        def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
+            inputs = _inputs(args, kwargs)
+            self._stack.append((name, self._started, [self._peak(t) for t in inputs]))
             self._started += 1
+            if casts and self._made_by:
+                self._cast_inputs(inputs)
         return hook
+
+    def _cast_inputs(self, inputs: list[torch.Tensor]) -> None:
+        """A float32 input of a module that runs autocast's low-precision ops is cast down there: the modules
+        that returned it are measured against the autocast dtype (on CUDA a LayerNorm's float32 output, say)."""
+        for t in inputs:
+            entry = self._made_by.get(id(t))
+            if t.dtype != torch.float32 or entry is None or entry[0]() is not t:
+                continue
+            device = t.device.type
+            if torch.is_autocast_enabled(device):
+                limit = _largest(torch.get_autocast_dtype(device))
+                for producer in entry[1]:
+                    self.limits[producer] = min(limit, self.limits[producer])
 
     def _pop_call(self, name: str, outs: list[torch.Tensor]) -> None:
         """Close this module's call (the innermost running call of that name; calls left open above it by an
@@ -293,7 +369,7 @@ class _Probe:
         self.calls.append((name, started, parent, inputs, [self._peak(t) for t in outs]))
 
     def _forward_hook(self, name: str) -> Callable:
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
+        def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             outs = _tensors(output)
             self._pop_call(name, outs)
             if not outs:
@@ -302,18 +378,27 @@ class _Probe:
             autocast = torch.is_autocast_enabled(device)
             dtype = torch.get_autocast_dtype(device) if autocast else None
             self.autocast.add(dtype)
-            # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max
+            # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max,
+            # until a module that casts its inputs to the autocast dtype receives it (_cast_inputs)
             own = outs[0].dtype
-            limit = float(torch.finfo(own if own == torch.float32 or not autocast else dtype).max)
+            limit = _largest(own if own == torch.float32 or not autocast else dtype)
             if name not in self.peaks:
                 self.order.append(name)
                 self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
             self.peaks[name] += [self._peak(t) for t in outs]
             self.limits[name] = min(limit, self.limits[name])
+            if autocast:
+                for t in outs:
+                    if t.dtype == torch.float32:
+                        entry = self._made_by.get(id(t))
+                        if entry is not None and entry[0]() is t:
+                            entry[1].append(name)
+                        else:
+                            self._made_by[id(t)] = (weakref.ref(t), [name])
             if torch.is_grad_enabled():
                 for t in outs:
                     self._watch_gradient(t, name, is_input=False)
-                for t in _tensors(args):
+                for t in _inputs(args, kwargs):
                     self._watch_gradient(t, name, is_input=True)
         return hook
 
@@ -333,10 +418,14 @@ class _Probe:
             if self.removed:
                 return
             g = grad.detach()
-            top = _abs_max(g)  # inf/NaN exactly when the gradient holds one
+            low, high = _abs_range(g)  # max |x|: inf/NaN exactly when the gradient holds one
+            top = self._put(low)
+            self._put(high)
+            self.pairs.append(top)
             if not all(is_input for _, is_input in roles):
-                a = _sample(g).abs()
-                counts = torch.stack([(a == 0).sum(), (a < FP16_NORMAL_MIN).sum()]), a.numel()
+                a = _sample(g)
+                counts = (self._put((a.abs() < FP16_NORMAL_MIN).sum()), self._put(torch.count_nonzero(a)),
+                          a.numel())
             self.events.append((tuple(roles), top))
             for name, is_input in roles:
                 if not is_input:
@@ -354,41 +443,29 @@ class _Probe:
             if embedding and g.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
                 a = g.abs()
                 used = (a > 0).any(dim=1, keepdim=True)
-                counted, lost = used.sum() * a.shape[1], ((a < FP16_NORMAL_MIN) & used).sum()
+                counted = self._put(used.sum() * a.shape[1])
+                lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
             else:
-                a = _sample(g).abs()
-                counted, lost = torch.tensor(a.numel(), device=a.device), (a < FP16_NORMAL_MIN).sum()
+                a = _sample(g)
+                counted, lost = -1 - a.numel(), self._put((a.abs() < FP16_NORMAL_MIN).sum())
             self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
-            self.params[name] = (lost, counted, torch.linalg.vector_norm(g, dtype=torch.float32))
+            self.params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
         return hook
 
     def collect(self, scale: float) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
-        flat: list[torch.Tensor] = []
-
-        def put(t: torch.Tensor) -> int:
-            flat.append(t.detach().reshape(-1).to(torch.float32, copy=False))  # float64: not on MPS
-            return len(flat) - 1
-
-        peaks = {name: [put(p) for p in values] for name, values in self.peaks.items()}
-        outs = {name: [(put(c), n) for c, n in values] for name, values in self.grad_out.items()}
-        events = [(roles, put(bad)) for roles, bad in self.events]
-        calls = [(name, n, parent, [put(t) for t in ins], [put(t) for t in outs_])
-                 for name, n, parent, ins, outs_ in self.calls]
-        params = {name: [put(t) for t in values] for name, values in self.params.items()}
-        inputs = [put(bad) for bad in self.inputs]
         values: list[float] = []
-        if flat:
-            devices = {t.device for t in flat}
-            values = torch.cat([t.cpu() for t in flat] if len(devices) > 1 else flat).tolist()
-            sizes = [t.numel() for t in flat]
-            starts = [0]
-            for size in sizes:
-                starts.append(starts[-1] + size)
-            values = [values[starts[i]:starts[i + 1]] for i in range(len(flat))]
+        if self.flat:
+            devices = {t.device for t in self.flat}
+            # one kernel and one transfer: torch.stack promotes float16, bfloat16 and the int64 counts to float32
+            values = torch.stack([t.cpu() for t in self.flat] if len(devices) > 1 else self.flat).tolist()
+            for i in self.pairs:
+                values[i] = _abs_max_of(values[i], values[i + 1])
+        inputs, peaks, outs, events, calls, params = (self.inputs, self.peaks, self.grad_out, self.events,
+                                                      self.calls, self.params)
         return {
             "autocast_dtype": _lowest(self.autocast),
-            "input_finite": None if not self.inputs else all(math.isfinite(values[i][0]) for i in inputs),
+            "input_finite": None if not self.inputs else all(math.isfinite(values[i]) for i in inputs),
             "modules": self._modules(peaks, outs, events, values),
             **_forward_culprit(calls, values),
             "first_nonfinite_backward": _backward_culprit(events, values),
@@ -396,18 +473,24 @@ class _Probe:
         }
 
     def _modules(self, peaks: dict, outs: dict, events: list, values: list) -> tuple[ModuleStats, ...]:
+        out_finite: dict[str, bool] = {}  # module -> every gradient w.r.t. its output was finite
+        for roles, i in events:
+            finite = math.isfinite(values[i])
+            for name, is_input in roles:
+                if not is_input:
+                    out_finite[name] = out_finite.get(name, True) and finite
         stats = []
         for name in self.order:
-            ps = [values[i][0] for i in peaks[name]]
+            ps = [values[i] for i in peaks[name]]
             peak = math.nan if any(math.isnan(p) for p in ps) else max(ps)
             grad: dict[str, Any] = {}
             if outs.get(name):
-                counts = [values[i] for i, _ in outs[name]]
-                total = sum(n for _, n in outs[name])
-                zero, lost = (sum(c[k] for c in counts) for k in range(2))
-                finite = all(math.isfinite(values[i][0]) for roles, i in events if (name, False) in roles)
-                grad = {"grad_lost": lost / total, "grad_finite": finite,
-                        "grad_subnormal": (lost - zero) / (total - zero) if total > zero else 0.0}
+                total = sum(n for _, _, n in outs[name])
+                lost = sum(values[i] for i, _, _ in outs[name])
+                nonzero = sum(values[j] for _, j, _ in outs[name])
+                zero = total - nonzero
+                grad = {"grad_lost": lost / total, "grad_finite": out_finite.get(name, True),
+                        "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0}
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
         return tuple(stats)
 
@@ -426,23 +509,23 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:k]) for k in range(len(parts) - 1, -1, -1)]
 
 
-def _forward_culprit(calls: list[tuple], values: list[list[float]]) -> dict[str, str | None]:
+def _forward_culprit(calls: list[tuple], values: list[float]) -> dict[str, str | None]:
     """Where a forward pass made its first inf/NaN. ``first_nonfinite_output``: the first module call (in
     completion order) whose output holds one. If that call's inputs were finite, its own forward made it;
     otherwise the inf/NaN was made between modules, in the code of an enclosing module's forward: the innermost
     enclosing call whose inputs were finite (``first_nonfinite_module``)."""
-    bad = next((c for c in calls if not all(math.isfinite(values[i][0]) for i in c[4])), None)
+    bad = next((c for c in calls if not all(math.isfinite(values[i]) for i in c[4])), None)
     if bad is None:
         return {"first_nonfinite_module": None, "first_nonfinite_output": None}
     by_number = {c[1]: c for c in calls}
     call = bad
-    while call is not None and not all(math.isfinite(values[i][0]) for i in call[3]):
+    while call is not None and not all(math.isfinite(values[i]) for i in call[3]):
         call = by_number.get(call[2])
     return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
 
 
 def _backward_culprit(events: list[tuple[tuple[tuple[str, bool], ...], int]],
-                      values: list[list[float]]) -> str | None:
+                      values: list[float]) -> str | None:
     """Where the backward pass made its first inf/NaN (events in backward order, one per gradient tensor, with
     the modules it is the output or the input gradient of): the first module whose input gradient is non-finite
     while every gradient that reached its output so far was finite (its own backward made it); or, when a
@@ -450,7 +533,7 @@ def _backward_culprit(events: list[tuple[tuple[tuple[str, bool], ...], int]],
     enclosing module whose output gradient was finite."""
     out_seen: dict[str, bool] = {}
     for roles, i in events:
-        bad = not math.isfinite(values[i][0])
+        bad = not math.isfinite(values[i])
         if bad:
             for name, is_input in roles:
                 if is_input and out_seen.get(name, False):
@@ -466,11 +549,16 @@ def _backward_culprit(events: list[tuple[tuple[tuple[str, bool], ...], int]],
     return None
 
 
-def _param_fields(params: dict[str, list[int]], values: list[list[float]], scale: float) -> dict[str, Any]:
+def _value(values: list[float], i: int) -> float:
+    """A collected value: ``values[i]``, or a count kept on the host (``i`` = -1 - count, see ``collect``)."""
+    return values[i] if i >= 0 else float(-1 - i)
+
+
+def _param_fields(params: dict[str, list[int]], values: list[float], scale: float) -> dict[str, Any]:
     lost, bad_first, squares, any_bad = {}, None, 0.0, False
     for name, (i_lost, i_counted, i_norm) in params.items():
-        counted, norm = values[i_counted][0], values[i_norm][0]
-        lost[name] = values[i_lost][0] / counted if counted else 1.0
+        counted, norm = _value(values, i_counted), values[i_norm]
+        lost[name] = values[i_lost] / counted if counted else 1.0
         if not math.isfinite(norm) and bad_first is None:
             bad_first = name
         any_bad = any_bad or not math.isfinite(norm)
@@ -508,8 +596,9 @@ class AmpRecorder:
             The loss, scale, skipped flag and lr are recorded on every step.
 
     Call ``rec.step(loss)`` after ``scaler.update()`` (and before the next ``zero_grad``), once per
-    optimizer step, also when the scaler skipped it. With an enabled scaler, each step reads
-    ``scaler.get_scale()`` once (on CUDA a GPU-to-CPU sync), and a sampled step adds one more sync.
+    optimizer step, also when the scaler skipped it. Each step reads the loss (``float(loss)``) and, with an
+    enabled scaler, ``scaler.get_scale()``: on CUDA each is a GPU-to-CPU sync (two per step, as a loop that logs
+    its loss pays one of them already), and a sampled step adds one more (its one transfer).
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
@@ -586,9 +675,11 @@ class AmpRecorder:
         if not self.attached:
             raise RuntimeError("this AmpRecorder is detached: create a new one to record more steps")
         value = _as_loss(loss)
-        stepped, self._optimizer_steps = self._optimizer_steps > 0, 0
+        called, self._optimizer_steps = self._optimizer_steps > 0, 0
         before, after = self._scale, self._read_scale()
         decreased = bool(before and after is not None and step_was_skipped(before, after))
+        # a fused optimizer's step() runs on a skipped step too (its kernel skips the update): the scale decides
+        stepped = called and not decreased
         sampled = {}
         if self._probe is not None:
             self._probe.remove()
@@ -598,7 +689,7 @@ class AmpRecorder:
             step=len(self._records), loss=value, scale_before=before, scale_after=after, stepped=stepped,
             skipped=not stepped, scale_decreased=decreased, lr=float(self.optimizer.param_groups[0]["lr"]),
             scheduler_epoch=None if self.scheduler is None else int(self.scheduler.last_epoch),
-            sampled=bool(sampled), **sampled)
+            sampled=bool(sampled), step_called=called, **sampled)
         self._records.append(record)
         self._scale = after
         self._open_probe()
@@ -684,7 +775,11 @@ def _limit_name(limit: float) -> str:
 
 
 def _label(name: str) -> str:
-    return name or "(model)"
+    """A module's name as the messages print it: ``(model)`` for the model itself, a name that starts with a
+    Sequential index quoted (``'2'``, ``'0.attn'``: a bare number reads as a count)."""
+    if not name:
+        return "(model)"
+    return f"'{name}'" if name.split(".")[0].isdigit() else name
 
 
 def _module(record: StepRecord, name: str) -> ModuleStats | None:
@@ -698,7 +793,7 @@ def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: in
     if applied_bad is not None:
         found.append(applied_bad)
     for rule in (_nonfinite_input, _overflow, _nonfinite_loss, _not_stepped):
-        finding = rule(records, sampled)
+        finding = rule(records, sampled, found) if rule is _nonfinite_loss else rule(records, sampled)
         # after a non-finite gradient was applied the weights are inf/NaN: later forward overflows and losses
         # only inherit it (nonfinite_grad says so)
         if finding is not None and not (applied_bad is not None and finding.kind in ("overflow", "nonfinite_loss")
@@ -737,25 +832,40 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     module = _module(r, name)
     kind = f" ({module.kind})" if module else ""
     output = r.first_nonfinite_output
-    if output is not None and output != name:
+    names = [m.name for m in r.modules]
+    cast = next((m for m in r.modules if m.finite and m.peak > m.limit), None)  # a float32 output, too big
+    nan = (_module(r, output) or _module(r, name) or ModuleStats("", "", math.inf, 1.0)).peak
+    if cast is not None and output in names and names.index(cast.name) < names.index(output):
+        name = cast.name
+        what = (f"{_label(name)} ({cast.kind}) returns float32 values up to {cast.peak:.4g} (step {r.step}), above "
+                f"{_limit_name(cast.limit)}'s largest value; the module that receives them, {_label(output)}, "
+                "casts them down under autocast and holds the first inf/NaN")
+    elif output is not None and output != name:
         what = (f"the forward code of {_label(name)}{kind} itself, between its submodules, makes the first inf/NaN "
                 f"(step {r.step}: its inputs are finite, and the first submodule output that holds it, "
                 f"{_label(output)}'s, only received it)")
     else:
         what = (f"{_label(name)}{kind} is the first module whose output holds inf/NaN (step {r.step}; every later "
                 "module only inherits it)")
-    if r.autocast_dtype == torch.float16:
+    invalid = "0/0, or sqrt or log of a negative number: an eps, a clamp or a mask fixes that"
+    if r.autocast_dtype == torch.float16 and math.isnan(nan):
+        fix = (f"its output holds NaN, not inf: either a value passed float16's largest value, {FP16_MAX:g}, and "
+               "the inf became NaN (inf - inf or 0 × inf, as in a softmax over an inf score), or an invalid "
+               f"operation made it directly ({invalid}). For an overflow: run it in FP32 "
+               "(troubleshoot.FP32Island), train in bf16, or keep its values smaller (normalise its inputs; in "
+               "attention, F.scaled_dot_product_attention and a mask of torch.finfo(dtype).min instead of -1e9).")
+    elif r.autocast_dtype == torch.float16:
         fix = (f"a value passed float16's largest value, {FP16_MAX:g}. Run it in FP32 (troubleshoot.FP32Island), "
                "train in bf16, or keep its values smaller (normalise its inputs; in attention, "
                "F.scaled_dot_product_attention and a mask of torch.finfo(dtype).min instead of -1e9).")
     else:
-        fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence, not a precision limit: lower the learning "
-               "rate, clip the gradients, check the data.")
+        fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence or an invalid operation ({invalid}), not "
+               "a precision limit: else lower the learning rate, clip the gradients, check the data.")
     return Finding("overflow", r.step, name, f"{what}: {fix}")
 
 
 def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
-    missed = [r.step for r in records if not r.stepped and not r.scale_decreased]
+    missed = [r.step for r in records if not r.step_called and not r.scale_decreased]
     if not missed:
         return None
     return Finding("optimizer_not_stepped", missed[0], "optimizer",
@@ -764,25 +874,32 @@ def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Findin
                    "rec.step(loss); with gradient accumulation, call rec.step only on the steps that update.")
 
 
-def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> Finding | None:
+    """The first non-finite loss, blamed on what came before it: the batch (a nonfinite_input finding) or a
+    forward overflow (an overflow finding) at or before the first sampled step with a non-finite loss, else the
+    loss computation itself."""
     r = next((r for r in records if not math.isfinite(r.loss)), None)
     if r is None:
         return None
     n = sum(not math.isfinite(x.loss) for x in records)
-    overflow = next((x for x in sampled if x.first_nonfinite_module is not None), None)
+    kinds = {f.kind: f for f in found}
     bad_sampled = [x for x in sampled if not math.isfinite(x.loss)]
+    overflow, bad_input = kinds.get("overflow"), kinds.get("nonfinite_input")
     if not bad_sampled:
         cause = (f"step {r.step} was not sampled, nor any other step with a non-finite loss{_every(records)}, so the "
                  "recorder did not see where it starts: record with every=1, or run troubleshoot.find_nonfinite on "
                  "that batch.")
         if overflow is not None:
-            cause += f" A sampled step ({overflow.step}) overflowed in {_label(overflow.first_nonfinite_module)}."
-    elif overflow is not None:
-        cause = (f"the forward pass overflowed first, in {_label(overflow.first_nonfinite_module)}: fix that "
+            cause += f" A sampled step ({overflow.step}) overflowed in {_label(overflow.where)}."
+    elif bad_input is not None and bad_input.step <= bad_sampled[0].step:
+        cause = (f"the batch held inf/NaN first (step {bad_input.step}, see the nonfinite_input finding): fix the "
+                 "data and the loss follows.")
+    elif overflow is not None and overflow.step <= bad_sampled[0].step:
+        cause = (f"the forward pass overflowed first, in {_label(overflow.where)} (step {overflow.step}): fix that "
                  "(see the overflow finding) and the loss follows.")
     else:
-        cause = ("no module output was inf/NaN on the sampled steps with a non-finite loss, so it comes from the "
-                 "loss computation: compute the loss in "
+        cause = (f"at step {bad_sampled[0].step}, the first sampled step with a non-finite loss, no module output was "
+                 "inf/NaN, so it comes from the loss computation: compute the loss in "
                  "FP32 (troubleshoot.fp32_loss, or outside autocast) and look for log(0) or a division by 0.")
     unsampled = "" if r.sampled or not bad_sampled else (
         f" (step {r.step} was not sampled{_every(records)}; step {bad_sampled[0].step} was)")
@@ -802,9 +919,14 @@ def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
     r = next((r for r in sampled if r.stepped and r.grad_norm is not None and not math.isfinite(r.grad_norm)), None)
     if r is None or r.first_nonfinite_grad is None:
         return None
-    if r.first_nonfinite_module is not None:
+    if r.input_finite is False:
+        source = "the batch already held inf/NaN (see the nonfinite_input finding)"
+    elif r.first_nonfinite_module is not None:
         source = (f"the forward pass made it first, in {_label(r.first_nonfinite_module)} (see the overflow "
                   "finding)")
+    elif not math.isfinite(r.loss):
+        source = (f"every module output was finite, but the loss was {r.loss} (see the nonfinite_loss finding): the "
+                  "gradient was inf/NaN from where it entered the model")
     elif r.first_nonfinite_backward is not None:
         source = (f"the forward pass was finite: the backward of {_label(r.first_nonfinite_backward)}'s own code made "
                   "it — a sqrt, log or division at 0 there (sqrt(x) at x = 0 has an infinite gradient; add a safe "
@@ -1051,9 +1173,10 @@ def _report(rec: AmpRecorder) -> str:
         last = sampled[-1]
         closest = sorted(last.modules, key=lambda m: m.headroom_bits)[:6]
         rows = [{"module": _label(m.name), "type": m.kind, "peak |out|": m.peak, "headroom (bits)": m.headroom_bits,
-                 "grad lost": m.grad_lost} for m in closest]
+                 "grad lost": "inf/NaN" if m.grad_finite is False else m.grad_lost} for m in closest]
         lines.append(Table(rows, formats={"peak |out|": _fmt, "headroom (bits)": "{:.1f}",
-                                          "grad lost": lambda v: "—" if v is None else f"{v:.0%}"},
+                                          "grad lost": lambda v: "—" if v is None else v if isinstance(v, str)
+                                          else f"{v:.0%}"},
                            title=f"modules nearest to overflow at step {last.step}").text())
     findings = "\n".join(["findings:"] + [f"- {f}" for f in rec.findings()])
     return "\n\n".join(lines + [findings])

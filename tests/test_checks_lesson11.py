@@ -163,6 +163,55 @@ def applied_not_smaller(scaler, optimizer, loss):
     return not scaler.get_scale() < before
 
 
+def applied_step_is_not_none(scaler, optimizer, loss):
+    scaler.scale(loss).backward()
+    applied = scaler.step(optimizer) is not None
+    scaler.update()
+    return applied
+
+
+def applied_never(scaler, optimizer, loss):
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return False
+
+
+def applied_scale_read_before_scale(scaler, optimizer, loss):
+    before = scaler.get_scale()  # before scale(): init_scale as given, not the float32 the scaler uses
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= before
+
+
+def applied_validates_its_input(scaler, optimizer, loss):
+    if not isinstance(scaler, torch.amp.GradScaler):
+        raise TypeError(f"scaler must be a torch.amp.GradScaler (got {type(scaler).__name__})")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer (got {type(optimizer).__name__})")
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return not scaler.get_scale() < before
+
+
+def applied_hook_and_scale(scaler, optimizer, loss):
+    ran = []
+    handle = optimizer.register_step_post_hook(lambda *args: ran.append(True))
+    try:
+        scaled = scaler.scale(loss)
+        before = torch.tensor(scaler.get_scale(), dtype=torch.float32)
+        scaled.backward()
+        scaler.step(optimizer)
+        scaler.update()
+    finally:
+        handle.remove()
+    return bool(ran) and bool(torch.tensor(scaler.get_scale(), dtype=torch.float32) >= before)
+
+
 # --- Task 3: finetune_plan -----------------------------------------------------------------------------------
 
 LIMIT = float(torch.finfo(torch.float16).max)
@@ -222,6 +271,34 @@ def plan_with_recorder_constant(peaks, bf16):
     return ("float16", tuple(n for n, p in peaks.items() if math.isnan(p) or p * 2**LOW_HEADROOM_BITS > LIMIT))
 
 
+def plan_nonfinite_kept_in_bf16(peaks, bf16):
+    if bf16:
+        return "bfloat16", [n for n, p in peaks.items() if not math.isfinite(p)]
+    return "float16", [n for n, p in peaks.items() if not p <= LIMIT / 4]
+
+
+def plan_rule_against_bf16_max(peaks, bf16):
+    largest = float(torch.finfo(torch.bfloat16 if bf16 else torch.float16).max)
+    return ("bfloat16" if bf16 else "float16"), [n for n, p in peaks.items() if not p <= largest / 4]
+
+
+def plan_one_bit(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= LIMIT / 2])
+
+
+def plan_nothing(peaks, bf16):
+    return ("bfloat16" if bf16 else "float16"), []
+
+
+def plan_with_module_stats(peaks, bf16):
+    from ampcourse.recorder import LOW_HEADROOM_BITS, ModuleStats
+
+    if bf16:
+        return "bfloat16", []
+    stats = [ModuleStats(name, "", peak, LIMIT) for name, peak in peaks.items()]
+    return "float16", [m.name for m in stats if math.isnan(m.peak) or m.headroom_bits < LOW_HEADROOM_BITS]
+
+
 WRONG = {
     ("11", "diagnose"): {
         "A: the NaN loss, a symptom": (_with("A", ("nonfinite_loss", "loss", "fp32_loss")), "symptom"),
@@ -230,6 +307,9 @@ WRONG = {
                                  "name the exact module"),
         "A: a larger scale for an overflow": (_with("A", ("overflow", "encoder.layers.5.ffn.wo", "larger_scale")),
                                               "does not remove the cause"),
+        "A: SDPA for a feed-forward layer": (_with("A", ("overflow", "encoder.layers.5.ffn.wo", "sdpa")),
+                                             "not attention"),
+        "E: no scaler for an underflow": (_with("E", ("underflow", "embed.weight", "drop_scaler")), "must grow"),
         "B: frequent skips in bf16": (_with("B", ("frequent_skips", "scaler", "lower_lr")), "no step was skipped"),
         "C: lower lr for a summed loss": (_with("C", ("scale_collapse", "lm_head.weight", "lower_lr")),
                                           "instead of their mean"),
@@ -255,6 +335,10 @@ WRONG = {
         "private state through vars()": (applied_vars_private, "private attribute"),
         "the loss is finite": (applied_loss_finite, "never reads the scale"),
         "always True": (applied_always, "never reads the scale"),
+        "step post-hook: a fused optimizer's step() runs on a skip": (applied_by_hook, "fused optimizer"),
+        "scaler.step(...) is not None": (applied_step_is_not_none, "never reads the scale"),
+        "always False": (applied_never, "never reads the scale"),
+        "scale read before scaler.scale(loss)": (applied_scale_read_before_scale, "before scaler.scale(loss)"),
     },
     ("11", "finetune_plan"): {
         "only peaks above 65504": (plan_only_overflowed, "not only those already above 65504"),
@@ -266,6 +350,10 @@ WRONG = {
         "every module": (plan_everything, "not every module"),
         "bf16 spelt short": (plan_short_bf16, "return 'bfloat16'"),
         "fp16 spelt short": (plan_short_fp16, "return 'float16'"),
+        "inf/NaN modules kept in FP32 under bf16": (plan_nonfinite_kept_in_bf16, "in bf16 no module needs fp32"),
+        "the 2-bit rule against bf16's max": (plan_rule_against_bf16_max, "in bf16 no module needs fp32"),
+        "a 1-bit threshold (peak > 65504 / 2)": (plan_one_bit, "b at 16392.4 (1.999 bits below 65504)"),
+        "nothing kept": (plan_nothing, "240000 (above 65504)"),
     },
 }
 
@@ -278,12 +366,14 @@ RIGHT = {
     },
     ("11", "applied_step"): {
         "scale comparison": applied_not_smaller,
-        "optimizer step post-hook": applied_by_hook,
+        "validates its input, naming type(x).__name__": applied_validates_its_input,
+        "step hook and the scale, as float32 tensors": applied_hook_and_scale,
         "a comment naming scaler._scale": applied_with_a_comment_on_the_private_scale,
     },
     ("11", "finetune_plan"): {
         "log2 headroom, torch dtypes": plan_with_log2,
         "the recorder's constant, tuples": plan_with_recorder_constant,
+        "the recorder's ModuleStats.headroom_bits": plan_with_module_stats,
     },
 }
 
@@ -333,3 +423,16 @@ def test_the_private_name_detector_reads_code_not_comments():
     assert check._private(applied_getattr_private) == "'_scale'"
     assert check._private(applied_private) == "._per_optimizer_states"
     assert check._private(applied_with_a_comment_on_the_private_scale) is None
+    assert check._private(applied_validates_its_input) is None  # type(x).__name__ is no private attribute
+
+
+def test_a_message_blames_only_the_mistake_the_answer_made():
+    from ampcourse.checks import CheckFailed
+
+    for answer in (plan_one_bit, plan_nothing):
+        try:
+            check.finetune_plan(answer)
+        except CheckFailed as failed:
+            assert "not only those already above 65504" not in str(failed), answer.__name__
+        else:
+            raise AssertionError(f"{answer.__name__} passed")

@@ -710,29 +710,37 @@ def test_e7_an_fp32_island_s_float32_output_is_measured_against_float32_s_max():
     assert "low_headroom" not in kinds(rec) and "frequent_skips" not in kinds(rec)
 
 
+def _count_range_calls(monkeypatch) -> list[int]:
+    """A spy on the recorder's one per-tensor measurement (aminmax): every forward and gradient hook calls it."""
+    import ampcourse.recorder as recorder
+
+    calls: list[int] = []
+    measure = recorder._abs_range
+    monkeypatch.setattr(recorder, "_abs_range", lambda t: calls.append(1) or measure(t))
+    return calls
+
+
 def test_m1_no_recorder_gradient_hook_runs_in_a_backward_after_detach(monkeypatch):
     model = Net()
     rec = AmpRecorder(model, torch.optim.SGD(model.parameters(), lr=1e-2))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss = model(torch.randn(4, 5, 8)).float().mean()
+    probe = rec._probe
     rec.detach()  # the graph still holds the tensor hooks of this pending backward
-    calls = []
-    norm = torch.linalg.vector_norm
-    monkeypatch.setattr(torch.linalg, "vector_norm", lambda *a, **k: calls.append(1) or norm(*a, **k))
+    calls = _count_range_calls(monkeypatch)
     loss.backward()
-    assert calls == []
+    assert calls == [] and probe.events == [] and probe.params == {} and probe.grad_out == {}
 
 
 def test_m1_the_counting_spy_does_count_the_hooks_of_an_attached_recorder(monkeypatch):
     model = Net()
     rec = AmpRecorder(model, torch.optim.SGD(model.parameters(), lr=1e-2))
     loss = model(torch.randn(4, 5, 8)).mean()
-    calls = []
-    norm = torch.linalg.vector_norm
-    monkeypatch.setattr(torch.linalg, "vector_norm", lambda *a, **k: calls.append(1) or norm(*a, **k))
+    probe = rec._probe
+    calls = _count_range_calls(monkeypatch)
     loss.backward()
     rec.detach()
-    assert len(calls) > 0
+    assert len(calls) > 0 and len(probe.events) == len(calls)
 
 
 def test_m2_a_too_large_loss_is_blamed_even_when_a_forward_overflow_follows_later():
@@ -764,3 +772,195 @@ def test_w_every_kind_in_kinds_is_produced_by_a_test_of_this_file():
     source = pathlib.Path(__file__).read_text()
     for kind in KINDS:
         assert f'"{kind}"' in source.split("def test_w_every_kind")[0], f"no test asserts the kind {kind}"
+
+
+# --- Review rev24 round 2 ----------------------------------------------------------------------------------
+
+def _fused_loop(optimizer_cls, fused: bool, steps: int = 12):
+    """init_scale 2**30 is far too large: the first steps overflow and the scaler skips them; the scheduler
+    steps on every step (also the skipped ones)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+    optimizer = optimizer_cls(model.parameters(), lr=1e-3, fused=fused)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1 - s / steps))
+    grad_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**30)
+    rec = AmpRecorder(model, optimizer, grad_scaler, scheduler=schedule)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(steps):
+            optimizer.zero_grad()
+            x = torch.randn(32, 16)
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = nn.functional.mse_loss(model(x).float(), x[:, :1])
+            before = [p.detach().clone() for p in model.parameters()]
+            optimizer_step(loss, optimizer, grad_scaler)
+            schedule.step()
+            rec.step(loss)
+            moved = any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+            assert rec.records[-1].stepped == moved  # applied exactly when the weights moved
+    rec.detach()
+    return rec
+
+
+@pytest.mark.parametrize("optimizer_cls", [torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD])
+def test_r2_e1_a_fused_optimizer_s_skipped_steps_are_skipped_although_its_step_ran(optimizer_cls):
+    fused, plain = _fused_loop(optimizer_cls, True), _fused_loop(optimizer_cls, False)
+    skipped = [r.step for r in fused.records if r.skipped]
+    assert skipped and skipped == [r.step for r in fused.records if r.scale_decreased]
+    assert skipped == [r.step for r in plain.records if r.skipped]
+    assert all(r.step_called for r in fused.records)  # GradScaler.step calls a fused optimizer's step() always
+    assert not any(plain.records[k].step_called for k in skipped)
+    assert kinds(fused) == kinds(plain)
+    assert "nonfinite_grad" not in kinds(fused) and "optimizer_not_stepped" not in kinds(fused)
+    assert "scheduler_on_skipped_step" in kinds(fused)
+
+
+class KwNet(nn.Module):
+    """A model called as ``model(x=...)`` (as ``model(**batch)``), whose own code overflows fp16 with ``blow``
+    and passes the result to a submodule by keyword (as ``self.attn(hidden_states=h)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.inner = nn.ModuleDict({"lin": nn.Linear(8, 1)})
+
+    def forward(self, x=None, blow: float = 1.0):
+        return Inner.call(self.inner, hidden_states=self.a(x) * blow)
+
+
+class Inner:
+    @staticmethod
+    def call(inner, hidden_states):
+        return inner["lin"](input=hidden_states)
+
+
+def _kw_step(model, x, blow=1.0):
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    grad_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    rec = AmpRecorder(model, optimizer, grad_scaler)
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(x=x, blow=blow).float().mean()
+    optimizer_step(loss, optimizer, grad_scaler)
+    rec.step(loss)
+    rec.detach()
+    return rec
+
+
+def test_r2_e3_a_nan_batch_passed_by_keyword_is_nonfinite_input():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    x[0, 0] = math.nan
+    rec = _kw_step(KwNet(), x)
+    assert rec.records[0].input_finite is False
+    assert "nonfinite_input" in kinds(rec) and "overflow" not in kinds(rec)
+
+
+def test_r2_e3_an_overflow_in_the_parent_s_code_passed_on_by_keyword_is_blamed_on_the_parent():
+    torch.manual_seed(0)
+    rec = _kw_step(KwNet(), torch.randn(4, 8), blow=1e6)
+    assert rec.records[0].first_nonfinite_output == "inner.lin"
+    assert finding(rec, "overflow").where == ""  # inner.lin's keyword input already held the inf
+
+
+def test_r2_e3_keyword_inputs_of_a_module_get_gradient_roles():
+    torch.manual_seed(0)
+    rec = _kw_step(KwNet(), torch.randn(4, 8))
+    lin = next(m for m in rec.records[0].modules if m.name == "inner.lin")
+    assert lin.grad_finite is True and kinds(rec) == ["healthy"]
+
+
+def _nan_loss_run():
+    """bf16, no scaler, a loss that is 0/0 from step 0: the NaN gradient is applied, the weights turn NaN."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    optimizer = torch.optim.AdamW(model.parameters())
+    rec = AmpRecorder(model, optimizer)
+    for _ in range(3):
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(torch.randn(16, 16))
+        loss = (out.float() * 0).sum() / 0.0 * 0
+        loss.backward()
+        optimizer.step()
+        rec.step(loss)
+    rec.detach()
+    return rec
+
+
+def test_r2_e4_a_nan_loss_from_step_0_is_blamed_on_the_loss_not_on_a_later_overflow():
+    rec = _nan_loss_run()
+    assert rec.records[0].first_nonfinite_module is None and rec.records[1].first_nonfinite_module == "0"
+    assert "overflow" not in kinds(rec)
+    message = finding(rec, "nonfinite_loss").message
+    assert "loss computation" in message and "overflow finding" not in message
+
+
+def test_r2_e12_a_nan_gradient_from_a_nan_loss_says_the_loss_was_nan():
+    message = finding(_nan_loss_run(), "nonfinite_grad").message
+    assert "the loss was nan" in message and "the forward pass was finite" not in message
+
+
+def test_r2_e4_a_nan_batch_blames_the_batch_for_the_nan_loss():
+    x = data()[0]
+    x[0, 0] = math.nan
+    rec = train(classifier(), torch.float16, steps=3, inputs=x)
+    assert "nonfinite_input" in kinds(rec) and "overflow" not in kinds(rec)
+    message = finding(rec, "nonfinite_loss").message
+    assert "the batch held inf/NaN first" in message and "overflow finding" not in message
+
+
+class NegativeSqrtNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.sqrt(self.a(x) - 10))  # sqrt of a negative: NaN, no overflow
+
+
+def test_r2_e13_a_nan_made_by_sqrt_of_a_negative_is_not_called_an_overflow_past_65504():
+    torch.manual_seed(0)
+    rec = loop(NegativeSqrtNet(), 2, x_fn=lambda i: torch.randn(4, 8))
+    f = finding(rec, "overflow")
+    assert f.where == "" and "sqrt or log of a negative" in f.message and "holds NaN, not inf" in f.message
+
+
+class Float32LayerNorm(nn.LayerNorm):
+    """What CUDA autocast does to layer_norm (an fp32 op there): the input cast to float32, a float32 output."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", enabled=False):
+            return nn.functional.layer_norm(x.float(), self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+def _fp32_norm_run(gamma: float) -> AmpRecorder:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), Float32LayerNorm(32), nn.Linear(32, 1))
+    with torch.no_grad():
+        model[1].weight.fill_(gamma)
+    return loop(model, 3, lr=1e-6, x_fn=lambda i: torch.randn(8, 16))
+
+
+def test_r2_e16_a_float32_norm_output_fed_to_a_float16_linear_is_measured_against_65504():
+    rec = _fp32_norm_run(1.2e4)
+    norm = next(m for m in rec.records[0].modules if m.name == "1")
+    assert norm.limit == 65504.0 and 0 < norm.headroom_bits < LOW_HEADROOM_BITS
+    assert finding(rec, "low_headroom").where == "1"
+
+
+def test_r2_e16_a_float32_output_that_overflows_when_cast_down_is_blamed_on_its_module_not_the_next():
+    rec = _fp32_norm_run(1e5)
+    assert rec.records[0].first_nonfinite_output == "2"
+    f = finding(rec, "overflow")
+    assert f.where == "1" and "casts them down" in f.message and "in '1'" in str(f)
+
+
+def test_r2_e22_a_nan_output_gradient_reads_inf_nan_in_the_report_not_0_percent():
+    rec = train(classifier(gain=1e5), torch.float16, steps=1)
+    bad = [m for m in rec.records[0].modules if m.grad_finite is False]
+    assert bad
+    table = rec.report().split("modules nearest to overflow")[1].split("findings:")[0].splitlines()
+    labels = {"(model)" if not m.name else m.name for m in bad}
+    bad_rows = [line for line in table if line.split() and line.split()[0] in labels]
+    assert bad_rows and all("inf/NaN" in line and " 0%" not in line for line in bad_rows)

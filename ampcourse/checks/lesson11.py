@@ -4,8 +4,10 @@
 not show (:data:`TRACES`, printed by :func:`show_traces`); the answers come from a fixed list of kinds (the
 recorder's :data:`~ampcourse.recorder.KINDS`) and fixes (:data:`FIXES`), so the check compares them strictly.
 ``applied_step(scaler, optimizer, loss)`` is run on a tiny model with real GradScalers: a clean step, an
-overflowing one, a growth step, a used scaler and a disabled one. ``finetune_plan(peaks, bf16)`` is compared
-with the rule of lesson 11 on cases at its boundaries (a peak exactly 2 bits below 65504, inf, NaN, no bf16).
+overflowing one (with plain SGD and with a fused one, whose ``step()`` GradScaler calls even on a skipped step), a
+clean step at a non-exact ``init_scale`` (0.7), a growth step, a used scaler and a disabled one.
+``finetune_plan(peaks, bf16)`` is compared with the rule of lesson 11 on cases at its boundaries (a peak exactly
+2 bits below 65504, inf, NaN, no bf16, bf16 with inf/NaN/above-65504 peaks).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ FP16_MAX = float(torch.finfo(torch.float16).max)
 # --- Task 1: traces ------------------------------------------------------------------------------------------
 
 FIXES: dict[str, str] = {
-    "sdpa": "compute attention with F.scaled_dot_product_attention (or scale q before q @ kᵀ)",
+    "sdpa": "compute attention with F.scaled_dot_product_attention (scaling q before q @ kᵀ buys only a factor √d)",
     "bf16_or_fp32_island": "fine-tune in bf16, or keep that module in FP32 where only fp16 is fast",
     "drop_constant": "remove the constant that multiplies the loss: the GradScaler does the scaling",
     "mean_loss": "average the loss over the tokens instead of summing it",
@@ -97,6 +99,23 @@ _WHY = {
 }
 
 
+_FIX_EXTRA = {
+    ("A", "sdpa"): " encoder.layers.5.ffn.wo is the output projection of a feed-forward block, not attention: SDPA "
+                   "changes only how attention's scores and softmax are computed.",
+    ("A", "larger_scale"): " The loss scale multiplies only the backward pass: a forward overflow is there at any "
+                           "scale.",
+    ("A", "lower_lr"): " The module overflows float16 in the forward pass at this step already: a smaller lr does "
+                       "not bring its values under 65504.",
+    ("A", "fp32_loss"): " The loss is NaN because the module's output already is: an FP32 loss inherits it.",
+    ("C", "drop_constant"): " No constant in the code multiplies this loss: the factor 2**21 is the token count "
+                            "of a sum.",
+    ("C", "larger_scale"): " A larger scale makes the overflow worse: the gradients are already too large.",
+    ("E", "drop_scaler"): " Without a scaler the gradients stay as they are at scale 1 now, below float16's normal "
+                          "range: the scale must grow, not go.",
+}
+"""Why a (trace, fix) pair does not remove that trace's cause, where ``_WHY`` alone does not say it."""
+
+
 def show_traces() -> None:
     """Print the five traces of Task 1 and the fixes to choose from."""
     for name, rows in TRACES.items():
@@ -134,7 +153,7 @@ def _judge(task: str, trace: str, got: tuple[str, str, str]) -> None:
                          f"module, parameter or object the trace points at ({_WHY[trace]}).")
     if got[2] != fix and got[2] not in ALSO_FIXES.get(trace, ()):
         raise fail(task, f"trace {trace}: {got[0]!r} at {got[1]!r} is right, but {got[2]!r} ({FIXES[got[2]]}) does not "
-                         f"remove the cause: {_WHY[trace]}.")
+                         f"remove the cause: {_WHY[trace]}.{_FIX_EXTRA.get((trace, got[2]), '')}")
 
 
 def diagnose(fn) -> None:
@@ -149,10 +168,10 @@ def diagnose(fn) -> None:
 
 # --- Task 2: applied_step ------------------------------------------------------------------------------------
 
-def _tiny(seed: int = 0):
+def _tiny(seed: int = 0, fused: bool = False):
     torch.manual_seed(seed)
     model = torch.nn.Linear(4, 2)
-    return model, torch.optim.SGD(model.parameters(), lr=0.1), torch.randn(8, 4)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, fused=fused), torch.randn(8, 4)
 
 
 def _loss(model, x):
@@ -160,8 +179,8 @@ def _loss(model, x):
         return model(x).float().pow(2).mean()
 
 
-def _one(task, fn, scaler, *, seed=0):
-    model, optimizer, x = _tiny(seed)
+def _one(task, fn, scaler, *, seed=0, fused=False):
+    model, optimizer, x = _tiny(seed, fused)
     before = [p.detach().clone() for p in model.parameters()]
     steps = []
     optimizer.register_step_post_hook(lambda *a: steps.append(1))
@@ -172,7 +191,7 @@ def _one(task, fn, scaler, *, seed=0):
     return result, bool(steps), moved
 
 
-_PRIVATE = re.compile(r"_[A-Za-z_]")
+_PRIVATE = re.compile(r"_(?!_\w*__$)[A-Za-z_]")  # _name and __name, not a __dunder__ (type(x).__name__)
 
 
 def _private(fn) -> str | None:
@@ -191,7 +210,8 @@ def _private(fn) -> str | None:
 
 
 class _Spy(torch.amp.GradScaler):
-    """A GradScaler that notes when ``get_scale()`` and ``update()`` are called (to name what an answer missed)."""
+    """A GradScaler that notes when ``scale()``, ``get_scale()`` and ``update()`` are called (to name what an
+    answer missed)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -200,6 +220,10 @@ class _Spy(torch.amp.GradScaler):
     def get_scale(self):
         self.calls.append("get_scale")
         return super().get_scale()
+
+    def scale(self, outputs):
+        self.calls.append("scale")
+        return super().scale(outputs)
 
     def update(self, new_scale=None):
         self.calls.append("update")
@@ -216,11 +240,17 @@ def applied_step(fn) -> None:
         raise fail(task, f"applied_step reads a private attribute ({private}: a name starting with _, such as "
                          "GradScaler's found-inf state or _scale): it can change in any release. Compare "
                          "scaler.get_scale() before and after update().")
-    result, stepped, moved = _one(task, fn, torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1000))
+    clean = _Spy("cpu", init_scale=2.0**10, growth_interval=1000)
+    result, stepped, moved = _one(task, fn, clean)
     if not moved:
         raise fail(task, "a clean step at scale 1024 left the weights unchanged: call scaler.scale(loss).backward(), "
                          "then scaler.step(optimizer) and scaler.update().")
     if not result:
+        if "get_scale" not in clean.calls:
+            raise fail(task, "a clean step (weights updated) was reported as skipped, and the answer never reads the "
+                             "scale — neither scaler.step's return value (optimizer.step()'s: None without a "
+                             "closure, applied or not) nor a constant says whether the scaler skipped the step. "
+                             "Compare scaler.get_scale() before and after update().")
         raise fail(task, "a clean step (weights updated, scale unchanged) was reported as skipped: the scale stays the "
                          "same on an applied step, so compare with >= (or: not smaller), not >.")
     overflow = _Spy("cpu", init_scale=2.0**40)
@@ -231,6 +261,25 @@ def applied_step(fn) -> None:
                          "scaler.step(optimizer) — it is what backs the scale off.")
     if result:
         raise fail(task, _overflow_reported_applied(calls))
+    result, stepped, moved = _one(task, fn, torch.amp.GradScaler("cpu", init_scale=2.0**40), fused=True)
+    if result or moved:
+        raise fail(task, "with a fused optimizer (SGD(fused=True); fused Adam and AdamW alike) an overflowing step was "
+                         "reported as applied: GradScaler.step calls a fused optimizer's step() even when a gradient "
+                         "is inf/NaN, and its kernel then skips the update, so 'step() ran' (a step hook, a flag) "
+                         "does not mean applied. Compare scaler.get_scale() before and after update()."
+                   if not moved else "with a fused optimizer the overflowing step moved the weights: pass the "
+                                     "scaled loss's backward and scaler.step(optimizer), not optimizer.step().")
+    inexact = _Spy("cpu", init_scale=0.7, growth_interval=1000)
+    result, _, moved = _one(task, fn, inexact)
+    if moved and not result:
+        early = "get_scale" in inexact.calls and ("scale" not in inexact.calls
+                                                  or inexact.calls.index("get_scale") < inexact.calls.index("scale"))
+        raise fail(task, "a clean step with init_scale=0.7 was reported as skipped"
+                   + (": the scale was read before scaler.scale(loss) — until its first call get_scale() returns "
+                      "init_scale as given (0.7), not the float32 value the scaler multiplies by (0.699999988), "
+                      "so the scale seems to shrink. Read it after scaler.scale(loss)." if early else
+                      ": compare the scale read after scaler.scale(loss) with the one after update(), as float32 "
+                      "values (get_scale() both times), not with init_scale."))
     grow = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
     result, _, _ = _one(task, fn, grow)
     if not result:
@@ -248,7 +297,8 @@ def applied_step(fn) -> None:
     if not result or not moved:
         raise fail(task, "with a disabled scaler (bf16 or fp32: get_scale() is always 1.0) the step is applied: "
                          "return True.")
-    passed(task, "clean, overflowing, growing, used and disabled scalers: applied steps True, skipped ones False")
+    passed(task, "clean, overflowing (plain and fused SGD), init_scale 0.7, growing, used and disabled scalers: "
+                 "applied steps True, skipped ones False")
 
 
 def _overflow_reported_applied(calls: list[str]) -> str:
@@ -281,6 +331,7 @@ CASES: list[tuple[dict[str, float], bool]] = [
     ({"x": math.inf, "y": 1.0, "z": math.nan}, False),
     ({"enc.wo": 7e4, "enc.wi": 1.5e4, "dec.wo": 2e4}, False),
     ({}, False),
+    ({"emb": 2.0, "attn": math.inf, "mlp": 7e4, "head": math.nan}, True),  # bf16: nothing in FP32, not even inf/NaN
 ]
 
 
@@ -320,9 +371,16 @@ def finetune_plan(fn) -> None:
         elif any(peaks.get(n, 0.0) == FP16_MAX / 4 for n in extra):
             why = ("a peak of exactly 65504 / 4 is 2 bits below the limit, not less: the rule keeps modules with "
                    "less than 2 bits of headroom (peak > 65504 / 4).")
-        elif missing:
+        elif missing and (all(peaks.get(n, 0.0) > FP16_MAX for n in keep) if keep
+                          else all(peaks[n] <= FP16_MAX for n in missing)):
             why = ("a module within 2 bits of 65504 (peak > 65504 / 4 = 16376) overflows with a little growth: keep "
                    "it in FP32, not only those already above 65504.")
+        elif missing:
+            shown = ", ".join(f"{n} at {peaks[n]:g} (" + (f"{math.log2(FP16_MAX / peaks[n]):.3f} bits below 65504)"
+                                                          if peaks[n] <= FP16_MAX else "above 65504)")
+                              for n in missing)
+            why = (f"the threshold is less than 2 bits of headroom, peak > 65504 / 4 = 16376: {shown} — keep "
+                   "those in FP32 too.")
         else:
             why = "keep only the modules with less than 2 bits of headroom, not every module."
         raise fail(task, f"peaks {peaks}: kept {keep}, expected {want[1]} (missing {missing}, extra {extra}): {why}")
@@ -332,8 +390,10 @@ def finetune_plan(fn) -> None:
 HINTS = {
     "diagnose": [
         "For each trace, find the first thing that went wrong: a module, the loss, the scale, the lr, the dtype.",
-        "Read each row in the order a step runs: the forward outputs, the loss, the gradients, then the scale and "
-        "the lr. The earliest column that goes wrong names the cause; what comes after it is a symptom.",
+        "First the cause: the earliest thing in a step that goes wrong (a forward output, the size of the loss, a "
+        "gradient, the dtype, the lr); what follows is a symptom. Then name where as the recorder's finding does: "
+        "the module for an overflow, the first inf/NaN grad column for a scale collapse, the 'grad lost' "
+        "parameter for underflow, the object ('scaler', 'scheduler') for their findings.",
         "Return (kind, where, fix): kind from recorder.KINDS, where as the trace spells it (or 'scaler', "
         "'scheduler', 'loss'), fix a key of FIXES.",
     ],
@@ -346,7 +406,7 @@ HINTS = {
     "finetune_plan": [
         "With bf16 on the hardware, does any module need FP32? Without it, which modules are too close to 65504?",
         "The recorder's low_headroom rule: less than LOW_HEADROOM_BITS = 2 bits below 65504, i.e. peak > 65504 / 4; "
-        "inf and NaN count as over.",
+        "inf and NaN count as over (in float16; in bf16 nothing is kept).",
         "return ('bfloat16', []) if bf16 else ('float16', [n for n, p in peaks.items() if not p <= 65504 / 4]).",
     ],
 }
