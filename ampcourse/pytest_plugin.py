@@ -245,9 +245,11 @@ def _guard(item, call: str):
 def _with_guard(item, runtest, modules, first):
     """Before the notebook's first cell, remember the grader's state; before each check cell, undo what answer
     cells did to it (a patched check module, a rebound ``check``, an input transformer, torch's core namespaces:
-    see ``ampcourse.grading.guard_reset``, sent as source) and say so; a thread or trace hook left running by the
-    answers fails the check as "cannot be graded"; after the check, what changed while it ran
-    (``ampcourse.grading.guard_verify``) fails it as altered, so a forged pass never counts quietly."""
+    see ``ampcourse.grading.guard_reset``, sent as source) and say so. The check counts only as
+    ``ampcourse.grading.guard_verdict`` rules, the rule ``grade`` applies: the guard answered before and after
+    it, no hook or thread running the answers' code was there, nothing changed while it ran; and, as
+    ``ampcourse.grading.output_problem`` says, the kernel's reply was "ok" and the cell printed the check's ✓
+    line (an answer cell can hide an error from nbval, which reads only iopub, with ``set_custom_exc``)."""
     def run():
         if first:
             _guard(item, "__import__('ampcourse.checks') and None")
@@ -257,12 +259,23 @@ def _with_guard(item, runtest, modules, first):
             return runtest()
         import warnings
 
-        from .grading import UNVERIFIED, _reset_value, altered, cannot_grade, running_note, split_hazards
+        from .grading import _reset_value, _verify_value, guard_verdict, output_problem, task_title
 
         undone, hazards = _reset_value(_guard(item, "guard_reset(shell)"))
-        blocking, threads = split_hazards(hazards)
-        if blocking:
-            item.raise_cell_error(f"✗ {cannot_grade(blocking)}")
+        kernel = item.parent.kernel
+        replies: list = []
+        original = kernel.await_reply
+
+        def await_reply(msg_id, timeout=None):  # nbval's own loop, keeping the reply (nbval drops it)
+            while True:
+                msg = kernel.get_message(stream="shell", timeout=timeout)
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    replies.append(msg["content"])
+                    if msg["content"]["status"] == "aborted":
+                        raise RuntimeError("Kernel aborted execution request")
+                    return
+
+        kernel.await_reply = await_reply
         error = None
         try:
             result = runtest()
@@ -270,17 +283,25 @@ def _with_guard(item, runtest, modules, first):
             raise
         except (Exception, pytest.fail.Exception, pytest.skip.Exception) as err:  # still say if it was the real one
             error = err
-        after = _guard(item, "guard_verify(shell)")
-        if after:
-            item.raise_cell_error(f"✗ {altered(after)}")
-        if threads and after is not None:
-            warnings.warn(f"{item.name}: {running_note(threads)}", stacklevel=1)
-        if undone is None or after is None:
-            warnings.warn(f"{item.name}: {UNVERIFIED}", stacklevel=1)
-        elif undone:
-            warnings.warn(f"{item.name}: a cell before this check changed the grader ({', '.join(undone)}); it was "
-                          "undone before the check and found unchanged after it, so only the real check counts",
-                          stacklevel=1)
+        finally:
+            kernel.await_reply = original
+        changes, after_hazards = _verify_value(_guard(item, "guard_verify(shell)"))
+        reason, notes = guard_verdict(undone, hazards, changes, after_hazards)
+        for note in notes:
+            warnings.warn(f"{item.name}: {note.replace('counted', 'counts')}", stacklevel=1)
+        if reason:
+            item.raise_cell_error(f"✗ {reason}")
+        if error is None:
+            status = replies[-1].get("status", "") if replies else ""
+            stdout = "".join(o.get("text", "") for o in getattr(item, "test_outputs", None) or []
+                             if o.get("output_type") == "stream" and o.get("name") == "stdout")
+            errors = [] if status == "ok" else [(replies[-1].get("ename", "") if replies else "",
+                                                 replies[-1].get("evalue", "") if replies else "")]
+            cells = getattr(item.parent, "nb", None) and item.parent.nb.cells or []
+            task = next((task_title(cells, i) for i, c in enumerate(cells) if c is item.cell), "")
+            problem = output_problem(task, "ok", stdout, errors)
+            if problem:
+                item.raise_cell_error(f"✗ {problem}")
         if error is not None:
             raise error
         return result
