@@ -95,6 +95,13 @@ def hints(module: str, table: dict[str, list[str]]) -> Callable[..., str]:
     return hint
 
 
+def last_tier_next(module: str, name: str) -> bool:
+    """Whether the next failure of task ``name`` (of the checks module ``module``) shows its last hint tier: a
+    check may then say more (every wrong key of a prediction), since the last tier gives the answer anyway."""
+    tiers = _REGISTRY.get(module, {}).get(name)
+    return not tiers or _SHOWN.get((module, name), 0) + 1 >= len(tiers)
+
+
 def reset_hints() -> None:
     """Forget which hints were shown (tests use it; a fresh kernel starts this way)."""
     _SHOWN.clear()

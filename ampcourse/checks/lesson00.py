@@ -6,7 +6,14 @@ import warnings
 
 import torch
 
-from ..device import FAST_FP16_WITHOUT_TENSOR_CORES, RECIPE_RULES, describe, generation, recommend
+from ..device import (
+    AUTOCAST_DEFAULT_DTYPES,
+    FAST_FP16_WITHOUT_TENSOR_CORES,
+    RECIPE_RULES,
+    describe,
+    generation,
+    recommend,
+)
 from . import call, exact_number, fail, hints, passed, require_callable
 from .facts import BYTES_PER_ELEMENT
 
@@ -177,7 +184,7 @@ def amp_forward(fn) -> None:
         raise fail(task, f"autocast ran in {got}, but the recommended AMP dtype on this {device.type} device is "
                          f"{want}: pass `dtype=torch.{want}` to torch.autocast (see `describe().recommendation`; "
                          f"without dtype= autocast uses its per-device default, "
-                         f"{str(torch.get_autocast_dtype(device.type)).removeprefix('torch.')} here).")
+                         f"{str(AUTOCAST_DEFAULT_DTYPES[device.type]).removeprefix('torch.')} here).")
     outside = [s["layer"] for s in seen if s["autocast"] != autocast_wanted]
     if outside:
         raise fail(task, f"part of the forward ran outside the autocast region ({', '.join(outside)}): the "

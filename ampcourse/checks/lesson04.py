@@ -202,6 +202,10 @@ def _unscaled_update(task: str, run: _Run) -> None:
     if ratio > SCALE / 4:
         raise fail(task, "the optimizer stepped with gradients still multiplied by the scale. Let "
                          "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
+    if 0 < ratio < 4 / SCALE:  # seen = true / scale: unscale_ divided gradients that were never scaled
+        raise fail(task, "the optimizer stepped with gradients the scale too small: backward ran on the unscaled "
+                         "loss (the result of `scaler.scale(loss)` was not used), and `scaler.step` then divided "
+                         "them by the scale. Call `scaler.scale(loss).backward()`.")
     if _cleared_after_backward(run.log):
         raise fail(task, CLEARED)  # zero_grad(set_to_none=False): the step ran, on gradients of zero
     if all(torch.equal(a, b.detach()) for a, b in zip(run.initial.parameters(), run.model.parameters(), strict=True)):

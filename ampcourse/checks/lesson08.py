@@ -705,7 +705,7 @@ def bf16_hook(fn) -> None:
                          "bfloat16 before the all-reduce, and back into the float32 buffer after it.")
     if sent[0] != torch.bfloat16:
         raise fail(task, f"the all-reduce sent {str(sent[0]).removeprefix('torch.')}; the task asks for bfloat16 "
-                         "(float16's range can overflow a sum of gradients; bfloat16's cannot).")
+                         "(float16's range can overflow a sum of gradients; bfloat16 has float32's range).")
     grads = [p.grad for p in model.parameters()]
     if any(g is not None and bool(g.isnan().any()) for g in grads):
         raise fail(task, "the gradients DDP got are NaN: your hook read the tensor before its all-reduce completed "
