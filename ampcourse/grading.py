@@ -787,6 +787,13 @@ def guard_verify(shell) -> tuple[list[str], list[str]]:
     that could have altered it (:func:`guard_hazards` without the notes). A change means the check that ran was
     not the course's own; a hazard, that it cannot be told: either way its result does not count."""
     changed = _course_changes(_GUARD["checked"], restore=False)
+    objects = _guarded_objects(shell)
+    for (where, name, slot), value in _GUARD["slots"].items():  # the shell's methods: set_custom_exc in the check
+        owner = objects.get(where) if slot == "instance" else slot
+        if owner is None or (slot == "instance" and not hasattr(owner, "__dict__")):
+            continue
+        if (vars(owner) if slot == "instance" else owner.__dict__).get(name, None) is not value:
+            changed.append(f"{where}.{name}")
     for name, module in _GUARD["modules"].items():
         if shell.user_ns.get(name) is not module:
             changed.append(f"the name `{name}`")

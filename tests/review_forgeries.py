@@ -31,9 +31,8 @@ OPEN_POOL = (  # a right answer that leaves a ThreadPoolExecutor open (as torch.
     "def tensor_bytes(t):\n    return _pool.submit(lambda: t.numel() * t.element_size()).result()\n"
     "tensor_bytes(torch.zeros(3))\n")
 REVIEW_FORGERIES = {  # name: (Task 1's answer cell, Task 1's status, words its reason must hold)
-    # the thread is let run (torch.compile's pool is one too): the check after it finds the patched function
-    "thread": (THREAD_FORGERY, "failed", ["altered the grader while this check ran",
-                                          "ampcourse.checks.lesson00.tensor_bytes"]),
+    # a thread running the answer's code (review rev25-r2 E2: not a note): the check cannot be graded
+    "thread": (THREAD_FORGERY, "failed", ["cannot be graded", "runs your own code", "_loop"]),
     "torch_patch": (TORCH_FORGERY, "failed", ["4 bytes per element"]),
     "during_check": (DURING_CHECK, "failed", ["altered the grader while this check ran",
                                               "ampcourse.checks.lesson00.call"]),

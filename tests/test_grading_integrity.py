@@ -331,10 +331,9 @@ def test_review_forgeries_fail_in_grade_and_a_finished_thread_passes(tmp_path, f
     # A pool left open (torch.compile leaves one) is no forgery: passed, with a note that it ran beside the check.
     assert results["open_pool"].status == "passed", results["open_pool"]
     assert any("still running during the check" in n for n in results["open_pool"].notes), results["open_pool"]
-    # The forging thread keeps running and keeps the check module patched: every later check of that kernel
-    # finds the grader altered too, never passed.
+    # The forging thread keeps running the answer's code: no later check of that kernel can be graded either.
     assert [c.status for c in results["thread"].checks] == ["failed"] * 3, results["thread"]
-    assert all("altered the grader" in c.reason for c in results["thread"].checks), results["thread"]
+    assert all("cannot be graded" in c.reason for c in results["thread"].checks), results["thread"]
 
 
 def test_the_note_says_only_the_real_check_counted_only_once_verified(tmp_path):
