@@ -10,8 +10,9 @@ For every notebook in a folder named ``exercises`` (:func:`in_exercises`) it als
 stored outputs are not compared; a cell gets :data:`EXERCISE_CELL_TIMEOUT` seconds unless
 ``--nbval-cell-timeout`` is given; ``NBVAL_SKIP``/``NBVAL_RAISES_EXCEPTION`` in a check cell are ignored; the
 grader's state is guarded around each check (see ``ampcourse.grading``: a forgery made before the check is undone
-and named, a thread or trace hook left running fails the check as "cannot be graded", and a change while the check
-ran fails it as altered); a kernel that dies fails its
+and named; the guard unable to answer, a trace or audit hook, or a thread running the answers' own code fails the
+check as "cannot be graded"; a change while the check ran fails it as altered; a check cell passes only with an "ok"
+reply and its check's own ✓ line; a thread running library code only earns a warning); a kernel that dies fails its
 cell at once, named, instead of waiting out the timeout (:data:`KERNEL_POLL` seconds between looks); a file that
 is not a notebook (a JSON list saved as ``.ipynb``) is one failing test that says so; and a run that deselected a
 check (``-k``, ``-m``, ``--deselect``) ends as failed with "not graded".

@@ -883,7 +883,7 @@ def test_a_prediction_failure_names_one_wrong_key_until_the_last_hint_tier():
             with pytest.raises(CheckFailed) as err:
                 lesson03.predict_cuda_dtypes(lambda: dict(all_fp16))
             text = checks.with_hint(err.value)  # what the learner sees: counts as one more failure
-            named = [k for k in wrong if f"(you said float16)" in text and lesson03.CUDA_OPS[k][1] in text]
+            named = [k for k in wrong if "(you said float16)" in text and lesson03.CUDA_OPS[k][1] in text]
             assert f"{len(wrong)} of 8 wrong" in text, text
             assert len(named) == (len(wrong) if attempt == 2 else 1), (attempt, text)
         all_bf16 = {k: BF16 for k in RIGHT_DTYPES}
