@@ -1048,9 +1048,9 @@ def output_problem(task: str, status: str, stdout: str, errors: list) -> str | N
     ask it: one grader reads the reply's status, the other the errors on iopub, and an answer can fake either."""
     if status == "ok" and errors:
         ename, evalue = errors[0]
-        return (f"the check failed ({ename}: {ANSI.sub('', evalue).strip()[:300]}), but the kernel reported the "
-                "cell as fine: an answer cell changed how IPython reports errors. Remove that code, restart the "
-                "kernel and grade again")
+        return (f"the check failed ({ename}: {ANSI.sub('', evalue).strip()[:300]}), but that error was hidden "
+                "from the kernel's reply or from the cell's output: an answer cell changed how IPython reports "
+                "errors. Remove that code, restart the kernel and grade again")
     if status == "ok" and pass_line_missing(task, stdout):
         return ("cannot be graded: the check cell ended without the check's own ✓ line, so the check did not "
                 "finish (an answer cell hid its error: set_custom_exc, a patched shell?). Remove that code, restart "
