@@ -243,7 +243,7 @@ def _guard(item, call: str):
             return guard_value(msg["content"].get("user_expressions", {}).get("g", {}), nonce)
 
 
-def _with_guard(item, runtest, modules, first):
+def _with_guard(item, runtest, modules, first, checks=frozenset()):
     """Before the notebook's first cell, remember the grader's state; before each check cell, undo what answer
     cells did to it (a patched check module, a rebound ``check``, an input transformer, torch's core namespaces:
     see ``ampcourse.grading.guard_reset``, sent as source) and say so. The check counts only as
@@ -300,7 +300,8 @@ def _with_guard(item, runtest, modules, first):
                                                  replies[-1].get("evalue", "") if replies else "")]
             cells = getattr(item.parent, "nb", None) and item.parent.nb.cells or []
             task = next((task_title(cells, i) for i, c in enumerate(cells) if c is item.cell), "")
-            problem = output_problem(task, "ok", stdout, errors)
+            # A check cell that is not the course's (emptied, edited) is failed by its CheckCellItem already.
+            problem = output_problem(task, "ok", stdout, errors) if item.cell.source in checks else None
             if problem:
                 item.raise_cell_error(f"✗ {problem}")
         if error is not None:
@@ -319,9 +320,11 @@ def in_exercises(path) -> bool:
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the first cell left is the one that runs first
 def pytest_collection_modifyitems(config, items):
     _sanitize_file_from_anywhere(config)
+    from .authoring import tags
     from .grading import _guard_modules, exercise_template
 
     guarded: dict = {}
+    checks: dict = {}
     for item in items:
         if hasattr(item, "options") and in_exercises(item.fspath):
             path = Path(str(item.fspath))
@@ -331,10 +334,11 @@ def pytest_collection_modifyitems(config, items):
                 except Exception:  # noqa: BLE001 - an unreadable solution: no guard, nbval still runs
                     template = None
                 guarded[path] = _guard_modules(template) if template is not None else {}
+                checks[path] = frozenset(c.source for c in template.cells if "check" in tags(c)) if template else ()
                 if guarded[path]:
-                    item.runtest = _with_guard(item, item.runtest, guarded[path], first=True)
+                    item.runtest = _with_guard(item, item.runtest, guarded[path], first=True, checks=checks[path])
             elif guarded[path]:
-                item.runtest = _with_guard(item, item.runtest, guarded[path], first=False)
+                item.runtest = _with_guard(item, item.runtest, guarded[path], first=False, checks=checks[path])
     for item in items:
         if hasattr(item, "options") and in_exercises(item.fspath):
             item.options["check"] = False
