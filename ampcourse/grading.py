@@ -334,6 +334,19 @@ def _plain_copy(value, depth: int = 0):
     return _plain_copy
 
 
+def _same(a, b) -> bool:
+    """Whether two :func:`_plain_copy` results are equal, a NaN equal to a NaN (``lesson07.NAN``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (a != a and b != b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
 def _function_state(value):
     """What a function's identity does not pin down: its code, defaults and closure contents (an answer can set
     ``f.__code__`` of a check's function in place)."""
@@ -398,11 +411,11 @@ def _put_back(value, saved) -> bool:
         if type(value) is not saved[0] or not hasattr(value, "__dict__"):
             return False
         for k, v in saved[1].items():
-            if _plain_copy(getattr(value, k, _put_back)) != v:
+            if not _same(_plain_copy(getattr(value, k, _put_back)), v):
                 object.__setattr__(value, k, copy.deepcopy(v))
         return True
     if isinstance(value, tuple) and isinstance(saved, tuple) and len(value) == len(saved):
-        return all(_plain_copy(v) == c or _put_back(v, c) for v, c in zip(value, saved, strict=True))
+        return all(_same(_plain_copy(v), c) or _put_back(v, c) for v, c in zip(value, saved, strict=True))
     return False
 
 
@@ -428,7 +441,7 @@ def _course_changes(saved: dict, restore: bool) -> list[str]:
                     fn = getattr(attrs[attr], "__func__", attrs[attr])
                     fn.__code__, fn.__defaults__, fn.__kwdefaults__ = state[0], state[1], state[2]
         for attr, copied in values.items():
-            if _plain_copy(attrs[attr]) != copied:
+            if not _same(_plain_copy(attrs[attr]), copied):
                 changed.append(f"{module_name}.{attr} (its values)")
                 if restore:
                     _put_back(attrs[attr], copied)
@@ -463,6 +476,9 @@ GUARDED_PRIVATE = {"torch": ("_amp_", "_foreach_"), "torch.amp.grad_scaler": ("_
 # ``install_generation_tagging_init`` (``torch/_dynamo/mutation_guard.py``), which sets this flag on Module when it
 # wraps ``Module.__init__``/``__setstate__`` (those wrappers are recognised by :func:`_torch_wrapper`).
 TORCH_OWN_ATTRIBUTES = {"torch.nn.modules.module.Module": ("___needs_generation_tag_patch",)}
+# Public module attributes that are lazy caches, None until first used (``tempfile.gettempdir()`` fills
+# ``tempfile.tempdir``): filled since the snapshot, they are remembered from then on, not reported.
+LAZY_CACHES = {"tempfile": ("tempdir",)}
 # builtins that IPython itself rebinds between cells (the last results): not the grader's
 VOLATILE_BUILTINS = ("_", "__", "___")
 
@@ -556,6 +572,9 @@ def _namespace_changes(restore: bool) -> list[str]:
                 continue
             private = label != "builtins" and name.startswith("_") and not name.startswith("__")
             if name == "__slotnames__" or (private and not name.startswith(GUARDED_PRIVATE.get(label, ()) or "\0")):
+                continue
+            if name in LAZY_CACHES.get(label, ()) and saved.get(name) is None and name in now:
+                saved[name] = now[name]
                 continue
             if name not in saved and name in TORCH_OWN_ATTRIBUTES.get(label, ()) and type(now[name]) is bool:
                 saved[name] = now[name]
@@ -812,7 +831,7 @@ def guard_verify(shell) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(changed)), guard_hazards(notes=False)
 
 
-_KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy, _function_state, _cell_filled,
+_KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy, _same, _function_state, _cell_filled,
                 _module_entry, _course_modules, _put_back, _course_changes, _namespaces, _namespace_state,
                 _torch_wrapper, _namespace_changes, _code_roots, _thread_code, guard_hazards, guard_install,
                 _from_a_cell, _undo, guard_reset, guard_verify)
@@ -835,7 +854,7 @@ def guard_expression(call: str, nonce: str) -> str:
              f"GUARDED_METHODS = {GUARDED_METHODS!r}", f"SILENT_THREAD_CODE = {SILENT_THREAD_CODE!r}",
              f"RUNNING_THREAD = {RUNNING_THREAD!r}", f"CELL_THREAD = {CELL_THREAD!r}",
              f"IPYTHON_NAMESPACES = {IPYTHON_NAMESPACES!r}", f"TORCH_OWN_ATTRIBUTES = {TORCH_OWN_ATTRIBUTES!r}",
-             f"GUARDED_PRIVATE = {GUARDED_PRIVATE!r}",
+             f"GUARDED_PRIVATE = {GUARDED_PRIVATE!r}", f"LAZY_CACHES = {LAZY_CACHES!r}",
              f"TORCH_NAMESPACES = {TORCH_NAMESPACES!r}", f"VOLATILE_BUILTINS = {VOLATILE_BUILTINS!r}"]
             + [inspect.getsource(f) for f in _KERNEL_SIDE]))
     code = _KERNEL_CODE[0] + f"\n_result = (__import__('hashlib').sha256(_nonce.encode()).hexdigest(), {call})\n"
@@ -1038,7 +1057,7 @@ def pass_line_missing(task: str, stdout: str) -> bool:
     """Whether a check cell that ended "ok" failed to print its check's own ``✓ Task N`` line (every check that
     passes prints it: ``ampcourse.checks.passed``), as when an answer cell swallowed the check's error."""
     number = re.match(r"Task (\d+)\b", task)
-    mark = rf"^✓ Task {number.group(1)}\b" if number else r"^✓ "
+    mark = rf"^✓ Task {number.group(1)}(?!\d)" if number else r"^✓ "  # "✓ Task 2a" is Task 2's
     return re.search(mark, stdout, re.M) is None
 
 
