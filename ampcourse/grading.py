@@ -327,6 +327,8 @@ def _plain_copy(value, depth: int = 0):
         if any(k is _plain_copy or v is _plain_copy for k, v in items.items()):
             return _plain_copy
         return items
+    if depth and _function_state(value) is not None:  # a function in a table (a rule's condition): by identity
+        return ("__function__", value, _function_state(value))
     fields = getattr(type(value), "__dataclass_fields__", None)
     if fields is not None and hasattr(value, "__dict__"):  # a row of a table (a frozen dataclass)
         items = {k: _plain_copy(v, depth + 1) for k, v in vars(value).items()}
@@ -411,11 +413,16 @@ def _put_back(value, saved) -> bool:
         if type(value) is not saved[0] or not hasattr(value, "__dict__"):
             return False
         for k, v in saved[1].items():
-            if not _same(_plain_copy(getattr(value, k, _put_back)), v):
-                object.__setattr__(value, k, copy.deepcopy(v))
+            if not _same(_plain_copy(getattr(value, k, _put_back), 1), v):
+                if isinstance(v, tuple) and len(v) == 3 and v[0] == "__function__":
+                    object.__setattr__(value, k, v[1])
+                    fn = getattr(v[1], "__func__", v[1])
+                    fn.__code__, fn.__defaults__, fn.__kwdefaults__ = v[2][0], v[2][1], v[2][2]
+                else:
+                    object.__setattr__(value, k, copy.deepcopy(v))
         return True
     if isinstance(value, tuple) and isinstance(saved, tuple) and len(value) == len(saved):
-        return all(_same(_plain_copy(v), c) or _put_back(v, c) for v, c in zip(value, saved, strict=True))
+        return all(_same(_plain_copy(v, 1), c) or _put_back(v, c) for v, c in zip(value, saved, strict=True))
     return False
 
 

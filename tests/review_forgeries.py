@@ -222,9 +222,26 @@ UNSCALE_MISSES_NAN = (
     "    return [g * inv for g in grads], any(bool(g.isinf().any()) for g in grads)\n\n\n"
     "def _kernel(grads, found, inv):\n    found.fill_(float(any(bool(g.isinf().any()) for g in grads)))\n"
     "    for g in grads:\n        g.mul_(inv)\n\n\ntorch._amp_foreach_non_finite_check_and_unscale_ = _kernel\n")
+# E3: a course table whose rows are frozen dataclasses (device.RECIPE_RULES, read by lesson 00 Task 3's check),
+# changed with object.__setattr__ so that "float16 + scaler on Ampere" (wrong) is what the rule says.
+RECIPE_FORGED = """\
+import torch
+import ampcourse.device as d
+
+object.__setattr__(d.RECIPE_RULES[0], "dtype", torch.float16)
+object.__setattr__(d.RECIPE_RULES[0], "use_grad_scaler", True)
+
+
+def choose_recipe(capability):
+    if capability >= (7, 0) or capability in ((5, 3), (6, 0), (6, 2)):
+        return torch.float16, True
+    return torch.float32, False
+"""
 OTHER_FORGERIES = {
     "private_amp_kernel": ("04_gradscaler.ipynb", {"def unscale_by_hand": UNSCALE_MISSES_NAN}, 3, "failed",
                            ["NaN"]),
+    "recipe_rules_rows": ("00_start_here.ipynb", {"def choose_recipe": RECIPE_FORGED}, 2, "failed",
+                          ["bfloat16"]),
 }
 
 
