@@ -34,7 +34,9 @@ GTX 16xx cards (TU11x) are capability 7.5 but have no Tensor Cores; and on ROCm 
 :func:`describe` reads the gfx architecture name instead (:data:`ROCM_BF16_ARCHS`).
 
 CPU autocast defaults to bfloat16 (no scaler needed); MPS autocast defaults to float16, which needs
-a scaler. Those two defaults are read from the installed torch (``torch.get_autocast_dtype``).
+a scaler. Those defaults are :data:`AUTOCAST_DEFAULT_DTYPES`, written out (torch's own, checked against a fresh
+interpreter's ``torch.get_autocast_dtype`` by the tests), never the live autocast state: an autocast region entered
+with ``__enter__()`` and never left changes ``torch.get_autocast_dtype`` for the rest of the process.
 Whether a CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX) decides whether bfloat16 autocast
 is faster or slower than FP32 on it (lesson 06 measures it): :func:`cpu_bf16_features` reads the flags
 (x86 ``flags``, aarch64 ``Features``).
@@ -240,6 +242,12 @@ def generation(capability: tuple[int, int]) -> tuple[str, bool, bool]:
     raise AssertionError("unreachable: the table ends with (0, 0)")
 
 
+AUTOCAST_DEFAULT_DTYPES = {"cpu": torch.bfloat16, "cuda": torch.float16, "mps": torch.float16,
+                           "xpu": torch.float16}
+"""The dtype ``torch.autocast(device_type)`` uses without ``dtype=`` in a fresh process, per device type (the
+values of ``torch.get_autocast_dtype`` before any region changed them)."""
+
+
 def recommend(
     device_type: str,
     capability: tuple[int, int] | None = None,
@@ -268,7 +276,7 @@ def recommend(
                               f"{rule.why}")
     if capability is not None:
         raise ValueError(f"capability only applies to device_type 'cuda' (got {device_type!r})")
-    dtype = torch.get_autocast_dtype(device_type)
+    dtype = AUTOCAST_DEFAULT_DTYPES.get(device_type) or torch.get_autocast_dtype(device_type)
     if dtype == torch.bfloat16:
         return Recommendation(
             device_type, dtype, False,

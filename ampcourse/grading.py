@@ -20,30 +20,41 @@ other than "ok" or "error" (ipykernel's "aborted" after an error) means the cell
 again once, then reported, never counted as passed.
 
 What is guarded. Before each check the grader undoes what answer cells did to it and notes it
-(:func:`guard_reset`): patched check modules and ``ampcourse`` helpers (every callable of every loaded
-``ampcourse.*`` module), a rebound ``check``, ``ampcourse.checks.__path__``, input/AST transformers, event
-callbacks, the shell's and kernel's methods; and every public attribute (plus dunders) of torch's core namespaces
-(:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``, ``torch.nn.Module``,
-``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``, ``torch.optim`` and its
-``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``; each class with its MRO),
-of ``builtins`` (``isinstance``, ``abs``, ...) and of each module or class a check module names at top level
-(``math``, ``numbers``, ``copy``, ``statistics``, ``warnings``, ``mock`` ...), remembered before the first answer
-cell (:func:`_namespace_changes`). A check cannot be trusted, and fails as "cannot be graded", when the answers
-left running a Python thread started after the guard was installed and not the kernel's or the course's
-(:data:`KERNEL_THREAD_MODULES`; a thread that has finished is fine), a thread started with ``_thread``, a
-``sys``/``threading`` trace or profile function, or an audit hook (:func:`guard_hazards`). Right after each check
-:func:`guard_verify` compares all of the above with what the reset left: a change while the check ran (the
-answer's function rebinding the check's helpers, say) fails the task as altered. Only then does the note say
-"only the real check counted".
+(:func:`guard_reset`): patched check modules (every ``from ampcourse.checks import lessonNN as name`` of any cell of
+the exercise, :func:`_guard_modules`) and ``ampcourse`` modules (every attribute of every loaded ``ampcourse.*``
+module, each function's code, defaults and closure, and the values of its public tables: :func:`_module_entry`), a
+rebound ``check``, ``ampcourse.checks.__path__``, input/AST transformers, event callbacks, the shell's and kernel's
+methods (with the course's error display, ``CustomTB``/``custom_exceptions``); and every public attribute (plus
+dunders) of torch's core namespaces (:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``,
+``torch.nn.Module``, ``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``,
+``torch.optim`` and its ``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``;
+each class with its MRO; the private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``,
+GradScaler's), of IPython's ``ExecutionResult``/``ExecutionInfo`` (:data:`IPYTHON_NAMESPACES`), of ``builtins``
+(``isinstance``, ``abs``, ...) and of each module or class a check module names at top level (``math``, ``numbers``,
+``copy``, ``statistics``, ``warnings``, ``mock`` ...), remembered before the first answer cell
+(:func:`_namespace_changes`; torch's own wrappers, :func:`_torch_wrapper`, are not changes). Right after each check
+:func:`guard_verify` compares all of the above with what the reset left.
 
-What is not guarded: private names (one leading underscore) of those namespaces, other torch submodules and
-classes, other third-party libraries (numpy, IPython beyond the shell's methods above), C extensions and C-level
-state (``torch._C`` types can be changed from C; a C extension can do anything), the values inside objects (a
-tensor or a dict a check reads, mutated in place), a change the answer makes during the check and undoes before
-it returns (frames, ``sys._getframe`` tricks, a module global swapped and put back), code compiled under torch's
-own file names (taken for torch's own wrappers), and the guard's own state in the kernel
-(``sys.modules['_ampcourse_grader_guard']``). It is not a sandbox: one cell written to forge a pass can still
-get one (README).
+The verdict (:func:`guard_verdict`, the same in ``pytest --nbval``). A task fails as "cannot be graded" when the guard
+could not answer before or after its check (:data:`UNVERIFIED`: an answer replaced the shell's
+``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a thread
+started with ``_thread``, or a Python thread started after the guard was installed that runs the learner's code
+(:func:`_thread_code`: its target, or a frame on its stack, is outside the standard library, site-packages and
+the ``ampcourse`` package) was there (:func:`guard_hazards`); it fails as altered when something changed while the
+check ran. A thread that runs library code only (torch.compile's workers, a DataLoader's, an open
+ThreadPoolExecutor waiting for work) earns a note: it is judged at both ends, and work it is given between them is
+not seen. And a check cell counts as passed only when its reply is "ok", it published no error on iopub, and it
+printed its check's own ``✓ Task N`` line (:func:`output_problem`): ``grade`` reads the reply, nbval the iopub
+errors, and an answer can fake either one. Only a check verified so gets the note "only the real check counted".
+
+What is not guarded: other private names (one leading underscore) of those namespaces, other torch submodules and
+classes, other third-party libraries (numpy, IPython beyond the above), C extensions and C-level state (``torch._C``
+types can be changed from C; a C extension can do anything), the values inside objects other than the course
+modules' public tables (a tensor a check reads, mutated in place), a change the answer's own function makes during
+the check and undoes before it returns (frames, ``sys._getframe`` tricks, a module global swapped and put back),
+code compiled under library file names (taken for library code, and for torch's own wrappers under torch's), and
+the guard's own state in the kernel beyond its answering at all (``sys.modules['_ampcourse_grader_guard']``). It
+is not a sandbox: one cell written to forge a pass can still get one (README).
 
 Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
 doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
@@ -109,6 +120,8 @@ class CellRun:
     evalue: str = ""
     line: int | None = None
     user_expressions: dict = field(default_factory=dict)
+    stdout: str = ""  # what the cell printed (iopub "stream" messages)
+    errors: list = field(default_factory=list)  # the "error" messages it published on iopub: (ename, evalue)
 
 
 class Kernel:
@@ -118,6 +131,7 @@ class Kernel:
         self.cwd, self.startup_timeout = cwd, startup_timeout
         self.km = self.kc = None
         self.restarts = 0
+        self.running, self.iopub = None, []
         self.start()
 
     def start(self) -> None:
@@ -145,11 +159,31 @@ class Kernel:
         self.restarts += 1
 
     def _drain(self) -> None:
+        """Read what iopub holds; keep the stream text and errors of the cell being run (``self.iopub``)."""
         try:
             while True:
-                self.kc.get_iopub_msg(timeout=0)
+                msg = self.kc.get_iopub_msg(timeout=0)
+                if msg.get("parent_header", {}).get("msg_id") == getattr(self, "running", None):
+                    self.iopub.append(msg)
         except queue.Empty:
             pass
+
+    def _outputs(self, msg_id: str) -> tuple[str, list]:
+        """``(stdout, errors)`` of ``msg_id`` from iopub, waiting (a little) for its "idle" status."""
+        start = time.monotonic()  # a real kernel has said "busy" by now; a silent one (a test's stand-in) is let go
+        while time.monotonic() - start < (10 if self.iopub else 0.5) and not any(
+                m.get("msg_type") == "status" and m["content"].get("execution_state") == "idle" for m in self.iopub):
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                continue
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                self.iopub.append(msg)
+        stdout = "".join(m["content"].get("text", "") for m in self.iopub
+                         if m.get("msg_type") == "stream" and m["content"].get("name") == "stdout")
+        errors = [(m["content"].get("ename", ""), m["content"].get("evalue", "")) for m in self.iopub
+                  if m.get("msg_type") == "error"]
+        return stdout, errors
 
     def _wait(self, msg_id: str, seconds: float) -> dict | None:
         deadline = time.monotonic() + seconds
@@ -174,6 +208,7 @@ class Kernel:
             msg_id = self.kc.execute(source, allow_stdin=False, store_history=not user_expressions,
                                      silent=bool(user_expressions), user_expressions=user_expressions or {},
                                      stop_on_error=False)
+            self.running, self.iopub = msg_id, []
             reply = self._wait(msg_id, timeout)
             if reply is None:  # too long: interrupt, as the Stop button does
                 self.km.interrupt_kernel()
@@ -185,11 +220,13 @@ class Kernel:
             if status == "died":
                 self.restart()
                 return CellRun("died")
+            stdout, errors = self._outputs(msg_id) if not user_expressions else ("", [])
             if status == "error":
                 return CellRun("error", reply.get("ename", ""), reply.get("evalue", ""),
-                               _error_line(reply.get("traceback", [])))
+                               _error_line(reply.get("traceback", [])), stdout=stdout, errors=errors)
             if status == "ok":
-                return CellRun("ok", user_expressions=reply.get("user_expressions", {}) or {})
+                return CellRun("ok", user_expressions=reply.get("user_expressions", {}) or {}, stdout=stdout,
+                               errors=errors)
         return CellRun("not run", ename=str(status))
 
 
@@ -229,11 +266,14 @@ def _reason(run: CellRun, timeout: float) -> str:
 # This stops the quiet forgeries the audits tried; it is not a sandbox (README: one cell can still forge a pass).
 
 CHECK_IMPORT = re.compile(r"^\s*from\s+ampcourse\.checks\s+import\s+(lesson\d+)\s+as\s+(\w+)", re.M)
+CHECK_IMPORT_DOTTED = re.compile(r"^\s*import\s+ampcourse\.checks\.(lesson\d+)\s+as\s+(\w+)", re.M)
 _GUARD: dict = {}
 # What an answer cell could replace to hide a failing check: ``{attribute path from the shell: method names}``.
 GUARDED_METHODS = {
     "shell": ("transform_cell", "transform_ast", "run_cell", "run_cell_async", "_run_cell", "run_code",
-              "run_ast_nodes", "should_run_async", "showtraceback", "_showtraceback", "user_expressions"),
+              "run_ast_nodes", "should_run_async", "showtraceback", "_showtraceback", "user_expressions",
+              # the course's own error display (``set_custom_exc`` in ampcourse.checks): replaced, it hides errors
+              "CustomTB", "custom_exceptions", "set_custom_exc", "InteractiveTB", "SyntaxTB", "showsyntaxerror"),
     "shell.kernel": ("do_execute", "execute_request", "send_response"),
     "shell.kernel.session": ("send", "serialize"),
 }
@@ -270,25 +310,182 @@ def _method_slots(shell) -> dict:
     return slots
 
 
+def _plain_copy(value, depth: int = 0):
+    """A copy of ``value`` if it is plain data (numbers, strings, dtypes, devices, and dicts, lists, tuples, sets
+    of them, a few levels deep), else the marker ``_plain_copy`` (not compared by value)."""
+    import torch
+
+    if depth > 4:
+        return _plain_copy
+    if value is None or type(value) in (bool, int, float, complex, str, bytes, torch.dtype, torch.device):
+        return value
+    if type(value) in (tuple, list, set, frozenset):
+        items = [_plain_copy(v, depth + 1) for v in value]
+        return _plain_copy if any(v is _plain_copy for v in items) else type(value)(items)
+    if isinstance(value, dict) or type(value).__name__ == "mappingproxy":
+        items = {_plain_copy(k, depth + 1): _plain_copy(v, depth + 1) for k, v in dict(value).items()}
+        if any(k is _plain_copy or v is _plain_copy for k, v in items.items()):
+            return _plain_copy
+        return items
+    if depth and _function_state(value) is not None:  # a function in a table (a rule's condition): by identity
+        return ("__function__", value, _function_state(value))
+    fields = getattr(type(value), "__dataclass_fields__", None)
+    if fields is not None and hasattr(value, "__dict__"):  # a row of a table (a frozen dataclass)
+        items = {k: _plain_copy(v, depth + 1) for k, v in vars(value).items()}
+        return _plain_copy if any(v is _plain_copy for v in items.values()) else (type(value), items)
+    return _plain_copy
+
+
+def _same(a, b) -> bool:
+    """Whether two :func:`_plain_copy` results are equal, a NaN equal to a NaN (``lesson07.NAN``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (a != a and b != b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _function_state(value):
+    """What a function's identity does not pin down: its code, defaults and closure contents (an answer can set
+    ``f.__code__`` of a check's function in place)."""
+    value = getattr(value, "__func__", value)
+    code = getattr(value, "__code__", None)
+    if code is None or not hasattr(value, "__defaults__"):
+        return None
+    cells = tuple(id(c.cell_contents) if c.cell_contents is not None else None for c in (value.__closure__ or ())
+                  if _cell_filled(c))
+    return (code, value.__defaults__, value.__kwdefaults__, cells)
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _module_entry(module) -> tuple:
+    """``(module, {attribute: value}, {attribute: plain copy}, {attribute: function state})``: every attribute but
+    submodules and dunders (by identity), the public plain data by value (a table such as
+    ``facts.BYTES_PER_ELEMENT`` mutated in place), and each function's code, defaults and closure
+    (:func:`_function_state`)."""
+    attrs = {k: v for k, v in vars(module).items()
+             if not (k.startswith("__") and k.endswith("__")) and not isinstance(v, type(sys))}
+    values = {}
+    for k, v in attrs.items():
+        if not k.startswith("_") and not callable(v):
+            copied = _plain_copy(v)
+            if copied is not _plain_copy:
+                values[k] = copied
+    states = {k: _function_state(v) for k, v in attrs.items() if _function_state(v) is not None}
+    return module, attrs, values, states
+
+
 def _course_modules() -> dict:
-    """``{name: (module, {attribute: callable})}`` for every loaded ``ampcourse`` module but the grader's."""
-    return {name: (module, {k: v for k, v in vars(module).items() if callable(v)})
-            for name, module in list(sys.modules.items())
+    """``{name: entry}`` (:func:`_module_entry`) for every loaded ``ampcourse`` module but the grader's."""
+    return {name: _module_entry(module) for name, module in list(sys.modules.items())
             if module is not None and (name == "ampcourse" or name.startswith("ampcourse."))
             and name != "ampcourse.grading"}
 
 
-# Threads an answer may leave running that are the course's or the kernel's own (their target, or their class for
-# a subclass of Thread, is defined under one of these modules): anything else alive at check time that was not
-# running before the first answer cell is treated as able to alter the grader.
-KERNEL_THREAD_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "debugpy", "ampcourse.",
-                         "torch.utils.data._utils.pin_memory")
+def _put_back(value, saved) -> bool:
+    """Mutate ``value`` (a dict, list, set, dataclass row, or a tuple of those) back to the plain copy ``saved``;
+    False where it cannot."""
+    import copy
+
+    if isinstance(value, dict) and isinstance(saved, dict):
+        value.clear()
+        value.update(copy.deepcopy(saved))
+        return True
+    if isinstance(value, list) and isinstance(saved, list):
+        value[:] = copy.deepcopy(saved)
+        return True
+    if isinstance(value, set) and isinstance(saved, set):
+        value.clear()
+        value.update(saved)
+        return True
+    if isinstance(saved, tuple) and len(saved) == 2 and isinstance(saved[0], type):
+        if type(value) is not saved[0] or not hasattr(value, "__dict__"):
+            return False
+        for k, v in saved[1].items():
+            if not _same(_plain_copy(getattr(value, k, _put_back), 1), v):
+                if isinstance(v, tuple) and len(v) == 3 and v[0] == "__function__":
+                    object.__setattr__(value, k, v[1])
+                    fn = getattr(v[1], "__func__", v[1])
+                    fn.__code__, fn.__defaults__, fn.__kwdefaults__ = v[2][0], v[2][1], v[2][2]
+                else:
+                    object.__setattr__(value, k, copy.deepcopy(v))
+        return True
+    if isinstance(value, tuple) and isinstance(saved, tuple) and len(value) == len(saved):
+        return all(_same(_plain_copy(v, 1), c) or _put_back(v, c) for v, c in zip(value, saved, strict=True))
+    return False
+
+
+def _course_changes(saved: dict, restore: bool) -> list[str]:
+    """What differs in the course's modules from ``saved`` (:func:`_course_modules`); with ``restore``, put each
+    back: the module in ``sys.modules``, a rebound or deleted attribute, a function's code, a table's values."""
+    changed = []
+    for module_name, (module, attrs, values, states) in saved.items():
+        if sys.modules.get(module_name) is not module:
+            changed.append(f"the module {module_name}")
+            if restore:
+                sys.modules[module_name] = module
+        now = vars(module)
+        for attr, value in attrs.items():
+            if now.get(attr, _course_changes) is not value:
+                changed.append(f"{module_name}.{attr}")
+                if restore:
+                    setattr(module, attr, value)
+        for attr, state in states.items():
+            if _function_state(attrs[attr]) != state:
+                changed.append(f"{module_name}.{attr}")
+                if restore:
+                    fn = getattr(attrs[attr], "__func__", attrs[attr])
+                    fn.__code__, fn.__defaults__, fn.__kwdefaults__ = state[0], state[1], state[2]
+        for attr, copied in values.items():
+            if not _same(_plain_copy(attrs[attr]), copied):
+                changed.append(f"{module_name}.{attr} (its values)")
+                if restore:
+                    _put_back(attrs[attr], copied)
+    return changed
+
+
+# A Python thread the answers left running is judged by its code: its target (a ``Timer``'s function, a
+# ``Thread``'s target and the callables among its arguments, an overridden ``run``) and every frame on its stack
+# (``sys._current_frames()``), at each check's reset and again at its verify. Code is "library" when its file is
+# under the standard library, site-packages or the ``ampcourse`` package; anything else (a notebook cell's code,
+# ``exec``'d code) makes the check "cannot be graded". A thread whose code is all library code earns a note
+# (torch.compile's workers, a DataLoader's, an open ThreadPoolExecutor waiting for work); one whose target is the
+# kernel's or the course's own (these packages, or the file) earns nothing.
+SILENT_THREAD_CODE = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "debugpy", "ampcourse",
+                      "torch/utils/data/_utils/pin_memory.py")
 # torch's core namespaces the checks use: their attributes are remembered before the first answer cell and put
 # back before each check (with the MRO of each class, so an attribute set on a subclass to shadow a base is seen).
 TORCH_NAMESPACES = ("torch", "torch.Tensor", "torch.nn", "torch.nn.Module", "torch.nn.Parameter",
                     "torch.nn.functional", "torch.amp", "torch.amp.autocast_mode", "torch.autocast",
                     "torch.amp.GradScaler", "torch.optim", "torch.optim.Optimizer", "torch.optim.SGD",
-                    "torch.optim.AdamW", "torch.cuda", "torch.cuda.amp", "torch.finfo", "torch.dtype")
+                    "torch.optim.AdamW", "torch.cuda", "torch.cuda.amp", "torch.finfo", "torch.dtype",
+                    "torch.amp.grad_scaler")
+# IPython's classes whose attributes decide a cell's reply: ipykernel sets the reply's status from
+# ``ExecutionResult.success`` (ipykernel/ipkernel.py), so a property patched there turns every error into "ok".
+IPYTHON_NAMESPACES = ("IPython.core.interactiveshell.ExecutionResult", "IPython.core.interactiveshell.ExecutionInfo")
+# Private names guarded as well, per namespace label (a prefix of the name): the checks' truth runs through them
+# (lesson 04's real GradScaler calls ``torch._amp_foreach_non_finite_check_and_unscale_`` and
+# ``torch._amp_update_scale_``, ``torch/amp/grad_scaler.py``); every private name of GradScaler and its module.
+GUARDED_PRIVATE = {"torch": ("_amp_", "_foreach_"), "torch.amp.grad_scaler": ("_",),
+                   "torch.amp.grad_scaler.GradScaler": ("_",)}
+# Attributes torch itself adds to a guarded class (not a forgery): ``torch.compile`` runs dynamo's
+# ``install_generation_tagging_init`` (``torch/_dynamo/mutation_guard.py``), which sets this flag on Module when it
+# wraps ``Module.__init__``/``__setstate__`` (those wrappers are recognised by :func:`_torch_wrapper`).
+TORCH_OWN_ATTRIBUTES = {"torch.nn.modules.module.Module": ("___needs_generation_tag_patch",)}
+# Public module attributes that are lazy caches, None until first used (``tempfile.gettempdir()`` fills
+# ``tempfile.tempdir``): filled since the snapshot, they are remembered from then on, not reported.
+LAZY_CACHES = {"tempfile": ("tempdir",)}
 # builtins that IPython itself rebinds between cells (the last results): not the grader's
 VOLATILE_BUILTINS = ("_", "__", "___")
 
@@ -320,6 +517,12 @@ def _namespaces() -> dict:
             except (ImportError, AttributeError):
                 continue
         add(label, obj)
+    for label in IPYTHON_NAMESPACES:
+        head, _, attr = label.rpartition(".")
+        try:
+            add(label, getattr(importlib.import_module(head), attr))
+        except (ImportError, AttributeError):
+            pass
     for name, module in list(sys.modules.items()):
         if name.startswith("ampcourse.checks.lesson") and module is not None:
             for value in list(vars(module).values()):
@@ -337,14 +540,27 @@ def _namespace_state() -> dict:
 def _torch_wrapper(new, old) -> bool:
     """Whether ``new`` is torch's own wrapper of ``old``: torch wraps some of its functions when first used
     (``import torch._dynamo`` wraps ``torch.manual_seed``; the first optimizer of a class wraps its ``step``), with
-    ``functools.wraps`` (``__wrapped__`` is ``old``) and code in torch's own files."""
+    ``functools.wraps`` (``__wrapped__`` is ``old``) or as a closure over ``old`` (``torch.compile`` wraps
+    ``Module.__init__``/``__setstate__``: ``torch/_dynamo/mutation_guard.py``), and with code in torch's own files."""
     import os
 
     import torch
 
-    code = getattr(getattr(new, "__func__", new), "__code__", None)
-    return (old is not None and getattr(new, "__wrapped__", None) is old and code is not None
-            and os.path.abspath(code.co_filename).startswith(os.path.dirname(os.path.abspath(torch.__file__))))
+    fn = getattr(new, "__func__", new)
+    code = getattr(fn, "__code__", None)
+    if old is None or code is None:
+        return False
+    if not os.path.abspath(code.co_filename).startswith(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep):
+        return False
+    if getattr(new, "__wrapped__", None) is old:
+        return True
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:
+            pass
+    return any(c is old or getattr(c, "__func__", None) is old for c in cells)
 
 
 def _namespace_changes(restore: bool) -> list[str]:
@@ -361,8 +577,14 @@ def _namespace_changes(restore: bool) -> list[str]:
                 continue
             if name in saved and name in now and now[name] is saved[name]:
                 continue
-            if name == "__slotnames__" or (label != "builtins" and name.startswith("_")
-                                           and not name.startswith("__")):
+            private = label != "builtins" and name.startswith("_") and not name.startswith("__")
+            if name == "__slotnames__" or (private and not name.startswith(GUARDED_PRIVATE.get(label, ()) or "\0")):
+                continue
+            if name in LAZY_CACHES.get(label, ()) and saved.get(name) is None and name in now:
+                saved[name] = now[name]
+                continue
+            if name not in saved and name in TORCH_OWN_ATTRIBUTES.get(label, ()) and type(now[name]) is bool:
+                saved[name] = now[name]
                 continue
             if name not in saved and isinstance(now[name], type(sys)):
                 continue  # a submodule imported since
@@ -384,39 +606,93 @@ def _namespace_changes(restore: bool) -> list[str]:
     return sorted(changed)
 
 
-def _thread_source(thread) -> str:
-    """The module that defined what ``thread`` runs: its target (a ``Timer``'s function), or its class."""
+def _code_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(library, silent)``: the folders (and files) whose code is library code, and the kernel's and the course's
+    own (:data:`SILENT_THREAD_CODE`)."""
+    import importlib.util
+    import os
+    import sysconfig
+
+    import torch
+
+    library = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    silent = set()
+    for name in SILENT_THREAD_CODE:
+        if name.endswith(".py"):
+            silent.add(os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), *name.split("/")[1:]))
+            continue
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            silent.add(os.path.realpath(folder))
+    library |= silent
+    return tuple(sorted(library)), tuple(sorted(silent))
+
+
+def _thread_code(thread) -> tuple[str, str]:
+    """``(kind, what)`` for a live thread: kind "cell" (code outside the library: ``what`` names it), "library"
+    (only library code), or "silent" (library code, and its target is the kernel's or the course's own)."""
+    import functools
+    import os
     import threading
 
+    library, silent = _GUARD.get("roots") or _code_roots()
+
+    def under(filename, roots):
+        path = os.path.realpath(filename)
+        return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+    def code_of(fn):
+        for _ in range(5):
+            if isinstance(fn, functools.partial):
+                fn = fn.func
+            fn = getattr(fn, "__func__", fn)
+        return getattr(fn, "__code__", None)
+
     cls = type(thread)
+    targets = []
     if isinstance(thread, threading.Timer) and cls.run is threading.Timer.run:
-        target = thread.function
+        targets += [thread.function, *thread.args, *thread.kwargs.values()]
     elif cls.run is threading.Thread.run:
-        target = getattr(thread, "_target", None) or cls
+        targets += [getattr(thread, "_target", None), *getattr(thread, "_args", ()),
+                    *(getattr(thread, "_kwargs", None) or {}).values()]
     else:
-        target = cls
-    target = getattr(target, "__func__", target)
-    return str(getattr(target, "__module__", None) or "")
+        targets.append(cls.run)
+    codes = [c for c in (code_of(t) for t in targets if callable(t)) if c is not None]
+    frame = __import__("sys")._current_frames().get(thread.ident)
+    frames = []
+    while frame is not None:
+        frames.append(frame.f_code)
+        frame = frame.f_back
+    for code in codes + frames:
+        if not under(code.co_filename, library):
+            return "cell", f"{code.co_name} in {os.path.basename(code.co_filename)}"
+    if codes and under(codes[0].co_filename, silent):
+        return "silent", ""
+    return "library", ""
 
 
-def guard_hazards(threads: bool = True) -> list[str]:
-    """What an answer left running that could alter the grader while a check runs: a Python thread that was not
-    running before the first answer cell and is not the kernel's or the course's (:data:`KERNEL_THREAD_MODULES`;
-    one that has finished does not count), a thread started with ``_thread`` (invisible to ``threading``), a trace
-    or profile function (``sys.settrace``/``setprofile``, ``threading.settrace``/``setprofile``), an audit hook
-    added since (``sys.addaudithook``: seen by the grader's own audit hook). ``threads=False`` leaves out the
-    Python threads (:data:`RUNNING_THREAD`), which only earn a note."""
+def guard_hazards(notes: bool = True) -> list[str]:
+    """What an answer left running that could alter the grader while a check runs: a Python thread started after
+    the guard was installed that runs, or is set to run, code of the learner's cells (:func:`_thread_code`: a
+    frame or a target outside the library), a thread started with ``_thread`` (invisible to ``threading``), a
+    trace or profile function (``sys.settrace``/``setprofile``, ``threading.settrace``/``setprofile``), an audit
+    hook added since (``sys.addaudithook``: seen by the grader's own audit hook), a course module value the reset
+    could not put back. With ``notes``, also each thread running library code only (:data:`RUNNING_THREAD`),
+    which only earns a note."""
     import _thread
     import threading
 
     found = []
     main = threading.main_thread()
-    for thread in threading.enumerate() if threads else ():
+    for thread in threading.enumerate():
         if thread is main or thread.ident in _GUARD["threads"] or not thread.is_alive():
             continue
-        if isinstance(thread, threading._DummyThread) or not _thread_source(thread).startswith(
-                KERNEL_THREAD_MODULES):
-            found.append(f"a thread ({thread.name}, running {_thread_source(thread) or 'unknown code'})")
+        kind, what = ("cell", "a dummy thread") if isinstance(thread, threading._DummyThread) else \
+            _thread_code(thread)
+        if kind == "cell":
+            found.append(f"{CELL_THREAD}{thread.name}: {what})")
+        elif kind == "library" and notes:
+            found.append(f"{RUNNING_THREAD}{thread.name}, running library code only)")
     visible = sum(1 for t in threading.enumerate() if t is not main and not isinstance(t, threading._DummyThread))
     if _thread._count() - visible > _GUARD["hidden threads"]:
         found.append("a thread started with _thread.start_new_thread")
@@ -427,6 +703,7 @@ def guard_hazards(threads: bool = True) -> list[str]:
             found.append(f"a {what} hook")
     if _GUARD["audit"]:
         found.append("an audit hook (sys.addaudithook)")
+    found += [f"a changed value the grader could not put back ({what})" for what in _GUARD.get("left", [])]
     return found
 
 
@@ -446,6 +723,8 @@ def guard_install(shell, modules: dict[str, str]) -> str:
     _GUARD["files"] = {name: module.__file__ for name, module in _GUARD["modules"].items()}
     _GUARD["path"] = list(sys.modules["ampcourse.checks"].__path__)
     _GUARD["course"] = _course_modules()
+    _GUARD["left"] = []
+    _GUARD["roots"] = _code_roots()
     _GUARD["slots"] = _method_slots(shell)
     _GUARD["namespaces"] = _namespace_state()
     import _thread
@@ -515,14 +794,8 @@ def guard_reset(shell) -> list[str]:
     if list(package.__path__) != _GUARD["path"]:
         package.__path__[:] = _GUARD["path"]
         undone.append("ampcourse.checks.__path__")
-    for module_name, (module, functions) in _GUARD["course"].items():
-        if sys.modules.get(module_name) is not module:
-            sys.modules[module_name] = module
-            undone.append(f"the module {module_name}")
-        for attr, value in functions.items():
-            if vars(module).get(attr) is not value:
-                setattr(module, attr, value)
-                undone.append(f"{module_name}.{attr}")
+    undone += _course_changes(_GUARD["course"], restore=True)
+    _GUARD["left"] = sorted(set(_course_changes(_GUARD["course"], restore=False)))
     for name, module in _GUARD["modules"].items():
         short = module.__name__.rsplit(".", 1)[1]
         if getattr(package, short, None) is not module:
@@ -532,41 +805,43 @@ def guard_reset(shell) -> list[str]:
         spec = importlib.util.spec_from_file_location(module.__name__, _GUARD["files"][name])
         module.__spec__, module.__loader__ = spec, spec.loader
         spec.loader.exec_module(module)
-        _GUARD["course"][module.__name__] = (module, {k: v for k, v in vars(module).items() if callable(v)})
+        _GUARD["course"][module.__name__] = _module_entry(module)
         if name in shell.user_ns and shell.user_ns[name] is not module:
             undone.append(f"the name `{name}`")
         shell.user_ns[name] = module
-    checks = [u for u in undone if u.startswith("ampcourse.checks.lesson")]
+    checks = [u for u in undone if u.startswith("ampcourse.checks.lesson") and " " not in u]
     for u in checks:  # one line per patched check module, not one per function
         undone[undone.index(u)] = f"the check module {u.rsplit('.', 1)[0]}"
     undone += _namespace_changes(restore=True)
-    _GUARD["checked"] = {name: (module, dict(vars(module))) for name, (module, _) in _GUARD["course"].items()}
+    _GUARD["checked"] = _course_modules()
     return list(dict.fromkeys(undone)), guard_hazards()
 
 
-def guard_verify(shell) -> list[str]:
-    """In the kernel, right after a check: what changed in the grader's state while it ran (the course's modules
-    and check modules, the name bound to each check module, torch's core namespaces and the builtins, threads and
-    trace hooks). Anything listed means the check that ran was not the course's own: its result does not count."""
-    changed = []
-    for module_name, (module, saved) in _GUARD["checked"].items():
-        if sys.modules.get(module_name) is not module:
-            changed.append(f"the module {module_name}")
-        now = vars(module)
-        whole = module_name == "ampcourse.checks" or module_name.startswith("ampcourse.checks.")
-        changed += [f"{module_name}.{k}" for k, v in saved.items()
-                    if (whole or callable(v)) and now.get(k, changed) is not v]
+def guard_verify(shell) -> tuple[list[str], list[str]]:
+    """In the kernel, right after a check: ``(changes, hazards)``: what changed in the grader's state while it ran
+    (the course's modules and check modules with their functions' code and their tables' values, the name bound to
+    each check module, torch's core namespaces, IPython's reply classes and the builtins), and what is running now
+    that could have altered it (:func:`guard_hazards` without the notes). A change means the check that ran was
+    not the course's own; a hazard, that it cannot be told: either way its result does not count."""
+    changed = _course_changes(_GUARD["checked"], restore=False)
+    objects = _guarded_objects(shell)
+    for (where, name, slot), value in _GUARD["slots"].items():  # the shell's methods: set_custom_exc in the check
+        owner = objects.get(where) if slot == "instance" else slot
+        if owner is None or (slot == "instance" and not hasattr(owner, "__dict__")):
+            continue
+        if (vars(owner) if slot == "instance" else owner.__dict__).get(name, None) is not value:
+            changed.append(f"{where}.{name}")
     for name, module in _GUARD["modules"].items():
         if shell.user_ns.get(name) is not module:
             changed.append(f"the name `{name}`")
     changed += _namespace_changes(restore=False)
-    changed += guard_hazards(threads=False)
-    return list(dict.fromkeys(changed))
+    return list(dict.fromkeys(changed)), guard_hazards(notes=False)
 
 
-_KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _course_modules, _namespaces, _namespace_state,
-                _torch_wrapper, _namespace_changes, _thread_source, guard_hazards, guard_install, _from_a_cell, _undo,
-                guard_reset, guard_verify)
+_KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy, _same, _function_state, _cell_filled,
+                _module_entry, _course_modules, _put_back, _course_changes, _namespaces, _namespace_state,
+                _torch_wrapper, _namespace_changes, _code_roots, _thread_code, guard_hazards, guard_install,
+                _from_a_cell, _undo, guard_reset, guard_verify)
 _KERNEL_CODE: list[str] = []
 
 
@@ -583,7 +858,10 @@ def guard_expression(call: str, nonce: str) -> str:
             ["import sys, types",
              "_GUARD = vars(sys.modules.setdefault('_ampcourse_grader_guard', "
              "types.ModuleType('_ampcourse_grader_guard'))).setdefault('state', {})",
-             f"GUARDED_METHODS = {GUARDED_METHODS!r}", f"KERNEL_THREAD_MODULES = {KERNEL_THREAD_MODULES!r}",
+             f"GUARDED_METHODS = {GUARDED_METHODS!r}", f"SILENT_THREAD_CODE = {SILENT_THREAD_CODE!r}",
+             f"RUNNING_THREAD = {RUNNING_THREAD!r}", f"CELL_THREAD = {CELL_THREAD!r}",
+             f"IPYTHON_NAMESPACES = {IPYTHON_NAMESPACES!r}", f"TORCH_OWN_ATTRIBUTES = {TORCH_OWN_ATTRIBUTES!r}",
+             f"GUARDED_PRIVATE = {GUARDED_PRIVATE!r}", f"LAZY_CACHES = {LAZY_CACHES!r}",
              f"TORCH_NAMESPACES = {TORCH_NAMESPACES!r}", f"VOLATILE_BUILTINS = {VOLATILE_BUILTINS!r}"]
             + [inspect.getsource(f) for f in _KERNEL_SIDE]))
     code = _KERNEL_CODE[0] + f"\n_result = (__import__('hashlib').sha256(_nonce.encode()).hexdigest(), {call})\n"
@@ -613,12 +891,18 @@ def new_nonce() -> str:
 
 
 def _guard_modules(template) -> dict[str, str]:
+    """``{name: lessonNN}``: each check module the exercise imports and the name it binds, from *every* code cell of
+    the template (exercise 08 imports its check module in an ordinary cell, not a check cell), written
+    ``from ampcourse.checks import lessonNN as name`` or ``import ampcourse.checks.lessonNN as name``."""
     found: dict[str, str] = {}
     for cell in template.cells:
-        if "check" in tags(cell):
+        if cell.cell_type == "code":
             for module, name in CHECK_IMPORT.findall(cell.source):
                 found[name] = module
+            for module, name in CHECK_IMPORT_DOTTED.findall(cell.source):
+                found[name] = module
     return found
+
 
 # --- the check cells a learner's notebook should hold ---------------------------------------------------
 
@@ -770,14 +1054,42 @@ def _failed_all(notebook: Path, root: Path, why: str) -> list[CheckResult]:
             for i, c in enumerate(template.cells) if "check" in tags(c)]
 
 
-UNVERIFIED = ("the grader's state around this check: it could not check it (an answer cell replaced the shell's "
-              "user_expressions?), so it cannot say the check ran unaltered")
+UNVERIFIED = ("cannot be graded: the grader could not check its own state around this check (an answer cell "
+              "replaced the shell's user_expressions, or the grader's state in the kernel?), so it cannot say the "
+              "check ran unaltered. Remove the code that changes the shell or the grader, restart the kernel "
+              "(Kernel > Restart) and grade again")
+
+
+def pass_line_missing(task: str, stdout: str) -> bool:
+    """Whether a check cell that ended "ok" failed to print its check's own ``✓ Task N`` line (every check that
+    passes prints it: ``ampcourse.checks.passed``), as when an answer cell swallowed the check's error."""
+    number = re.match(r"Task (\d+)\b", task)
+    mark = rf"^✓ Task {number.group(1)}(?!\d)" if number else r"^✓ "  # "✓ Task 2a" is Task 2's
+    return re.search(mark, stdout, re.M) is None
+
+
+def output_problem(task: str, status: str, stdout: str, errors: list) -> str | None:
+    """Why a check cell whose reply is ``status`` cannot count as passed although it ran: it published an error
+    (``errors``: ``(ename, evalue)``) or did not print its check's ``✓`` line; None when it is fine. Both graders
+    ask it: one grader reads the reply's status, the other the errors on iopub, and an answer can fake either."""
+    if status == "ok" and errors:
+        ename, evalue = errors[0]
+        return (f"the check failed ({ename}: {ANSI.sub('', evalue).strip()[:300]}), but that error was hidden "
+                "from the kernel's reply or from the cell's output: an answer cell changed how IPython reports "
+                "errors. Remove that code, restart the kernel and grade again")
+    if status == "ok" and pass_line_missing(task, stdout):
+        return ("cannot be graded: the check cell ended without the check's own ✓ line, so the check did not "
+                "finish (an answer cell hid its error: set_custom_exc, a patched shell?). Remove that code, restart "
+                "the kernel and grade again")
+    return None
 
 
 #: How :func:`guard_hazards` names a Python thread an answer cell left running. Such a thread (``torch.compile``'s
 #: worker pool, an open ThreadPoolExecutor) does not fail a check by itself: the check runs, and
 #: :func:`guard_verify` fails it if anything the grader relies on changed; a note says the thread was there.
 RUNNING_THREAD = "a thread ("
+#: How :func:`guard_hazards` names a thread that runs code of the learner's cells: the check cannot be graded.
+CELL_THREAD = "a thread that runs your own code ("
 
 
 def split_hazards(hazards: list[str]) -> tuple[list[str], list[str]]:
@@ -810,6 +1122,39 @@ def _reset_value(value) -> tuple[list[str] | None, list[str]]:
     if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, list) for v in value):
         return value
     return None, []
+
+
+def _verify_value(value) -> tuple[list[str] | None, list[str]]:
+    """``(changes, hazards)`` from a guard_verify reply; ``(None, [])`` when the guard could not run."""
+    if isinstance(value, list):
+        return value, []
+    return _reset_value(value)
+
+
+def guard_verdict(undone, hazards, changes, after_hazards) -> tuple[str | None, list[str]]:
+    """``(reason the task fails, notes)`` from the guard's replies around one check (None: the result stands).
+
+    The rule both graders apply: the check counts only when the guard answered before and after it; no trace,
+    profile or audit hook, ``_thread`` thread, or thread running the learner's code was there at either end
+    (:func:`guard_hazards`); and nothing it compares changed while the check ran. A thread running library code
+    only (torch.compile's workers, an open ThreadPoolExecutor) earns a note."""
+    notes = []
+    if undone is None or changes is None:
+        return UNVERIFIED, notes
+    blocking, threads = split_hazards(hazards)
+    blocking += [h for h in after_hazards if h not in blocking]
+    if undone:
+        verified = " and found it unchanged after it, so only the real check counted" if not (
+            blocking or changes) else ""
+        notes.append(f"a cell before its check changed the grader ({', '.join(undone)}); the grader undid that "
+                     f"before the check{verified}")
+    if blocking:
+        return cannot_grade(blocking), notes
+    if changes:
+        return altered(changes), notes
+    if threads:
+        notes.append(running_note(threads))
+    return None, notes
 
 
 def _guard(kernel: Kernel, timeout: float, call: str):
@@ -856,13 +1201,13 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
         for index, cell in enumerate(cells):
             if cell.cell_type != "code" or not cell.source.strip():
                 continue
-            undone, hazards, after = [], [], []
+            undone, hazards, changes, after_hazards = [], [], [], []
             if index in checks and modules:
                 undone, hazards = _reset_value(_guard(kernel, timeout, "guard_reset(shell)"))
             restarts = kernel.restarts
             run = kernel.run(cell.source, timeout)
             if index in checks and modules and kernel.restarts == restarts:
-                after = _guard(kernel, timeout, "guard_verify(shell)")
+                changes, after_hazards = _verify_value(_guard(kernel, timeout, "guard_verify(shell)"))
             if kernel.restarts != restarts:  # a fresh kernel: bring it back to where it was
                 prepare()
                 for source in done:
@@ -874,23 +1219,12 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
                 done.append(cell.source)
             if index in checks:
                 task = checks[index]
-                verified = undone is not None and after is not None and not hazards and not after
-                if undone is None or after is None:
-                    notes.append(f"{task}: {UNVERIFIED}")
-                elif undone and verified:
-                    notes.append(f"{task}: a cell before its check changed the grader ({', '.join(undone)}); the "
-                                 "grader undid that before the check and found it unchanged after it, so only "
-                                 "the real check counted")
-                elif undone:
-                    notes.append(f"{task}: a cell before its check changed the grader ({', '.join(undone)}); the "
-                                 "grader undid that before the check")
-                blocking, threads = split_hazards(hazards)
-                if threads and not blocking and not after and after is not None:
-                    notes.append(f"{task}: {running_note(threads)}")
-                if blocking:
-                    results.append(CheckResult(task, "failed", cannot_grade(blocking)))
-                elif after:
-                    results.append(CheckResult(task, "failed", altered(after)))
+                reason, guard_notes = guard_verdict(undone, hazards, changes, after_hazards) if modules else (
+                    None, [])
+                notes += [f"{task}: {note}" for note in guard_notes]
+                reason = reason or output_problem(task, run.status, run.stdout, run.errors)
+                if reason:
+                    results.append(CheckResult(task, "failed", reason))
                 elif run.status == "ok":
                     results.append(CheckResult(task, "passed"))
                 elif run.ename == "NotStarted":

@@ -10,8 +10,9 @@ For every notebook in a folder named ``exercises`` (:func:`in_exercises`) it als
 stored outputs are not compared; a cell gets :data:`EXERCISE_CELL_TIMEOUT` seconds unless
 ``--nbval-cell-timeout`` is given; ``NBVAL_SKIP``/``NBVAL_RAISES_EXCEPTION`` in a check cell are ignored; the
 grader's state is guarded around each check (see ``ampcourse.grading``: a forgery made before the check is undone
-and named, a thread or trace hook left running fails the check as "cannot be graded", and a change while the check
-ran fails it as altered); a kernel that dies fails its
+and named; the guard unable to answer, a trace or audit hook, or a thread running the answers' own code fails the
+check as "cannot be graded"; a change while the check ran fails it as altered; a check cell passes only with an "ok"
+reply and its check's own ✓ line; a thread running library code only earns a warning); a kernel that dies fails its
 cell at once, named, instead of waiting out the timeout (:data:`KERNEL_POLL` seconds between looks); a file that
 is not a notebook (a JSON list saved as ``.ipynb``) is one failing test that says so; and a run that deselected a
 check (``-k``, ``-m``, ``--deselect``) ends as failed with "not graded".
@@ -242,12 +243,14 @@ def _guard(item, call: str):
             return guard_value(msg["content"].get("user_expressions", {}).get("g", {}), nonce)
 
 
-def _with_guard(item, runtest, modules, first):
+def _with_guard(item, runtest, modules, first, checks=frozenset()):
     """Before the notebook's first cell, remember the grader's state; before each check cell, undo what answer
     cells did to it (a patched check module, a rebound ``check``, an input transformer, torch's core namespaces:
-    see ``ampcourse.grading.guard_reset``, sent as source) and say so; a thread or trace hook left running by the
-    answers fails the check as "cannot be graded"; after the check, what changed while it ran
-    (``ampcourse.grading.guard_verify``) fails it as altered, so a forged pass never counts quietly."""
+    see ``ampcourse.grading.guard_reset``, sent as source) and say so. The check counts only as
+    ``ampcourse.grading.guard_verdict`` rules, the rule ``grade`` applies: the guard answered before and after
+    it, no hook or thread running the answers' code was there, nothing changed while it ran; and, as
+    ``ampcourse.grading.output_problem`` says, the kernel's reply was "ok" and the cell printed the check's ✓
+    line (an answer cell can hide an error from nbval, which reads only iopub, with ``set_custom_exc``)."""
     def run():
         if first:
             _guard(item, "__import__('ampcourse.checks') and None")
@@ -257,12 +260,23 @@ def _with_guard(item, runtest, modules, first):
             return runtest()
         import warnings
 
-        from .grading import UNVERIFIED, _reset_value, altered, cannot_grade, running_note, split_hazards
+        from .grading import _reset_value, _verify_value, guard_verdict, output_problem, task_title
 
         undone, hazards = _reset_value(_guard(item, "guard_reset(shell)"))
-        blocking, threads = split_hazards(hazards)
-        if blocking:
-            item.raise_cell_error(f"✗ {cannot_grade(blocking)}")
+        kernel = item.parent.kernel
+        replies: list = []
+        original = kernel.await_reply
+
+        def await_reply(msg_id, timeout=None):  # nbval's own loop, keeping the reply (nbval drops it)
+            while True:
+                msg = kernel.get_message(stream="shell", timeout=timeout)
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    replies.append(msg["content"])
+                    if msg["content"]["status"] == "aborted":
+                        raise RuntimeError("Kernel aborted execution request")
+                    return
+
+        kernel.await_reply = await_reply
         error = None
         try:
             result = runtest()
@@ -270,17 +284,26 @@ def _with_guard(item, runtest, modules, first):
             raise
         except (Exception, pytest.fail.Exception, pytest.skip.Exception) as err:  # still say if it was the real one
             error = err
-        after = _guard(item, "guard_verify(shell)")
-        if after:
-            item.raise_cell_error(f"✗ {altered(after)}")
-        if threads and after is not None:
-            warnings.warn(f"{item.name}: {running_note(threads)}", stacklevel=1)
-        if undone is None or after is None:
-            warnings.warn(f"{item.name}: {UNVERIFIED}", stacklevel=1)
-        elif undone:
-            warnings.warn(f"{item.name}: a cell before this check changed the grader ({', '.join(undone)}); it was "
-                          "undone before the check and found unchanged after it, so only the real check counts",
-                          stacklevel=1)
+        finally:
+            kernel.await_reply = original
+        changes, after_hazards = _verify_value(_guard(item, "guard_verify(shell)"))
+        reason, notes = guard_verdict(undone, hazards, changes, after_hazards)
+        for note in notes:
+            warnings.warn(f"{item.name}: {note.replace('counted', 'counts')}", stacklevel=1)
+        if reason:
+            item.raise_cell_error(f"✗ {reason}")
+        if error is None:
+            status = replies[-1].get("status", "") if replies else ""
+            stdout = "".join(o.get("text", "") for o in getattr(item, "test_outputs", None) or []
+                             if o.get("output_type") == "stream" and o.get("name") == "stdout")
+            errors = [] if status == "ok" else [(replies[-1].get("ename", "") if replies else "",
+                                                 replies[-1].get("evalue", "") if replies else "")]
+            cells = getattr(item.parent, "nb", None) and item.parent.nb.cells or []
+            task = next((task_title(cells, i) for i, c in enumerate(cells) if c is item.cell), "")
+            # A check cell that is not the course's (emptied, edited) is failed by its CheckCellItem already.
+            problem = output_problem(task, "ok", stdout, errors) if item.cell.source in checks else None
+            if problem:
+                item.raise_cell_error(f"✗ {problem}")
         if error is not None:
             raise error
         return result
@@ -297,9 +320,11 @@ def in_exercises(path) -> bool:
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the first cell left is the one that runs first
 def pytest_collection_modifyitems(config, items):
     _sanitize_file_from_anywhere(config)
+    from .authoring import tags
     from .grading import _guard_modules, exercise_template
 
     guarded: dict = {}
+    checks: dict = {}
     for item in items:
         if hasattr(item, "options") and in_exercises(item.fspath):
             path = Path(str(item.fspath))
@@ -309,10 +334,11 @@ def pytest_collection_modifyitems(config, items):
                 except Exception:  # noqa: BLE001 - an unreadable solution: no guard, nbval still runs
                     template = None
                 guarded[path] = _guard_modules(template) if template is not None else {}
+                checks[path] = frozenset(c.source for c in template.cells if "check" in tags(c)) if template else ()
                 if guarded[path]:
-                    item.runtest = _with_guard(item, item.runtest, guarded[path], first=True)
+                    item.runtest = _with_guard(item, item.runtest, guarded[path], first=True, checks=checks[path])
             elif guarded[path]:
-                item.runtest = _with_guard(item, item.runtest, guarded[path], first=False)
+                item.runtest = _with_guard(item, item.runtest, guarded[path], first=False, checks=checks[path])
     for item in items:
         if hasattr(item, "options") and in_exercises(item.fspath):
             item.options["check"] = False

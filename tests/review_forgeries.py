@@ -1,7 +1,10 @@
-"""The no-context review's forgeries (and a legitimate answer beside them), shared by both graders' tests.
+"""The no-context reviews' forgeries (and legitimate answers beside them), shared by both graders' tests.
 
-Each is Task 1's answer cell of exercise 00. ``grade`` (tests/test_grading_integrity.py) and ``pytest --nbval
-exercises/`` (tests/test_pytest_plugin.py) must fail every forgery with the words given, and pass the legitimate one.
+Each of :data:`REVIEW_FORGERIES` is Task 1's answer cell of exercise 00 (a fourth element, where there is one,
+replaces other answer cells: ``{text in the solution's cell: new cell}``). ``grade``
+(tests/test_grading_integrity.py) and ``pytest --nbval exercises/`` (tests/test_pytest_plugin.py) must fail every
+forgery with the words given, and pass the legitimate ones. :data:`OTHER_FORGERIES` do the same for other
+exercises, and :func:`one_line_forgery` is the audit's one-line forgery for any exercise (both graders, 00-11).
 """
 
 THREAD_FORGERY = (
@@ -28,9 +31,8 @@ OPEN_POOL = (  # a right answer that leaves a ThreadPoolExecutor open (as torch.
     "def tensor_bytes(t):\n    return _pool.submit(lambda: t.numel() * t.element_size()).result()\n"
     "tensor_bytes(torch.zeros(3))\n")
 REVIEW_FORGERIES = {  # name: (Task 1's answer cell, Task 1's status, words its reason must hold)
-    # the thread is let run (torch.compile's pool is one too): the check after it finds the patched function
-    "thread": (THREAD_FORGERY, "failed", ["altered the grader while this check ran",
-                                          "ampcourse.checks.lesson00.tensor_bytes"]),
+    # a thread running the answer's code (review rev25-r2 E2: not a note): the check cannot be graded
+    "thread": (THREAD_FORGERY, "failed", ["cannot be graded", "runs your own code", "_loop"]),
     "torch_patch": (TORCH_FORGERY, "failed", ["4 bytes per element"]),
     "during_check": (DURING_CHECK, "failed", ["altered the grader while this check ran",
                                               "ampcourse.checks.lesson00.call"]),
@@ -39,3 +41,214 @@ REVIEW_FORGERIES = {  # name: (Task 1's answer cell, Task 1's status, words its 
     "legit_threads": (LEGIT_THREADS, "passed", []),
     "open_pool": (OPEN_POOL, "passed", []),
 }
+
+
+# --- review rev25-r2 -----------------------------------------------------------------------------------------------
+# E2: a thread that patches the check's table only while the check runs (and puts it back), so no verify sees it;
+# then the same thread disguised as the kernel's (``__module__``) or run through the course's ``checks.call``.
+THREAD_DURING_CHECK = """\
+import sys, threading, time, torch
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    time.sleep(0.005)
+    return t.numel() * 4
+
+def _w():
+    main, real = threading.main_thread().ident, None
+    while True:
+        m = sys.modules.get('ampcourse.checks.lesson00')
+        f, inside = sys._current_frames().get(main), False
+        while f is not None and m is not None:
+            if f.f_code.co_name == 'tensor_bytes' and f.f_globals is vars(m):
+                inside = True
+                break
+            f = f.f_back
+        if inside and real is None:
+            real = m.BYTES_PER_ELEMENT
+            m.BYTES_PER_ELEMENT = dict.fromkeys(real, 4)
+        elif not inside and real is not None:
+            m.BYTES_PER_ELEMENT, real = real, None
+        time.sleep(0.0002)
+
+threading.Thread(target=_w, daemon=True).start()
+"""
+THREAD_AS_KERNEL = THREAD_DURING_CHECK.replace(
+    "threading.Thread(target=_w", "_w.__module__ = 'ipykernel'\nthreading.Thread(target=_w")
+THREAD_VIA_COURSE = THREAD_DURING_CHECK.replace(
+    "threading.Thread(target=_w, daemon=True)",
+    "import ampcourse.checks as c\nthreading.Thread(target=c.call, args=('', _w, ''), daemon=True)")
+# E3: a course table rebound, or mutated in place (the check reads facts.BYTES_PER_ELEMENT).
+FACTS_REBOUND = """\
+import torch
+import ampcourse.checks.facts as f
+f.BYTES_PER_ELEMENT = dict.fromkeys(f.BYTES_PER_ELEMENT, 4)
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * 4
+"""
+FACTS_MUTATED = """\
+import torch
+import ampcourse.checks.facts as f
+for k in list(f.BYTES_PER_ELEMENT):
+    f.BYTES_PER_ELEMENT[k] = 4
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * 4
+"""
+# E3 (functions): the check's function kept, its code replaced in place.
+CODE_REPLACED = """\
+import torch
+import ampcourse.checks.lesson00 as c
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return 0
+
+c.tensor_bytes.__code__ = (lambda f: print('✓ Task 1 (tensor_bytes): forged')).__code__
+"""
+# E4: an int that equals anything.
+EQUAL_TO_ANYTHING = """\
+import torch
+class A(int):
+    def __eq__(self, other):
+        return True
+    __hash__ = int.__hash__
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return A(0)
+"""
+# E5: every error of the later cells swallowed (nbval reads errors from iopub only).
+CUSTOM_EXC = """\
+import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return 0
+
+
+get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)
+"""
+CUSTOM_EXC_IN_CHECK = (  # the same, done by the answer while its check runs
+    "import torch\n\ndef tensor_bytes(t):\n    get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)\n"
+    "    return 0\n")
+# E6: every reply made "ok" (ipykernel reads ExecutionResult.success).
+EXECUTION_RESULT = """\
+import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return 0
+
+
+import IPython.core.interactiveshell as s
+s.ExecutionResult.success = property(lambda self: True)
+"""
+# E7: the guard made unable to answer (the shell's user_expressions replaced; the guard's state broken).
+USER_EXPRESSIONS = """\
+import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return 0
+
+
+ip = get_ipython()
+ip.user_expressions = lambda e: {k: {'status': 'ok', 'data': {'text/plain': '[]'}, 'metadata': {}} for k in e}
+import ampcourse.checks.lesson00 as c
+c.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')
+"""
+GUARD_STATE_BROKEN = """\
+import sys, torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return 0
+
+
+sys.modules['_ampcourse_grader_guard'] = 5
+import ampcourse.checks.lesson00 as c
+c.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')
+"""
+# E9: honest answers that use torch.compile (dynamo wraps Module.__init__/__setstate__ itself).
+COMPILE_TASK1 = """\
+import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+@torch.compile
+def double(t):
+    return t * 2 + 1
+
+
+print(double(torch.ones(4)))
+"""
+COMPILE_TASK2 = """\
+import torch
+from ampcourse.device import describe
+
+hardware = describe()
+
+
+def amp_forward(model, x):
+    rec = hardware.recommendation
+    fast = torch.compile(model)
+    with torch.autocast(device_type=hardware.device.type, dtype=rec.dtype, enabled=rec.dtype != torch.float32):
+        return fast(x)
+"""
+NOT_GRADED = ["cannot be graded"]
+
+REVIEW_FORGERIES.update({
+    "thread_during_check": (THREAD_DURING_CHECK, "failed", NOT_GRADED + ["runs your own code", "_w"]),
+    "thread_as_kernel": (THREAD_AS_KERNEL, "failed", NOT_GRADED + ["runs your own code", "_w"]),
+    "thread_via_course": (THREAD_VIA_COURSE, "failed", NOT_GRADED + ["runs your own code", "_w"]),
+    "facts_rebound": (FACTS_REBOUND, "failed", ["4 bytes per element"]),
+    "facts_mutated": (FACTS_MUTATED, "failed", ["4 bytes per element"]),
+    "code_replaced": (CODE_REPLACED, "failed", ["you returned 0, expected 4000"]),
+    "equal_to_anything": (EQUAL_TO_ANYTHING, "failed", ["you returned 0, expected 4000"]),
+    "custom_exc": (CUSTOM_EXC, "failed", ["you returned 0, expected 4000"]),
+    "custom_exc_in_check": (CUSTOM_EXC_IN_CHECK, "failed", ["altered the grader", "shell.CustomTB"]),
+    "execution_result": (EXECUTION_RESULT, "failed", ["you returned 0, expected 4000"]),
+    "user_expressions": (USER_EXPRESSIONS, "failed", NOT_GRADED + ["could not check its own state"]),
+    "guard_state_broken": (GUARD_STATE_BROKEN, "failed", NOT_GRADED + ["could not check its own state"]),
+    "torch_compile": (COMPILE_TASK1, "passed", [], {"def amp_forward": COMPILE_TASK2}),
+})
+
+# E8: lesson 04's truth runs through torch's private _amp_ kernels: replaced, they must not move what the check
+# expects. ``{name: (exercise, {text in the solution's cell: new cell}, task index, status, words)}``.
+UNSCALE_MISSES_NAN = (
+    "import torch\n\n\ndef unscale_by_hand(grads, scale):\n    inv = torch.tensor(1 / scale, dtype=torch.float32)\n"
+    "    return [g * inv for g in grads], any(bool(g.isinf().any()) for g in grads)\n\n\n"
+    "def _kernel(grads, found, inv):\n    found.fill_(float(any(bool(g.isinf().any()) for g in grads)))\n"
+    "    for g in grads:\n        g.mul_(inv)\n\n\ntorch._amp_foreach_non_finite_check_and_unscale_ = _kernel\n")
+# E3: a course table whose rows are frozen dataclasses (device.RECIPE_RULES, read by lesson 00 Task 3's check),
+# changed with object.__setattr__ so that "float16 + scaler on Ampere" (wrong) is what the rule says.
+RECIPE_FORGED = """\
+import torch
+import ampcourse.device as d
+
+object.__setattr__(d.RECIPE_RULES[0], "dtype", torch.float16)
+object.__setattr__(d.RECIPE_RULES[0], "use_grad_scaler", True)
+
+
+def choose_recipe(capability):
+    if capability >= (7, 0) or capability in ((5, 3), (6, 0), (6, 2)):
+        return torch.float16, True
+    return torch.float32, False
+"""
+OTHER_FORGERIES = {
+    "private_amp_kernel": ("04_gradscaler.ipynb", {"def unscale_by_hand": UNSCALE_MISSES_NAN}, 3, "failed",
+                           ["NaN"]),
+    "recipe_rules_rows": ("00_start_here.ipynb", {"def choose_recipe": RECIPE_FORGED}, 2, "failed",
+                          ["bfloat16"]),
+}
+
+
+def one_line_forgery(module: str) -> str:
+    """The audit's one-line forgery (issue 25, finding 14), for any exercise: every public function of the check
+    module ``module`` (``lessonNN``) replaced by one that prints a pass. A cell of it added before the first check
+    of an untouched exercise (every task a stub) must not make any task pass, in either grader."""
+    return (f"import ampcourse.checks.{module} as _forged\n"
+            "for _name in [n for n in dir(_forged) if not n.startswith('_') and callable(getattr(_forged, n))]:\n"
+            "    setattr(_forged, _name, lambda *a, **k: print('✓ Task 1 (forged): passed'))\n")

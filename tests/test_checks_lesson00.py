@@ -191,8 +191,17 @@ def _known_majors(c):  # review B5
     return (torch.float16, True) if c[0] == 7 or c in ((5, 3), (6, 0), (6, 2)) else (torch.float32, False)
 
 
+class _EqualToAnything(int):  # review rev25-r2 E4: passed when the check trusted the answer's ==
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
 WRONG = {
     ("00", "tensor_bytes"): {
+        "an int that equals anything (review rev25-r2 E4)": (lambda t: _EqualToAnything(0),
+                                                             "you returned 0, expected 4000"),
         "counts elements": (lambda t: t.numel(), "number of elements"),
         "counts bits": (lambda t: t.numel() * t.element_size() * 8, "which is bits"),
         "assumes float32": (lambda t: t.numel() * 4, "as if it were float32"),
@@ -459,3 +468,53 @@ def test_torch_autocast_keeps_float32_on_for_cuda_and_refuses_it_on_the_cpu(monk
         assert not caught
         assert not torch.autocast("cpu", dtype=torch.float32)._enabled
         assert any("Disabling autocast" in str(w.message) for w in caught)
+
+
+def test_a_stray_autocast_region_does_not_move_the_recommendation_or_the_check():
+    """Review rev25-r2 E10: an autocast region entered with __enter__() and never left sets the autocast dtype
+    too; state.reset() put only the enabled flag back, and recommend() read the live dtype: a right Task 2 answer
+    failed ("the recommended AMP dtype on this cpu device is float16") and a float16 one passed."""
+    from ampcourse.checks.state import clean_torch_state
+    from ampcourse.device import AUTOCAST_DEFAULT_DTYPES
+
+    stray = torch.autocast("cpu", dtype=torch.float16)
+    stray.__enter__()
+    try:
+        assert recommend("cpu").dtype == AUTOCAST_DEFAULT_DTYPES["cpu"] == torch.bfloat16
+        with clean_torch_state():
+            assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and not torch.is_autocast_enabled("cpu")
+            if describe().device.type == "cpu":
+                check.amp_forward(_forward_solution)
+                check.amp_forward(lambda m, x: _cpu_region(m, x, torch.bfloat16))
+                with pytest.raises(CheckFailed, match="recommended AMP dtype on this cpu device is bfloat16"):
+                    check.amp_forward(lambda m, x: _cpu_region(m, x, torch.float16))
+        assert torch.get_autocast_dtype("cpu") == torch.float16  # the learner's state is given back
+    finally:
+        stray.__exit__(None, None, None)
+
+
+def _cpu_region(model, x, dtype):
+    with torch.autocast("cpu", dtype=dtype):
+        return model(x)
+
+
+def test_the_autocast_default_table_is_torchs_own():
+    """device.AUTOCAST_DEFAULT_DTYPES is written out (the live value can be moved by a stray region): it must be
+    what a fresh interpreter's torch.get_autocast_dtype says."""
+    import subprocess
+
+    from ampcourse.device import AUTOCAST_DEFAULT_DTYPES
+
+    code = ("import torch; print({d: str(torch.get_autocast_dtype(d)) for d in " + repr(list(AUTOCAST_DEFAULT_DTYPES))
+            + "})")
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert eval(fresh) == {d: str(t) for d, t in AUTOCAST_DEFAULT_DTYPES.items()}  # noqa: S307 - our own output
+
+
+def test_byte_counts_are_compared_as_ints_not_with_the_answers_eq():
+    from ampcourse.checks import exact_number
+
+    assert type(exact_number(_EqualToAnything(0))) is int and exact_number(_EqualToAnything(0)) == 0
+    assert exact_number(np.int64(7)) == 7 and type(exact_number(np.int64(7))) is int
+    assert exact_number(True) is None and exact_number("3") is None and exact_number(torch.tensor(3)) is None
+    assert type(exact_number(np.float64(2.5))) is float

@@ -593,6 +593,16 @@ def bytes_with_element_size(n_params, accum_steps, no_sync, bf16_compress):
     return allreduces * n_params * torch.tensor([], dtype=dtype).element_size()
 
 
+class _EqualToAnything(int):  # review rev25-r2 E4: `answers != wants` called its __eq__
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = int.__hash__
+
+
 WRONG = {
     ("08", "ddp_train"): {
         "forgets no_sync": (train_without_no_sync, "you forgot `no_sync()`"),
@@ -613,6 +623,8 @@ WRONG = {
                                                     "you called `optimizer.step()` yourself"),
     },
     ("08", "allreduce_bytes"): {
+        "an int that equals anything (review rev25-r2 E4)": (lambda n, a, s, c: _EqualToAnything(0),
+                                                             "you said 0 bytes"),
         "AMP halves the traffic": (lambda n, a, s, c: n * 2 * (1 if s else a),
                                    "AMP does not halve the gradient traffic"),
         "one all-reduce even without no_sync": (lambda n, a, s, c: n * (2 if c else 4),

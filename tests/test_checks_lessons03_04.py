@@ -526,6 +526,28 @@ def _unscaled(grads, scale):
     return unscale_right(grads, scale)[0]
 
 
+def step_scaled_loss_thrown_away(model, loss_fn, optimizer, scaler, x, y):
+    """Review rev25-r2 E11: zero_grad first, but backward on the unscaled loss (scaler.scale's result dropped)."""
+    optimizer.zero_grad()
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss)
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def island_float32_autocast(f, x):
+    """Review rev25-r2 M2: a nested region in float32. The CPU disables it (with a warning); CUDA keeps it on in
+    float32, which casts f's ops to float32: f runs in float32 on both, so it passes on both."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # CPU: "the target dtype is not supported. Disabling autocast"
+        region = torch.autocast(x.device.type, dtype=torch.float32)
+    with region:
+        return f(x.float())
+
+
 WRONG = {
     ("03", "predict_dtypes"): {
         "loss in bf16": (_dtypes(loss=BF16), "FP32 list"),
@@ -545,7 +567,8 @@ WRONG = {
         "autocast left on": (island_no_disable, "autocast was still on"),
         "input not cast": (island_no_cast, "Pass `x.float()`"),
         "result cast up afterwards": (island_cast_after, "f got a bfloat16 tensor"),
-        "disabled for the other device": (island_other_device, "autocast was still on"),
+        "disabled for the other device (review rev25-r2 N5)": (island_other_device,
+                                                               "you disabled autocast for device_type"),
         "result cast back": (island_casts_back, "do not cast the result back"),
         "autocast switched off for good": (island_turns_autocast_off, "switched off for the rest"),
         "autocast turned back on, not restored (review)": (island_turns_autocast_back_on,
@@ -554,7 +577,7 @@ WRONG = {
         "x cast only inside a region": (island_only_inside_a_region, "pass `x.float()` whether or not"),
         "never calls f": (lambda f, x: x.float(), "never called f"),
         **({} if ON_CUDA else {  # on CUDA the deprecated CUDA spelling does disable autocast: not a mistake
-            "torch.cuda.amp spelling": (island_deprecated_cuda_spelling, "autocast was still on")}),
+            "torch.cuda.amp spelling": (island_deprecated_cuda_spelling, "disabled autocast for device_type 'cuda'")}),
     },
     ("03", "predict_cuda_dtypes"): {
         "the CPU's lists": (_cuda(cumprod=FP16, log1p=FP16, softmin=FP16), "the CPU's lists differ here"),
@@ -562,7 +585,8 @@ WRONG = {
         "every statistic in float32": (_cuda(var_mean=FP32), "like mean and var; its relatives are on no CUDA list"),
         "a minimum in float32": (_cuda(amin=FP32), "like max and amax; its relatives are on no CUDA list"),
         "matmuls in float32": (_cuda(bmm=FP32, conv1d=FP32), "its relatives are on CUDA's lower-precision list"),
-        "log1p and softmin left in float16": (_cuda(log1p=FP16, softmin=FP16), "softmax of -x"),
+        "log1p and softmin left in float16": (_cuda(log1p=FP16, softmin=FP16), "2 of 8 wrong — one: torch.log1p"),
+        "softmin left in float16": (_cuda(softmin=FP16), "softmax of -x"),
         "a loss in float16": (_cuda(smooth_l1_loss=FP16), "a loss, like mse_loss and l1_loss; its relatives are on "
                                                           "CUDA's FP32 list"),
         "everything float16": (lambda: {k: FP16 for k in CUDA_RIGHT}, "4 of 8 wrong"),
@@ -590,6 +614,8 @@ WRONG = {
         "backward inside the autocast region (review W1)": (step_backward_inside,
                                                             "called backward() inside the autocast region"),
         "backward on the unscaled loss": (_step(backward="unscaled"), "`scaler.scale(loss)` was never called"),
+        "scaler.scale(loss) thrown away (review rev25-r2 E11)": (step_scaled_loss_thrown_away,
+                                                                 "backward ran on the unscaled loss"),
         "a new GradScaler inside the step": (_step(own_scaler=True), "the scaler you were given was never used"),
         "zero_grad between backward and step (review)": (step_zero_grad_before_step,
                                                          "`optimizer.zero_grad()` between backward and `scaler.step"),
@@ -663,7 +689,8 @@ RIGHT = {
     ("03", "predict_dtypes"): {"the dict": lambda: dict(RIGHT_DTYPES), "read off a run": dtypes_by_running},
     ("03", "fp32_island"): {"enabled=False and .float()": island_right, "torch.amp spelling, .to": island_amp_spelling,
                             "as a decorator": island_decorated,
-                            "is_autocast_enabled saved and restored": island_save_restore},
+                            "is_autocast_enabled saved and restored": island_save_restore,
+                            "a float32 region (review rev25-r2 M2)": island_float32_autocast},
     ("03", "predict_cuda_dtypes"): {"the dict": lambda: dict(CUDA_RIGHT), "asked the probe": cuda_from_probe,
                                     "read off device_trace": cuda_from_device_trace},
     ("04", "amp_step"): {"the recipe": step_right, "torch.amp.autocast, set_to_none=False, float()":
@@ -779,9 +806,15 @@ def test_predict_dtypes_names_a_wrong_key_without_its_answer(key):
 
 
 def test_predict_cuda_dtypes_names_a_wrong_key_without_its_answer():
+    from ampcourse import checks
+
     wrong = {k: FP16 if v == FP32 else FP32 for k, v in CUDA_RIGHT.items()}
-    with pytest.raises(CheckFailed) as failed:
-        lesson03.predict_cuda_dtypes(lambda: wrong)
+    checks._SHOWN[(lesson03.__name__, "predict_cuda_dtypes")] = 2  # the failure that names every wrong key
+    try:
+        with pytest.raises(CheckFailed) as failed:
+            lesson03.predict_cuda_dtypes(lambda: wrong)
+    finally:
+        checks.reset_hints()
     said = str(failed.value).split("wrong — ", 1)[1].split(". The lists", 1)[0]
     for call, _ in [(v[1], k) for k, v in lesson03.CUDA_OPS.items()]:
         assert call in said
@@ -834,3 +867,31 @@ def test_the_two_no_inf_checks_texts_get_their_own_diagnosis():
     with pytest.raises(AssertionError) as no_grads:
         scaler.step(optimizer)
     assert "found no gradients to check" in raised_message("amp_step", no_grads.value)
+
+
+def test_a_prediction_failure_names_one_wrong_key_until_the_last_hint_tier():
+    """Review rev25-r2 W1: Tasks 1 and 3 are binary predictions; naming every wrong key on the first failure
+    handed over the answer (flip them and pass). The first failures name one key and its rule; the failure that
+    shows the last hint tier (which gives the answer anyway) names all."""
+    from ampcourse import checks
+
+    checks.reset_hints()
+    try:
+        all_fp16 = {k: FP16 for k in CUDA_RIGHT}
+        wrong = [k for k in CUDA_RIGHT if CUDA_RIGHT[k] != FP16]
+        for attempt in range(3):
+            with pytest.raises(CheckFailed) as err:
+                lesson03.predict_cuda_dtypes(lambda: dict(all_fp16))
+            text = checks.with_hint(err.value)  # what the learner sees: counts as one more failure
+            named = [k for k in wrong if "(you said float16)" in text and lesson03.CUDA_OPS[k][1] in text]
+            assert f"{len(wrong)} of 8 wrong" in text, text
+            assert len(named) == (len(wrong) if attempt == 2 else 1), (attempt, text)
+        all_bf16 = {k: BF16 for k in RIGHT_DTYPES}
+        for attempt in range(3):
+            with pytest.raises(CheckFailed) as err:
+                lesson03.predict_dtypes(lambda: dict(all_bf16))
+            text = checks.with_hint(err.value)
+            assert ("'weight.grad' (you said bfloat16)" in text) == (attempt == 2), (attempt, text)
+            assert "'loss' (you said bfloat16)" in text and "3 of 6 wrong" in text, text
+    finally:
+        checks.reset_hints()

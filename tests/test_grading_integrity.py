@@ -14,7 +14,8 @@ import re
 import shutil
 
 import nbformat
-from review_forgeries import REVIEW_FORGERIES  # shared with test_pytest_plugin.py
+import pytest
+from review_forgeries import OTHER_FORGERIES, REVIEW_FORGERIES, one_line_forgery  # shared with test_pytest_plugin.py
 
 from ampcourse import authoring, grading
 from ampcourse.course import ROOT
@@ -28,7 +29,7 @@ class FakeClient:
     """A kernel client whose replies a test chooses: ``replies(source) -> list of statuses``, one per request."""
 
     def __init__(self, replies):
-        self.replies, self.sent, self.pending = replies, [], []
+        self.replies, self.sent, self.pending, self.iopub = replies, [], [], []
 
     def execute(self, code, **kwargs):
         self.sent.append((code, kwargs))
@@ -45,6 +46,12 @@ class FakeClient:
         if status == "error":
             content.update(ename="CheckFailed", evalue="wrong", traceback=[])
         self.pending.append({"parent_header": {"msg_id": msg_id}, "content": content})
+        if not expressions:  # what a passing check prints (both graders require its ✓ line), then "idle"
+            parent = {"msg_id": msg_id}
+            self.iopub += [{"parent_header": parent, "msg_type": "status", "content": {"execution_state": "busy"}},
+                           {"parent_header": parent, "msg_type": "stream",
+                            "content": {"name": "stdout", "text": "✓ Task 1 (a)\n✓ Task 2 (b)\n✓ Task 3 (c)\n"}},
+                           {"parent_header": parent, "msg_type": "status", "content": {"execution_state": "idle"}}]
         return msg_id
 
     def get_shell_msg(self, timeout=None):
@@ -53,7 +60,9 @@ class FakeClient:
         return self.pending.pop(0)
 
     def get_iopub_msg(self, timeout=None):
-        raise queue.Empty
+        if not self.iopub:
+            raise queue.Empty
+        return self.iopub.pop(0)
 
     def stop_channels(self):
         pass
@@ -259,9 +268,10 @@ def test_forgeries_of_the_guard_the_shell_and_the_check_package_are_undone_and_r
         assert all(what in note for what in undone), (task, result.notes)
 
 
-def test_a_replaced_user_expressions_is_noted_not_trusted(tmp_path):
+def test_a_replaced_user_expressions_fails_as_cannot_be_graded(tmp_path):
     """The guard runs through the shell's ``user_expressions``; a cell that replaces it (to answer "nothing to undo")
-    cannot give the nonce's digest, so the grader says it could not check its state instead of staying quiet."""
+    cannot give the nonce's digest. Review rev25-r2 E7: a note was not enough (the patched checks then passed); the
+    task now fails as "cannot be graded", since no honest answer replaces user_expressions."""
     (tmp_path / "solutions").mkdir()
     (tmp_path / "exercises").mkdir()
     nb = authoring.read(SOLUTION)
@@ -271,7 +281,8 @@ def test_a_replaced_user_expressions_is_noted_not_trusted(tmp_path):
     shutil.copy(SOLUTION, tmp_path / "solutions" / "ue.ipynb")
     nbformat.write(nb, tmp_path / "exercises" / "ue.ipynb")
     result = grading.grade_one(tmp_path / "exercises" / "ue.ipynb", tmp_path, timeout=120)
-    assert any(n.startswith("Task 1") and "could not check it" in n for n in result.notes), result.notes
+    assert [c.status for c in result.checks] == ["failed"] * 3, result
+    assert all(c.reason == grading.UNVERIFIED for c in result.checks), result
 
 
 # No-context review (this session): two ways an answer cell forged a pass silently. (1) A background thread that
@@ -281,22 +292,24 @@ def test_a_replaced_user_expressions_is_noted_not_trusted(tmp_path):
 
 
 
-def _task1_answer(source):
+def _task1_answer(source, others=None):
     nb = authoring.read(SOLUTION)
     next(c for c in nb.cells if RIGHT_TASK1 in c.source).source = source
+    for needle, cell in (others or {}).items():
+        next(c for c in nb.cells if c.cell_type == "code" and needle in c.source).source = cell
     return nb
 
 
 def test_review_forgeries_fail_in_grade_and_a_finished_thread_passes(tmp_path, figures):
     (tmp_path / "solutions").mkdir()
     (tmp_path / "exercises").mkdir()
-    for name, (source, _, _) in REVIEW_FORGERIES.items():
+    for name, (source, _, _, *others) in REVIEW_FORGERIES.items():
         shutil.copy(SOLUTION, tmp_path / "solutions" / f"{name}.ipynb")
-        nbformat.write(_task1_answer(source), tmp_path / "exercises" / f"{name}.ipynb")
+        nbformat.write(_task1_answer(source, *others), tmp_path / "exercises" / f"{name}.ipynb")
     results = {r.name: r for r in (grading.grade_one(p, tmp_path, timeout=120)
                                    for p in sorted((tmp_path / "exercises").glob("*.ipynb")))}
     figures("grade on the review's forgeries:\n" + grading.format_table(list(results.values())))
-    for name, (_, status, words) in REVIEW_FORGERIES.items():
+    for name, (_, status, words, *_) in REVIEW_FORGERIES.items():
         task1 = results[name].checks[0]
         assert task1.status == status, (name, results[name])
         assert all(w.lower() in task1.reason.lower() for w in words), (name, task1.reason)
@@ -306,13 +319,21 @@ def test_review_forgeries_fail_in_grade_and_a_finished_thread_passes(tmp_path, f
                                for n in results[name].notes), (name, results[name].notes)
     assert "torch.Tensor.element_size" in " ".join(results["torch_patch"].notes), results["torch_patch"].notes
     assert results["legit_threads"].status == "passed" and not results["legit_threads"].notes, results["legit_threads"]
+    # torch.compile in Task 1 and Task 2 (dynamo wraps Module.__init__ itself): passed, nothing undone or altered.
+    assert results["torch_compile"].status == "passed", results["torch_compile"]
+    assert not any("changed the grader" in n for n in results["torch_compile"].notes), results["torch_compile"]
+    # A thread running the answer's code never lets a task pass, whatever it claims to be.
+    for name in ("thread_during_check", "thread_as_kernel", "thread_via_course"):
+        assert [c.status for c in results[name].checks] == ["failed"] * 3, results[name]
+    # The guard unable to answer: no task of that kernel counts.
+    for name in ("user_expressions", "guard_state_broken"):
+        assert all("cannot be graded" in c.reason for c in results[name].checks), results[name]
     # A pool left open (torch.compile leaves one) is no forgery: passed, with a note that it ran beside the check.
     assert results["open_pool"].status == "passed", results["open_pool"]
     assert any("still running during the check" in n for n in results["open_pool"].notes), results["open_pool"]
-    # The forging thread keeps running and keeps the check module patched: every later check of that kernel
-    # finds the grader altered too, never passed.
+    # The forging thread keeps running the answer's code: no later check of that kernel can be graded either.
     assert [c.status for c in results["thread"].checks] == ["failed"] * 3, results["thread"]
-    assert all("altered the grader" in c.reason for c in results["thread"].checks), results["thread"]
+    assert all("cannot be graded" in c.reason for c in results["thread"].checks), results["thread"]
 
 
 def test_the_note_says_only_the_real_check_counted_only_once_verified(tmp_path):
@@ -327,3 +348,81 @@ def test_the_note_says_only_the_real_check_counted_only_once_verified(tmp_path):
     assert [c.status for c in result.checks] == ["passed"] * 3, result
     assert any("torch.Tensor.element_size" in n and "found it unchanged after it, so only the real check counted"
                in n for n in result.notes), result.notes
+
+
+def test_every_exercise_imports_a_check_module_the_guard_finds():
+    """Review rev25-r2 E1: exercises 08 and 11 import their check module in an ordinary cell, and the guard (which
+    read only cells tagged `check`) guarded nothing there."""
+    for path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        modules = grading._guard_modules(grading.exercise_template(ROOT / "exercises" / path.name))
+        assert modules.get("check") == f"lesson{path.name[:2]}", (path.name, modules)
+
+
+def forged_exercise(name):
+    """Exercise ``name`` as generated (every task a stub), with the one-line forgery added before its first
+    check cell."""
+    nb = authoring.read(ROOT / "exercises" / name)
+    first = next(i for i, c in enumerate(nb.cells) if "check" in authoring.tags(c))
+    nb.cells.insert(first, nbformat.v4.new_code_cell(one_line_forgery(f"lesson{name[:2]}")))
+    return nb
+
+
+EXERCISES = sorted(p.name for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_the_one_line_forgery_passes_no_task_of_any_exercise(tmp_path, name):
+    """Review rev25-r2 E1: the audit's one-line forgery, in every exercise 00-11: no task passes, and the note
+    names the check module that was put back (tests/test_pytest_plugin.py runs the same under pytest --nbval)."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(ROOT / "solutions" / name, tmp_path / "solutions" / name)
+    nbformat.write(forged_exercise(name), tmp_path / "exercises" / name)
+    result = grading.grade_one(tmp_path / "exercises" / name, tmp_path, timeout=120)
+    assert result.checks and all(c.status != "passed" for c in result.checks), result
+    assert any(f"the check module ampcourse.checks.lesson{name[:2]}" in n for n in result.notes), result.notes
+
+
+@pytest.mark.parametrize("label", sorted(OTHER_FORGERIES))
+def test_forgeries_of_other_exercises_fail_in_grade(tmp_path, label):
+    """Review rev25-r2 E8: lesson 04's truth computed through torch's private _amp_ kernels, replaced by a cell."""
+    name, edits, task, status, words = OTHER_FORGERIES[label]
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(ROOT / "solutions" / name, tmp_path / "solutions" / name)
+    nb = authoring.read(ROOT / "solutions" / name)
+    for needle, cell in edits.items():
+        next(c for c in nb.cells if c.cell_type == "code" and needle in c.source).source = cell
+    nbformat.write(nb, tmp_path / "exercises" / name)
+    result = grading.grade_one(tmp_path / "exercises" / name, tmp_path, timeout=120)
+    assert result.checks[task].status == status, result
+    assert all(w in result.checks[task].reason for w in words), result.checks[task]
+
+
+def test_a_check_cell_that_hid_its_error_does_not_pass():
+    """Review rev25-r2 E5/E6: each grader reads what the other can be fooled on: a reply "ok" with an error on
+    iopub, or a cell that ended "ok" without its check's ✓ line, never passes."""
+    task = "Task 2 · Your first autocast region"
+    assert grading.output_problem(task, "ok", "✓ Task 2 (amp_forward): fine\n", []) is None
+    assert "ended without the check's own ✓ line" in grading.output_problem(task, "ok", "", [])
+    assert "ended without the check's own ✓ line" in grading.output_problem(task, "ok", "✓ Task 1 (x): ok\n", [])
+    assert "changed how IPython reports errors" in grading.output_problem(
+        task, "ok", "✓ Task 2 (amp_forward)\n", [("CheckFailed", "✗ Task 2 (amp_forward): wrong")])
+    assert grading.output_problem(task, "error", "", [("CheckFailed", "wrong")]) is None  # failed on its own
+
+
+def test_an_unverified_check_or_a_thread_running_the_answers_code_is_never_a_clean_pass():
+    """Review rev25-r2 E2/E7: the verdict rule both graders share (grading.guard_verdict)."""
+    reason, notes = grading.guard_verdict(None, [], [], [])
+    assert reason == grading.UNVERIFIED and reason.startswith("cannot be graded")
+    assert grading.guard_verdict([], [], None, [])[0] == grading.UNVERIFIED
+    thread = f"{grading.CELL_THREAD}Thread-5 (_w): _w in 1.py)"
+    assert grading.guard_verdict([], [thread], [], [])[0].startswith("cannot be graded")
+    assert grading.guard_verdict([], [], [], [thread])[0].startswith("cannot be graded")  # seen only after it
+    pool = f"{grading.RUNNING_THREAD}ThreadPoolExecutor-0_0, running library code only)"
+    reason, notes = grading.guard_verdict([], [pool], [], [])
+    assert reason is None and "still running during the check" in notes[0]
+    reason, notes = grading.guard_verdict(["torch.Tensor.element_size"], [], [], [])
+    assert reason is None and "only the real check counted" in notes[0]
+    reason, notes = grading.guard_verdict(["x"], [], ["ampcourse.checks.lesson00.call"], [])
+    assert "altered the grader" in reason and "only the real check counted" not in notes[0]

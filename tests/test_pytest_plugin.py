@@ -14,7 +14,7 @@ import sys
 
 import nbformat
 import pytest
-from review_forgeries import REVIEW_FORGERIES
+from review_forgeries import OTHER_FORGERIES, REVIEW_FORGERIES, one_line_forgery
 
 from ampcourse.authoring import make_exercise, merge_exercise, read, tags
 from ampcourse.course import ROOT
@@ -116,14 +116,14 @@ def test_only_exercises_with_a_solution_are_watched(tmp_path):
     assert not is_exercise(ROOT / "exercises" / "conftest.py")
 
 
-def _run(tmp_path, nb):
+def _run(tmp_path, nb, name=NAME):
     """The learner's command, ``pytest --nbval exercises/00_start_here.ipynb``, in a copy of the course layout."""
     folder = tmp_path / "exercises"
     folder.mkdir()
     shutil.copy(ROOT / "exercises" / "conftest.py", folder / "conftest.py")
-    nbformat.write(nb, folder / NAME)
+    nbformat.write(nb, folder / name)
     return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-q", "-p", "no:randomly",
-                           "-p", "no:cacheprovider", f"exercises/{NAME}"], cwd=tmp_path, capture_output=True,
+                           "-p", "no:cacheprovider", f"exercises/{name}"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)
 
 
@@ -287,9 +287,11 @@ def test_a_json_list_saved_as_ipynb_is_one_named_failure(tmp_path):
 def test_pytest_nbval_fails_the_review_forgeries_and_passes_a_finished_thread(tmp_path, name):
     """The no-context review: a thread re-patching the check after the guard's reset, and `torch.Tensor` patched,
     made `pytest --nbval` pass a wrong Task 1 (tests/review_forgeries.py; `grade` gets the same answers)."""
-    source, status, words = REVIEW_FORGERIES[name]
+    source, status, words, *others = REVIEW_FORGERIES[name]
     nb = read(ROOT / "solutions" / NAME)
     next(c for c in nb.cells if "return t.numel() * t.element_size()" in c.source).source = source
+    for needle, cell in (others[0] if others else {}).items():
+        next(c for c in nb.cells if c.cell_type == "code" and needle in c.source).source = cell
     run = _run(tmp_path, nb)
     last = run.stdout.splitlines()[-1]
     if status == "passed":
@@ -302,3 +304,43 @@ def test_pytest_nbval_fails_the_review_forgeries_and_passes_a_finished_thread(tm
     if "cannot be graded" in words or "altered the grader while this check ran" in words:  # not verified: no claim
         for cell in re.findall(rf"FAILED exercises/{NAME}::(Cell \d+)", run.stdout):
             assert not re.search(re.escape(cell.lower()) + r": [^:]*only the real check counts", text), run.stdout
+
+    if status == "failed":  # Task 1's check cell is among the failures
+        task1 = [c for c in nb.cells if c.cell_type == "code"].index(
+            next(c for c in nb.cells if "check" in tags(c)))
+        assert f"FAILED exercises/{NAME}::Cell {task1}" in run.stdout, run.stdout[-3000:]
+
+
+EXERCISES = sorted(p.name for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_pytest_nbval_fails_the_one_line_forgery_in_every_exercise(tmp_path, name):
+    """Review rev25-r2 E1: the audit's one-line forgery in each exercise 00-11 (every task a stub): every check cell
+    fails (exercises 08 and 11 were not guarded at all), as in ``grade`` (tests/test_grading_integrity.py)."""
+    nb = read(ROOT / "exercises" / name)
+    first = next(i for i, c in enumerate(nb.cells) if "check" in tags(c))
+    nb.cells.insert(first, nbformat.v4.new_code_cell(one_line_forgery(f"lesson{name[:2]}")))
+    run = _run(tmp_path, nb, name)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    checks = [k for k, c in enumerate(code) if "check" in tags(c)]
+    assert run.returncode == 1, run.stdout[-3000:]
+    for k in checks:
+        assert f"FAILED exercises/{name}::Cell {k}" in run.stdout, (k, run.stdout[-3000:])
+    text = " ".join(run.stdout.split())
+    assert f"the check module ampcourse.checks.lesson{name[:2]}" in text, run.stdout[-3000:]
+
+
+@pytest.mark.parametrize("label", sorted(OTHER_FORGERIES))
+def test_pytest_nbval_fails_forgeries_of_other_exercises(tmp_path, label):
+    """Review rev25-r2 E8 under pytest --nbval (tests/review_forgeries.py; ``grade`` gets the same answers)."""
+    name, edits, task, status, words = OTHER_FORGERIES[label]
+    nb = read(ROOT / "solutions" / name)
+    for needle, cell in edits.items():
+        next(c for c in nb.cells if c.cell_type == "code" and needle in c.source).source = cell
+    run = _run(tmp_path, nb, name)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    check = [k for k, c in enumerate(code) if "check" in tags(c)][task]
+    assert (f"FAILED exercises/{name}::Cell {check}" in run.stdout) == (status == "failed"), run.stdout[-3000:]
+    text = " ".join(run.stdout.split())
+    assert all(w in text for w in words), (words, run.stdout[-3000:])

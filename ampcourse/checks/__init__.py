@@ -24,6 +24,8 @@ request. A task that was never attempted shows no hint (``NotStarted`` carries n
 
 from __future__ import annotations
 
+import numbers
+import operator
 import re
 import sys
 from collections.abc import Callable
@@ -93,6 +95,13 @@ def hints(module: str, table: dict[str, list[str]]) -> Callable[..., str]:
     return hint
 
 
+def last_tier_next(module: str, name: str) -> bool:
+    """Whether the next failure of task ``name`` (of the checks module ``module``) shows its last hint tier: a
+    check may then say more (every wrong key of a prediction), since the last tier gives the answer anyway."""
+    tiers = _REGISTRY.get(module, {}).get(name)
+    return not tiers or _SHOWN.get((module, name), 0) + 1 >= len(tiers)
+
+
 def reset_hints() -> None:
     """Forget which hints were shown (tests use it; a fresh kernel starts this way)."""
     _SHOWN.clear()
@@ -145,6 +154,23 @@ def require_callable(task: str, fn: object, name: str) -> Callable[..., Any]:
         raise fail(task, f"`{name}` should be a function, but it is a {type(fn).__name__}. "
                          f"Run the cell that defines `def {name}(...)` first.")
     return fn
+
+
+def exact_number(value: object) -> int | float | None:
+    """``value`` as an exact ``int`` (an integer of any integer type: int, numpy's, any ``numbers.Integral``; not
+    bool) or an exact ``float`` (a float or a subclass), else None. A check compares what this returns, so the
+    comparison is ``int``'s or ``float``'s own, never the answer's type's: ``class A(int): __eq__ = lambda s, o:
+    True`` returning ``A(0)`` counts as 0."""
+    if isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, numbers.Integral):
+            return int.__index__(operator.index(value))
+        if isinstance(value, float):
+            return float.__float__(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
 
 
 def call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:

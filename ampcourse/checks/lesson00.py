@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import torch
 
-from ..device import FAST_FP16_WITHOUT_TENSOR_CORES, RECIPE_RULES, describe, generation, recommend
-from . import call, fail, hints, passed, require_callable
+from ..device import (
+    AUTOCAST_DEFAULT_DTYPES,
+    FAST_FP16_WITHOUT_TENSOR_CORES,
+    RECIPE_RULES,
+    describe,
+    generation,
+    recommend,
+)
+from . import call, exact_number, fail, hints, passed, require_callable
 from .facts import BYTES_PER_ELEMENT
 
 
@@ -45,13 +51,15 @@ def tensor_bytes(fn) -> None:
         if isinstance(got, torch.Tensor):
             raise fail(task, f"for {shape} you returned a tensor ({got!r}); return a Python int, the number of "
                              "bytes: `t.numel()` and `t.element_size()` are ints already (or use `int(...)`).")
+        number = exact_number(got)  # int's own ==, never the answer's type's (an int subclass equal to anything)
+        if number is None:
+            raise fail(task, f"for {shape} you returned {got!r} ({type(got).__name__}); return a number "
+                             "of bytes, as an int.")
+        got = number
         if isinstance(got, float) and got == want:
             raise fail(task, f"for {shape} you returned {got!r}, a float: a byte count is a whole number, and "
                              "the task asks for an int. Return `t.numel() * t.element_size()` without float().")
-        if isinstance(got, bool) or not isinstance(got, (numbers.Integral, float)):
-            raise fail(task, f"for {shape} you returned {got!r} ({type(got).__name__}); return a number "
-                             "of bytes, as an int.")
-        if got == want and isinstance(got, numbers.Integral):
+        if got == want and isinstance(got, int):
             continue
         if storage is not None and got == storage * size:
             raise fail(task, f"for {shape} you returned {got}, the size of the whole storage it shares with the "
@@ -176,7 +184,7 @@ def amp_forward(fn) -> None:
         raise fail(task, f"autocast ran in {got}, but the recommended AMP dtype on this {device.type} device is "
                          f"{want}: pass `dtype=torch.{want}` to torch.autocast (see `describe().recommendation`; "
                          f"without dtype= autocast uses its per-device default, "
-                         f"{str(torch.get_autocast_dtype(device.type)).removeprefix('torch.')} here).")
+                         f"{str(AUTOCAST_DEFAULT_DTYPES[device.type]).removeprefix('torch.')} here).")
     outside = [s["layer"] for s in seen if s["autocast"] != autocast_wanted]
     if outside:
         raise fail(task, f"part of the forward ran outside the autocast region ({', '.join(outside)}): the "

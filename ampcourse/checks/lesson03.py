@@ -7,15 +7,15 @@ import torch.nn.functional as F
 
 from ..autocast_lists import fp32_rule
 from ..device import pick_device
-from . import call, fail, hints, passed, require_callable
+from . import call, fail, hints, last_tier_next, passed, require_callable
 
 NAMES = ("hidden", "act", "logits", "loss", "weight", "weight.grad")
 
 WHY = {  # the rule that decides each dtype, without the dtype itself (a wrong answer must not be handed the answer)
-    "hidden": "`nn.Linear` runs `addmm`, which is on CPU autocast's lower-precision list: its inputs are cast to "
+    "hidden": "`nn.Linear` (`aten::linear`) is on CPU autocast's lower-precision list: its inputs are cast to "
               "the region's dtype, and so is its output.",
     "act": "`relu` has no autocast rule: it runs in the dtype of its input (what did the first Linear return?).",
-    "logits": "the second `nn.Linear` is an `addmm` too, on the lower-precision list like the first.",
+    "logits": "the second `nn.Linear` is an `aten::linear` too, on the lower-precision list like the first.",
     "loss": "`cross_entropy` is on CPU autocast's FP32 list: autocast casts its input logits up before it runs.",
     "weight": "autocast never changes parameters: it casts copies for each operation and leaves the weight as "
               "you created it.",
@@ -59,8 +59,12 @@ def predict_dtypes(fn) -> None:
         if not isinstance(got[name], torch.dtype):
             raise fail(task, f"{name!r}: give a torch dtype such as torch.float32, not {got[name]!r}.")
     if wrong := [name for name in NAMES if got[name] != truth[name]]:
-        said = " ".join(f"{name!r} (you said {_name(got[name])}): {WHY[name]}" for name in wrong)
-        raise fail(task, f"{len(wrong)} of {len(NAMES)} wrong. {said}")
+        # Each key is one of two dtypes: naming every wrong key would hand over the answer on the first try. The
+        # first failures name one (and its rule); the one that shows the last hint tier, which answers, names all.
+        shown = wrong if last_tier_next(__name__, "predict_dtypes") else wrong[:1]
+        said = " ".join(f"{name!r} (you said {_name(got[name])}): {WHY[name]}" for name in shown)
+        more = "" if len(shown) == len(wrong) else " Find the other wrong ones by the same kind of rule."
+        raise fail(task, f"{len(wrong)} of {len(NAMES)} wrong. {'' if shown is wrong else 'One: '}{said}{more}")
     passed(task, "all six dtypes right: matmuls in bfloat16, the loss in float32, weights and their "
                  "gradients float32.")
 
@@ -91,18 +95,36 @@ def fp32_island(fn) -> None:
     reference = x.float() @ x.float().T
 
     seen: list[tuple[bool, torch.dtype]] = []
+    # The region is open on the other device type as well (its flag set directly: without that device,
+    # torch.autocast would disable itself), so an island that disables autocast on the wrong device is told so.
+    other = "cuda" if device.type == "cpu" else "cpu"
+    other_off: list[bool] = []
 
     def gram(t: torch.Tensor) -> torch.Tensor:
-        seen.append((torch.is_autocast_enabled(device.type), t.dtype))
+        # Autocast on in float32 (CUDA's `torch.autocast("cuda", dtype=torch.float32)` stays on: its constructor
+        # has no supported-dtype check there, torch/amp/autocast_mode.py) casts to float32: f runs in float32.
+        low_on = torch.is_autocast_enabled(device.type) and torch.get_autocast_dtype(device.type) != torch.float32
+        seen.append((low_on, t.dtype))
+        other_off.append(not torch.is_autocast_enabled(other))
         return t @ t.T  # a matmul: autocast would run it in low precision
 
+    other_state = _autocast_state(other)
     with torch.autocast(device_type=device.type, dtype=low):
-        inside = _autocast_state(device.type)
-        out = call(task, fn, "fp32_island", gram, x)
-        after_inside = _autocast_state(device.type)
+        torch.set_autocast_enabled(other, True)
+        try:
+            inside = _autocast_state(device.type)
+            out = call(task, fn, "fp32_island", gram, x)
+            after_inside = _autocast_state(device.type)
+        finally:
+            torch.set_autocast_enabled(other, other_state[0])
+            torch.set_autocast_dtype(other, other_state[1])
     if not seen:
         raise fail(task, "your function never called f: return f(...) computed on x.")
     autocast_on, input_dtype = seen[-1]
+    if autocast_on and other_off[-1]:
+        raise fail(task, f"you disabled autocast for device_type {other!r}, but x is on {device.type}: autocast "
+                         f"stayed on for {device.type} when f ran, so its matmul was cast to low precision again. "
+                         "Use `torch.autocast(device_type=x.device.type, enabled=False)`.")
     if autocast_on:
         raise fail(task, "autocast was still on when f ran, so its matmul was cast to low precision again. "
                          "Wrap the call in `with torch.autocast(device_type=x.device.type, enabled=False):`.")
@@ -221,11 +243,14 @@ def predict_cuda_dtypes(fn) -> None:
     truth = cuda_truth()
     wrong = [k for k in CUDA_OPS if got[k] != truth[k]]
     if wrong:
-        said = "; ".join(f"{CUDA_OPS[k][1]} (you said {_name(got[k])}): {_why_cuda(k)}" for k in wrong)
-        raise fail(task, f"{len(wrong)} of {len(CUDA_OPS)} wrong — {said}. The lists are per op (a family is a "
-                         "heuristic), but for these eight the relatives in lesson 03's rule all agree: "
-                         f"{fp32_rule('cuda')}; matmuls and convolutions run in float16, losses in float32. "
-                         "Check an op with `ampcourse.autocast_lists.probe('aten::cumprod', 'cuda')`.")
+        shown = wrong if last_tier_next(__name__, "predict_cuda_dtypes") else wrong[:1]  # as in Task 1
+        said = "; ".join(f"{CUDA_OPS[k][1]} (you said {_name(got[k])}): {_why_cuda(k)}" for k in shown)
+        one = "" if shown is wrong else "one: "
+        raise fail(task, f"{len(wrong)} of {len(CUDA_OPS)} wrong — {one}{said}. The lists are per op (a family is "
+                         "a heuristic), but for these eight the relatives in lesson 03's rule all agree: "
+                         f"{fp32_rule('cuda')}; matmuls and convolutions run in float16, most losses (mse_loss, "
+                         "l1_loss, nll_loss, …) in float32. Check an op with "
+                         "`ampcourse.autocast_lists.probe('aten::cumprod', 'cuda')`.")
     passed(task, f"all {len(CUDA_OPS)} CUDA dtypes predicted right (the calls ran under this torch's CUDA autocast "
                  "kernels, simulated without a GPU).")
 
@@ -236,7 +261,7 @@ HINTS = {
     'predict_dtypes': [
         ("For each op, ask: is it on CPU autocast's lower-precision list, on its FP32 list, or on neither?"
          " Lesson 03's trace table lists them."),
-        ('Linear (addmm) is on the lower-precision list; relu has no rule and follows its input; CPU '
+        ('Linear (aten::linear) is on the lower-precision list; relu has no rule and follows its input; CPU '
          'autocast lists cross_entropy for float32. Parameters are never converted.'),
         ('hidden, act, logits: bfloat16; loss: float32; weight and weight.grad: float32 (a gradient has '
          "its leaf's dtype)."),
@@ -252,7 +277,7 @@ HINTS = {
         ('Lesson 03 showed the lists differ per device and printed the CUDA FP32 rule. The lists name ops one '
          'by one; for each op below, which op of the rule (or of the lesson\'s tables) is its closest relative?'),
         (f"The lesson's rule, read from the installed torch: {fp32_rule('cuda')}. Matmuls and convolutions run "
-         "in float16, the losses in float32. Relatives: bmm ~ mm, conv1d ~ conv2d, amin ~ max/amax, cumprod ~ "
+         "in float16, most losses in float32. Relatives: bmm ~ mm, conv1d ~ conv2d, amin ~ max/amax, cumprod ~ "
          "cumsum/prod, log1p ~ log, softmin = softmax(-x), smooth_l1_loss ~ mse_loss, var_mean ~ mean/var."),
         ('bmm, conv1d, amin, var_mean: float16; cumprod, log1p, softmin, smooth_l1_loss: float32. Verify any '
          "with `ampcourse.autocast_lists.probe('aten::cumprod', 'cuda')`."),

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..device import pick_device
 from ..scaler_sim import simulate_grad_scaler
-from . import CheckFailed, call, fail, hints, passed, require_callable
+from . import CheckFailed, call, exact_number, fail, hints, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 
 SCALE = 2.0**10  # the spy scaler's scale: no overflow in these steps, growth only after 1000
@@ -202,6 +202,10 @@ def _unscaled_update(task: str, run: _Run) -> None:
     if ratio > SCALE / 4:
         raise fail(task, "the optimizer stepped with gradients still multiplied by the scale. Let "
                          "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
+    if 0 < ratio < 4 / SCALE:  # seen = true / scale: unscale_ divided gradients that were never scaled
+        raise fail(task, "the optimizer stepped with gradients the scale too small: backward ran on the unscaled "
+                         "loss (the result of `scaler.scale(loss)` was not used), and `scaler.step` then divided "
+                         "them by the scale. Call `scaler.scale(loss).backward()`.")
     if _cleared_after_backward(run.log):
         raise fail(task, CLEARED)  # zero_grad(set_to_none=False): the step ran, on gradients of zero
     if all(torch.equal(a, b.detach()) for a, b in zip(run.initial.parameters(), run.model.parameters(), strict=True)):
@@ -238,8 +242,9 @@ def _returned_loss(task: str, run: _Run, device: torch.device, scale_at_call: fl
     if isinstance(returned, torch.Tensor):
         raise fail(task, "you returned a tensor; return the loss as a Python float, `loss.item()` (a tensor would "
                          "keep the whole autograd graph alive in a training loop).")
-    if isinstance(returned, bool) or not isinstance(returned, (int, float)):
+    if exact_number(returned) is None:
         raise fail(task, f"return the loss as a Python float (you returned {type(returned).__name__}).")
+    returned = exact_number(returned)  # float's own arithmetic, never the answer's type's
     if abs(returned - want_loss * scale_at_call) < 1e-2 * want_loss * scale_at_call:
         raise fail(task, f"you returned the scaled loss ({returned:.4g} = loss × {scale_at_call:g}); return "
                          "the loss itself, before `scaler.scale`.")

@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import inspect
 import math
-import numbers
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -48,7 +47,7 @@ from ..distributed import (
     train_single_process,
     window_batches,
 )
-from . import CheckFailed, NotStarted, call, fail, hints, passed, require_callable
+from . import CheckFailed, NotStarted, call, exact_number, fail, hints, passed, require_callable
 from .facts import BYTES_PER_ELEMENT
 from .spies import SpyOptimizer, SpyScaler
 
@@ -534,9 +533,10 @@ def allreduce_bytes(fn) -> None:
     answers = []
     for n_params, accum, no_sync, compress, _, _ in cases:
         got = call(task, fn, "allreduce_bytes", n_params, accum, no_sync, compress)
-        if isinstance(got, bool) or not isinstance(got, (numbers.Integral, float)):
+        number = exact_number(got)  # int's own ==, never the answer's type's
+        if number is None:
             raise fail(task, f"return a number of bytes, as an int (you returned {type(got).__name__}).")
-        answers.append(got)
+        answers.append(number)
     wants = [count * n * (2 if compress else element) for n, _, _, compress, element, count in cases]
     if answers != wants:
         k = next(i for i, (got, want) in enumerate(zip(answers, wants, strict=True)) if got != want)
@@ -705,7 +705,7 @@ def bf16_hook(fn) -> None:
                          "bfloat16 before the all-reduce, and back into the float32 buffer after it.")
     if sent[0] != torch.bfloat16:
         raise fail(task, f"the all-reduce sent {str(sent[0]).removeprefix('torch.')}; the task asks for bfloat16 "
-                         "(float16's range can overflow a sum of gradients; bfloat16's cannot).")
+                         "(float16's range can overflow a sum of gradients; bfloat16 has float32's range).")
     grads = [p.grad for p in model.parameters()]
     if any(g is not None and bool(g.isnan().any()) for g in grads):
         raise fail(task, "the gradients DDP got are NaN: your hook read the tensor before its all-reduce completed "

@@ -55,12 +55,18 @@ def restore(state: dict) -> None:
 
 
 def reset() -> None:
-    """torch's defaults: float32, default device cpu, grad mode on, autocast off everywhere."""
+    """torch's defaults: float32, default device cpu, grad mode on, autocast off everywhere and each device's
+    autocast dtype torch's default (:data:`ampcourse.device.AUTOCAST_DEFAULT_DTYPES`: a region entered with
+    ``__enter__()`` and never left also set the dtype)."""
+    from ..device import AUTOCAST_DEFAULT_DTYPES
+
     torch.set_default_dtype(torch.float32)
     torch.set_default_device(None)
     torch.set_grad_enabled(True)
     for device in _device_types():
         torch.set_autocast_enabled(device, False)
+        if device in AUTOCAST_DEFAULT_DTYPES:
+            torch.set_autocast_dtype(device, AUTOCAST_DEFAULT_DTYPES[device])
     torch.set_autocast_cache_enabled(True)
 
 
