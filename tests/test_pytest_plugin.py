@@ -314,14 +314,32 @@ def test_pytest_nbval_fails_the_review_forgeries_and_passes_a_finished_thread(tm
 EXERCISES = sorted(p.name for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
 
-@pytest.mark.parametrize("name", EXERCISES)
-def test_pytest_nbval_fails_the_one_line_forgery_in_every_exercise(tmp_path, name):
-    """Review rev25-r2 E1: the audit's one-line forgery in each exercise 00-11 (every task a stub): every check cell
-    fails (exercises 08 and 11 were not guarded at all), as in ``grade`` (tests/test_grading_integrity.py)."""
+def _forged(name):
     nb = read(ROOT / "exercises" / name)
     first = next(i for i, c in enumerate(nb.cells) if "check" in tags(c))
     nb.cells.insert(first, nbformat.v4.new_code_cell(one_line_forgery(f"lesson{name[:2]}")))
-    run = _run(tmp_path, nb, name)
+    return nb
+
+
+@pytest.fixture(scope="module")
+def forged_run(tmp_path_factory):
+    """One ``pytest --nbval exercises/`` over every exercise with the one-line forgery (one pytest start, not 12)."""
+    root = tmp_path_factory.mktemp("forged")
+    folder = root / "exercises"
+    folder.mkdir()
+    shutil.copy(ROOT / "exercises" / "conftest.py", folder / "conftest.py")
+    for name in EXERCISES:
+        nbformat.write(_forged(name), folder / name)
+    return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-q", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", "exercises"], cwd=root, capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_pytest_nbval_fails_the_one_line_forgery_in_every_exercise(forged_run, name):
+    """Review rev25-r2 E1: the audit's one-line forgery in each exercise 00-11 (every task a stub): every check cell
+    fails (exercises 08 and 11 were not guarded at all), as in ``grade`` (tests/test_grading_integrity.py)."""
+    nb, run = _forged(name), forged_run
     code = [c for c in nb.cells if c.cell_type == "code"]
     checks = [k for k, c in enumerate(code) if "check" in tags(c)]
     assert run.returncode == 1, run.stdout[-3000:]
