@@ -15,7 +15,10 @@ axes and ticks — the expensive part of a redraw. When ``draw`` also lists the 
 else, rendered again only when the axes or a static text change (limits, ticks, labels), and the dynamic
 artists drawn over it — so a typical move costs a few ms of SVG instead of ~25 ms. Widgets keep their axes
 steady to profit: y limits snap to round values (whole multiples, 1-2-5 steps), legends name series, not
-values. A test renders every widget's moves both ways and requires the same drawing elements.
+values. Where an axis must follow the data (lesson 01's number line is centred on the value; lesson 06's
+bars span decades), the widget lists the axis itself (``ax.xaxis``) as dynamic: it is drawn with the
+dynamic layer, and its limits and ticks no longer decide the background. A test renders every widget's
+moves both ways and requires the same drawing elements.
 
 The saved notebook also carries a PNG (and a text line) beside the live widget, so the figure shows
 where no kernel runs (GitHub, nbviewer, a notebook opened before running it).
@@ -138,9 +141,15 @@ def _background_key(fig: Figure, dynamic: list) -> tuple:
     dyn = {id(a) for a in dynamic}
     key += [t.get_text() for t in fig.texts if id(t) not in dyn]
     for ax in fig.axes:
-        key += [ax.get_position().bounds, ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale(),
-                tuple(ax.get_xticks()), tuple(ax.get_yticks()), ax.get_xlabel(), ax.get_ylabel(),
-                len(ax.get_children())]
+        # An axis listed as dynamic (``ax.xaxis``, ``ax.yaxis``) is drawn in the dynamic layer, ticks, labels
+        # and all, so its limits and ticks may change under an unchanged background: the widget that lists
+        # it keeps nothing in the background whose drawing depends on them (no artist in data coordinates
+        # along that axis; the spines span the axes whatever the limits).
+        x_dynamic, y_dynamic = id(ax.xaxis) in dyn, id(ax.yaxis) in dyn
+        key += [ax.get_position().bounds, None if x_dynamic else ax.get_xlim(),
+                None if y_dynamic else ax.get_ylim(), ax.get_xscale(), ax.get_yscale(),
+                None if x_dynamic else tuple(ax.get_xticks()), None if y_dynamic else tuple(ax.get_yticks()),
+                ax.get_xlabel(), ax.get_ylabel(), len(ax.get_children())]
         texts = [*ax.texts, ax.title, ax._left_title, ax._right_title]
         legend = ax.get_legend()
         if legend is not None:
