@@ -118,6 +118,32 @@ def test_layered_svg_draws_what_a_full_render_draws():
             assert background is not before  # the y limits changed: a new background
 
 
+def test_an_axis_in_the_dynamic_layer_keeps_the_background_while_its_limits_change():
+    """Lessons 01 and 06 list an axis (``ax.yaxis``) as dynamic: it is drawn with the dynamic layer, so new limits
+    and ticks reuse the background, and the SVG still draws what a full render draws."""
+    fig = Figure(figsize=(4, 2))
+    ax = fig.subplots()
+    (line,) = ax.plot([0, 1], [0, 1])
+    ax.set_title("static")
+    ax.set_ylabel("y")
+    background, ticks = None, set()
+    for k, ylim in ((1, (0, 2)), (2, (0, 5)), (3, (-1, 50)), (4, (0, 0.002))):
+        line.set_ydata([0, k])
+        ax.set_ylim(*ylim)
+        ticks.add(tuple(ax.get_yticks()))
+        before = background
+        svg, background = layered_svg(fig, [line, ax.yaxis], background)
+        assert drawn(svg) == drawn(figure_svg(fig)), ylim
+        if before is not None:
+            assert background is before, f"new y limits {ylim} rendered a new background"
+    assert len(ticks) == 4  # the ticks did change, and were drawn right each time
+    # Not listed, the same axis decides the background: new limits, new background.
+    _, first = layered_svg(fig, [line], None)
+    ax.set_ylim(0, 7)
+    svg, second = layered_svg(fig, [line], first)
+    assert second is not first and drawn(svg) == drawn(figure_svg(fig))
+
+
 def test_dead_kernel_notice_is_in_the_widget_and_hidden_by_css():
     plot = _plot()
     assert plot.children[0] is plot.notice and DEAD_MESSAGE in plot.notice.value
