@@ -341,7 +341,7 @@ def test_every_move_gives_the_figure_a_fresh_draw_gives():
     anew: after any value, from any value before it, the figure is byte for byte the one a fresh draw makes, and
     the layered SVG it shows draws the same elements. The walk crosses every kind of figure: NaN (no number
     line) and back, far values (an arrow), overflow bands on either side, E4M3's saturation, zero."""
-    from test_widgets_base import drawn
+    from test_widgets_base import assert_references_resolve, drawn
 
     from ampcourse.widgets.base import figure_svg
 
@@ -358,6 +358,8 @@ def test_every_move_gives_the_figure_a_fresh_draw_gives():
         assert draw_explorer(fresh, widget.data) == widget.readout.value
         assert figure_svg(widget.figure) == figure_svg(fresh), move
         assert drawn(bytes(widget.image.value)) == drawn(figure_svg(fresh)), move
+        if not math.isnan(widget.data.value):  # (a NaN draws no marks: nothing refers to a definition)
+            assert_references_resolve(bytes(widget.image.value))
         # The background (axes, legend) is rendered again only when the legend's entries change.
         same_legend = widget.figure.live["legend_labels"] == legend
         assert (widget._background is background) == same_legend, move

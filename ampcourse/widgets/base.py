@@ -38,6 +38,7 @@ from typing import Any
 
 import ipywidgets as widgets
 import matplotlib
+from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from traitlets import TraitError
@@ -183,16 +184,52 @@ def layered_svg(fig: Figure, dynamic: list, background: tuple | None) -> tuple[b
         buffer = io.StringIO()
         dpi = fig.dpi
         fig.dpi = 72  # as savefig(format="svg") draws
+        splices = []  # (place in the overlay, SVG of a dynamic axis): an axis is drawn on its own, or reused
         try:
             renderer = _svg_renderer(fig, buffer)
             start = buffer.tell()
             for artist in sorted(dynamic, key=lambda a: a.get_zorder()):
-                artist.draw(renderer)
+                if isinstance(artist, Axis):  # every element the renderer wrote so far is closed here
+                    splices.append((buffer.tell() - start, _axis_svg(fig, artist)))
+                else:
+                    artist.draw(renderer)
             renderer.finalize()
         finally:
             fig.dpi = dpi
     overlay = buffer.getvalue()[start:].rsplit("</svg>", 1)[0]
+    for place, svg in reversed(splices):
+        overlay = overlay[:place] + svg + overlay[place:]
     return (background[1] + overlay + "</svg>\n").encode("utf-8"), background
+
+
+AXIS_SVG_CACHE = 64  # SVG drawings of dynamic axes a figure keeps (a few KB each)
+
+
+def _axis_svg(fig: Figure, axis: Axis) -> str:
+    """The SVG of a dynamic ``axis`` (its ticks, tick labels and label), drawn on its own, in its own renderer
+    (so that it carries the definitions it uses), at 72 dpi as :func:`layered_svg` draws.
+
+    Kept in ``live(fig)`` by what its drawing depends on: the figure's size, the axes' position, the view
+    limits, the tick positions and label texts (major and minor) and the axis label — an axis's styling (fonts,
+    tick sizes) stays as its ``draw`` set it. A slider that comes back to limits it showed before (lesson 06's
+    bar heights snap to a few round values) reuses the drawing: an axis costs ~5 ms to draw, most of a move.
+    """
+    labels = [(t.get_position(), t.get_text()) for t in (*axis.get_majorticklabels(), *axis.get_minorticklabels())]
+    key = (id(axis), tuple(fig.get_size_inches()), axis.axes.get_position().bounds, tuple(axis.get_view_interval()),
+           tuple(axis.get_majorticklocs()), tuple(axis.get_minorticklocs()), tuple(labels), axis.label.get_text(),
+           axis.get_offset_text().get_text(), axis.get_visible())
+    cache = live(fig).setdefault("axis_svg", {})
+    if key not in cache or cache[key][0] is not axis:  # (an axis of a figure drawn anew may reuse an id)
+        buffer = io.StringIO()
+        renderer = _svg_renderer(fig, buffer)
+        start = buffer.tell()
+        axis.draw(renderer)
+        renderer.finalize()
+        cache.pop(key, None)
+        if len(cache) >= AXIS_SVG_CACHE:
+            cache.pop(next(iter(cache)))  # the oldest
+        cache[key] = (axis, buffer.getvalue()[start:].rsplit("</svg>", 1)[0])
+    return cache[key][1]
 
 
 def live(fig: Figure) -> dict[str, Any]:
