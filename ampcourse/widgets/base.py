@@ -17,8 +17,9 @@ artists drawn over it — so a typical move costs a few ms of SVG instead of ~25
 steady to profit: y limits snap to round values (whole multiples, 1-2-5 steps), legends name series, not
 values. Where an axis must follow the data (lesson 01's number line is centred on the value; lesson 06's
 bars span decades), the widget lists the axis itself (``ax.xaxis``) as dynamic: it is drawn with the
-dynamic layer, and its limits and ticks no longer decide the background. A test renders every widget's
-moves both ways and requires the same drawing elements.
+dynamic layer, and its limits and ticks no longer decide the background; its drawing is kept by limits and
+tick labels, for a move that comes back to them. A test renders every widget's moves both ways and requires
+the same drawing elements.
 
 The saved notebook also carries a PNG (and a text line) beside the live widget, so the figure shows
 where no kernel runs (GitHub, nbviewer, a notebook opened before running it).
