@@ -9,7 +9,8 @@ Two static figures and one interactive widget, all built on :mod:`ampcourse.floa
 
 The explorer follows the house pattern: the pure functions :func:`parse_value`, :func:`explore` and
 :func:`flip_bit` hold the logic (unit-tested), :func:`draw_explorer` draws the figure and writes the readout,
-and :class:`BitExplorer` (a :class:`~ampcourse.widgets.base.LivePlot`) wires them to the controls.
+:func:`update_explorer` moves it to a new value (every later move: no new axes), and :class:`BitExplorer`
+(a :class:`~ampcourse.widgets.base.LivePlot`) wires them to the controls.
 
 **Bit numbering.** Bits are counted from the left as they are printed: index 0 is the sign bit, then the
 exponent bits (most significant first), then the mantissa bits. **TF32** is shown with its 19 meaningful bits
@@ -60,6 +61,7 @@ __all__ = [
     "parse_value",
     "ulp_curves",
     "ulp_png",
+    "update_explorer",
 ]
 
 LABELS = {
