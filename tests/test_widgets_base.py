@@ -127,6 +127,11 @@ def test_layered_svg_draws_what_a_full_render_draws():
             assert background is before  # only the dynamic artists changed: the background was reused
         if k == 3:
             assert background is not before  # the y limits changed: a new background
+    # Back to the first limits: the background drawn for them is kept, and used again.
+    first_head = before[1]
+    ax.set_ylim(0, 2)
+    svg, background = layered_svg(fig, [line, title], background)
+    assert background[1] is first_head and drawn(svg) == drawn(figure_svg(fig))
 
 
 def test_an_axis_in_the_dynamic_layer_keeps_the_background_while_its_limits_change():

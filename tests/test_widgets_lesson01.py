@@ -1,6 +1,7 @@
 """Tests for the lesson-01 widgets: the bit explorer's pure functions against ampcourse.floats, the widget
 driven as the browser drives it, and the two static figures."""
 
+import collections
 import functools
 import html
 import math
@@ -343,14 +344,14 @@ def test_every_move_gives_the_figure_a_fresh_draw_gives():
     line) and back, far values (an arrow), overflow bands on either side, E4M3's saturation, zero."""
     from test_widgets_base import assert_references_resolve, drawn
 
-    from ampcourse.widgets.base import figure_svg
+    from ampcourse.widgets.base import BACKGROUNDS_KEPT, figure_svg
 
     widget = bit_explorer()
     walk = [{"value": "nan"}, {"value": "65520"}, {"fmt": "e4m3", "value": "500"}, {"value": "-inf"},
             {"value": "1e10"}, {"fmt": "bf16"}, {"value": "-3e38", "fmt": "fp32"}, {"value": "-0.0", "fmt": "fp16"},
             {"value": "2**-24"}, {"value": "-nan"}, {"value": "nan", "fmt": "e5m2"}, {"value": "57344"},
             {"value": "-65504", "fmt": "fp16"}, {"value": "1e-8"}, {"fmt": "tf32", "value": "1/3"}, {"value": "inf"}]
-    kept = 0
+    kept, heads = 0, collections.defaultdict(set)
     for move in walk:
         background, legend = widget._background, widget.figure.live["legend_labels"]
         widget.set(**move)
@@ -364,7 +365,10 @@ def test_every_move_gives_the_figure_a_fresh_draw_gives():
         same_legend = widget.figure.live["legend_labels"] == legend
         assert (widget._background is background) == same_legend, move
         kept += same_legend
+        heads[widget.figure.live["legend_labels"]].add(id(widget._background[1]))
     assert widget.redraws == 1 and kept >= 5  # every move was an update; many kept the background
+    # A legend shown before brings back the background drawn for it: one background per legend.
+    assert all(len(ids) == 1 for ids in heads.values()) and 1 < len(heads) <= BACKGROUNDS_KEPT
     with pytest.raises(ValueError, match="fig must be a figure that draw_explorer drew"):
         update_explorer(Figure(), widget.data)
     with pytest.raises(TypeError, match="data must be the ExplorerData"):

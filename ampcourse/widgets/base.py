@@ -18,8 +18,8 @@ steady to profit: y limits snap to round values (whole multiples, 1-2-5 steps), 
 values. Where an axis must follow the data (lesson 01's number line is centred on the value; lesson 06's
 bars span decades), the widget lists the axis itself (``ax.xaxis``) as dynamic: it is drawn with the
 dynamic layer, and its limits and ticks no longer decide the background; its drawing is kept by limits and
-tick labels, for a move that comes back to them. A test renders every widget's moves both ways and requires
-the same drawing elements.
+tick labels, for a move that comes back to them, and the last few backgrounds are kept by their key too.
+A test renders every widget's moves both ways and requires the same drawing elements.
 
 The saved notebook also carries a PNG (and a text line) beside the live widget, so the figure shows
 where no kernel runs (GitHub, nbviewer, a notebook opened before running it).
@@ -160,15 +160,23 @@ def _background_key(fig: Figure, dynamic: list) -> tuple:
     return tuple(key)
 
 
+BACKGROUNDS_KEPT = 8  # backgrounds layered_svg keeps per figure (SVG text, ~10-50 KB each)
+
+
 def layered_svg(fig: Figure, dynamic: list, background: tuple | None) -> tuple[bytes, tuple]:
     """The figure as SVG drawn in two layers: a *background* (everything but the ``dynamic`` artists,
     rendered only when :func:`_background_key` changes) and the dynamic artists drawn on top of it.
 
     ``background`` is what the previous call returned (or None). Returns the SVG bytes and the background
     to pass next time. A move that changes only the dynamic artists costs their drawing alone — a few ms —
-    instead of the whole figure's ticks and texts (~25 ms).
+    instead of the whole figure's ticks and texts (~25 ms). The last :data:`BACKGROUNDS_KEPT` backgrounds are
+    kept by their key: a move back to a background shown before (lesson 01's legend, which names only what
+    is on show, takes a few forms) reuses it.
     """
     key = _background_key(fig, dynamic)
+    kept = background[2] if background is not None else {}
+    if (background is None or background[0] != key) and key in kept:
+        background = (key, kept[key], kept)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ampcourse"}):
         if background is None or background[0] != key:
             # Hide the dynamic artists; a text by blanking it (a hidden axes title would be moved by the
@@ -181,7 +189,11 @@ def layered_svg(fig: Figure, dynamic: list, background: tuple | None) -> tuple[b
             finally:
                 for a, value in zip(dynamic, saved, strict=True):
                     a.set_text(value) if isinstance(a, Text) else a.set_visible(value)
-            background = (key, head)
+            kept.pop(key, None)
+            if len(kept) >= BACKGROUNDS_KEPT:
+                kept.pop(next(iter(kept)))  # the oldest
+            kept[key] = head
+            background = (key, head, kept)
         buffer = io.StringIO()
         dpi = fig.dpi
         fig.dpi = 72  # as savefig(format="svg") draws
@@ -320,7 +332,7 @@ class LivePlot(widgets.VBox):
         self.readout = widgets.HTML(layout=widgets.Layout(max_width="100%", overflow="auto"))
         self.notice = dead_notice()
         self.data: Any = None
-        self._background: tuple | None = None  # (key, SVG text) of the last background layer
+        self._background: tuple | None = None  # (key, SVG text, kept ones) of the last background layer
         self.controls_box = widgets.HBox(list(controls.values()))
         super().__init__([self.notice, self.controls_box, self.image, self.readout])
         self.add_class("ampcourse-live")
