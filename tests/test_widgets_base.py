@@ -1,5 +1,6 @@
 """LivePlot, the widget pattern every lesson uses: one figure, SVG, artist updates, the dead-kernel notice."""
 
+import re
 from collections import Counter
 from xml.etree import ElementTree
 
@@ -81,6 +82,8 @@ def test_updated_figure_is_the_figure_a_full_draw_gives(name):
         assert figure_svg(widget.figure) == figure_svg(fresh), f"{name}: update and draw differ after {move}"
         assert drawn(bytes(widget.image.value)) == drawn(figure_svg(fresh)), (
             f"{name}: the SVG shown (background + dynamic layer) differs from a full render after {move}")
+        if b"href=" in bytes(widget.image.value) or b"url(#" in bytes(widget.image.value):
+            assert_references_resolve(bytes(widget.image.value))
         assert widget.readout.value == text
 
 
@@ -96,6 +99,14 @@ def drawn(svg: bytes) -> Counter:
             attributes = tuple(sorted((k, v) for k, v in element.attrib.items() if k != "id"))
             leaves[(element.tag, attributes, (element.text or "").strip())] += 1
     return leaves
+
+
+def assert_references_resolve(svg: bytes) -> None:
+    """Every ``href="#id"`` / ``url(#id)`` in the SVG names an element the SVG defines."""
+    text = svg.decode()
+    ids = set(re.findall(r' id="([^"]+)"', text))
+    refs = set(re.findall(r'href="#([^"]+)"', text)) | set(re.findall(r"url\(#([^)]+)\)", text))
+    assert refs and refs <= ids, f"undefined: {sorted(refs - ids)}"
 
 
 def test_layered_svg_draws_what_a_full_render_draws():
@@ -116,6 +127,44 @@ def test_layered_svg_draws_what_a_full_render_draws():
             assert background is before  # only the dynamic artists changed: the background was reused
         if k == 3:
             assert background is not before  # the y limits changed: a new background
+    # Back to the first limits: the background drawn for them is kept, and used again.
+    first_head = before[1]
+    ax.set_ylim(0, 2)
+    svg, background = layered_svg(fig, [line, title], background)
+    assert background[1] is first_head and drawn(svg) == drawn(figure_svg(fig))
+
+
+def test_an_axis_in_the_dynamic_layer_keeps_the_background_while_its_limits_change():
+    """Lessons 01 and 06 list an axis (``ax.yaxis``) as dynamic: it is drawn with the dynamic layer, so new limits
+    and ticks reuse the background, and the SVG still draws what a full render draws."""
+    fig = Figure(figsize=(4, 2))
+    ax = fig.subplots()
+    (line,) = ax.plot([0, 1], [0, 1])
+    ax.set_title("static")
+    ax.set_ylabel("y")
+    background, ticks = None, set()
+    for k, ylim in ((1, (0, 2)), (2, (0, 5)), (3, (-1, 50)), (4, (0, 0.002))):
+        line.set_ydata([0, k])
+        ax.set_ylim(*ylim)
+        ticks.add(tuple(ax.get_yticks()))
+        before = background
+        svg, background = layered_svg(fig, [line, ax.yaxis], background)
+        assert drawn(svg) == drawn(figure_svg(fig)), ylim
+        if before is not None:
+            assert background is before, f"new y limits {ylim} rendered a new background"
+    assert len(ticks) == 4  # the ticks did change, and were drawn right each time
+    # Back to limits shown before: the axis's drawing is reused, and still draws what a full render draws,
+    # with every definition it refers to (the tick marks are <use> elements of a <defs> path).
+    cached = dict(fig.live["axis_svg"])
+    ax.set_ylim(0, 5)
+    svg, _ = layered_svg(fig, [line, ax.yaxis], background)
+    assert fig.live["axis_svg"] == cached and drawn(svg) == drawn(figure_svg(fig))
+    assert_references_resolve(svg)
+    # Not listed, the same axis decides the background: new limits, new background.
+    _, first = layered_svg(fig, [line], None)
+    ax.set_ylim(0, 7)
+    svg, second = layered_svg(fig, [line], first)
+    assert second is not first and drawn(svg) == drawn(figure_svg(fig))
 
 
 def test_dead_kernel_notice_is_in_the_widget_and_hidden_by_css():

@@ -1,6 +1,7 @@
 """Tests for the lesson-01 widgets: the bit explorer's pure functions against ampcourse.floats, the widget
 driven as the browser drives it, and the two static figures."""
 
+import collections
 import functools
 import html
 import math
@@ -26,6 +27,7 @@ from ampcourse.widgets.lesson01 import (
     parse_value,
     ulp_curves,
     ulp_png,
+    update_explorer,
 )
 
 VALUES = [0.1, 1 / 3, 65504.0, 65520.0, 1e-8, 2.0**-24, 448.0, 500.0, -0.0, math.inf, math.nan, -2.5, 1e-40]
@@ -333,6 +335,59 @@ def test_explorer_figure_draws_every_kind_of_value():
         assert "<table" in readout and fig.axes
     with pytest.raises(TypeError, match="data must be the ExplorerData"):
         draw_explorer(Figure(), 0.1)
+
+
+def test_every_move_gives_the_figure_a_fresh_draw_gives():
+    """The widget changes the artists draw_explorer made (hiding what a value does not use) instead of drawing
+    anew: after any value, from any value before it, the figure is byte for byte the one a fresh draw makes, and
+    the layered SVG it shows draws the same elements. The walk crosses every kind of figure: NaN (no number
+    line) and back, far values (an arrow), overflow bands on either side, E4M3's saturation, zero."""
+    from test_widgets_base import assert_references_resolve, drawn
+
+    from ampcourse.widgets.base import BACKGROUNDS_KEPT, figure_svg
+
+    widget = bit_explorer()
+    walk = [{"value": "nan"}, {"value": "65520"}, {"fmt": "e4m3", "value": "500"}, {"value": "-inf"},
+            {"value": "1e10"}, {"fmt": "bf16"}, {"value": "-3e38", "fmt": "fp32"}, {"value": "-0.0", "fmt": "fp16"},
+            {"value": "2**-24"}, {"value": "-nan"}, {"value": "nan", "fmt": "e5m2"}, {"value": "57344"},
+            {"value": "-65504", "fmt": "fp16"}, {"value": "1e-8"}, {"fmt": "tf32", "value": "1/3"}, {"value": "inf"}]
+    kept, heads = 0, collections.defaultdict(set)
+    for move in walk:
+        background, legend = widget._background, widget.figure.live["legend_labels"]
+        widget.set(**move)
+        fresh = Figure(figsize=widget.figsize)
+        assert draw_explorer(fresh, widget.data) == widget.readout.value
+        assert figure_svg(widget.figure) == figure_svg(fresh), move
+        assert drawn(bytes(widget.image.value)) == drawn(figure_svg(fresh)), move
+        if not math.isnan(widget.data.value):  # (a NaN draws no marks: nothing refers to a definition)
+            assert_references_resolve(bytes(widget.image.value))
+        # The background (axes, legend) is rendered again only when the legend's entries change.
+        same_legend = widget.figure.live["legend_labels"] == legend
+        assert (widget._background is background) == same_legend, move
+        kept += same_legend
+        heads[widget.figure.live["legend_labels"]].add(id(widget._background[1]))
+    assert widget.redraws == 1 and kept >= 5  # every move was an update; many kept the background
+    # A legend shown before brings back the background drawn for it: one background per legend.
+    assert all(len(ids) == 1 for ids in heads.values()) and 1 < len(heads) <= BACKGROUNDS_KEPT
+    with pytest.raises(ValueError, match="fig must be a figure that draw_explorer drew"):
+        update_explorer(Figure(), widget.data)
+    with pytest.raises(TypeError, match="data must be the ExplorerData"):
+        update_explorer(widget.figure, 0.1)
+
+
+@pytest.mark.parametrize("fmt", SMALL_FORMATS)
+def test_number_line_ticks_are_the_neighbouring_representable_values(fmt):
+    """The ticks: the centre and two representable values on each side of it, fewer at the ends of the range."""
+    from ampcourse.widgets.lesson01 import _ticks
+
+    info, values = format_info(fmt), grid(fmt)
+    for centre in (0.0, info.smallest_subnormal, -info.smallest_subnormal, 1.0, -info.max, info.max,
+                   info.smallest_normal, values[-2], values[1]):
+        where = values.index(centre)
+        assert _ticks(centre, info) == values[max(where - 2, 0) : where + 3], centre
+    # Towards zero from -the smallest subnormal comes -0.0 (its sign kept), then +the smallest subnormal.
+    ticks = _ticks(-info.smallest_subnormal, info)
+    assert math.copysign(1.0, ticks[3]) == -1.0 and ticks[3] == 0 and ticks[4] == info.smallest_subnormal
 
 
 # --- the static figures -------------------------------------------------------------------------------------

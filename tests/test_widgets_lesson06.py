@@ -49,6 +49,21 @@ def test_widget_follows_controls_and_moves_change_the_output():
     assert REGISTRY["lesson06.speed_memory_explorer"] == (speed_memory_explorer, BENCHMARK_MOVES)
 
 
+def test_moves_keep_the_background_and_time_on_one_cpu_thread():
+    """The y axes are drawn with the bars: moves that change the ranges keep the figure's background. On a CPU the
+    products are timed on one thread, and the thread count is restored."""
+    w = speed_memory_explorer()
+    background, ranges = w._background, set()
+    threads = torch.get_num_threads()
+    for move in BENCHMARK_MOVES:
+        w.set(**move)
+        ranges.add(tuple(ax.get_ylim() for ax in w.figure.axes))
+        assert w._background is background, f"{move} rendered a new background"
+        assert torch.get_num_threads() == threads
+    assert len(ranges) > 1  # the moves did change the y ranges
+    assert "measured just now on one CPU thread" in w.readout.value
+
+
 def test_validation_and_device_widths():
     with pytest.raises(ValueError, match="width must be one of"):
         measure(100, 8, CPU)

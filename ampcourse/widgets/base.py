@@ -15,7 +15,11 @@ axes and ticks — the expensive part of a redraw. When ``draw`` also lists the 
 else, rendered again only when the axes or a static text change (limits, ticks, labels), and the dynamic
 artists drawn over it — so a typical move costs a few ms of SVG instead of ~25 ms. Widgets keep their axes
 steady to profit: y limits snap to round values (whole multiples, 1-2-5 steps), legends name series, not
-values. A test renders every widget's moves both ways and requires the same drawing elements.
+values. Where an axis must follow the data (lesson 01's number line is centred on the value; lesson 06's
+bars span decades), the widget lists the axis itself (``ax.xaxis``) as dynamic: it is drawn with the
+dynamic layer, and its limits and ticks no longer decide the background; its drawing is kept by limits and
+tick labels, for a move that comes back to them, and the last few backgrounds are kept by their key too.
+A test renders every widget's moves both ways and requires the same drawing elements.
 
 The saved notebook also carries a PNG (and a text line) beside the live widget, so the figure shows
 where no kernel runs (GitHub, nbviewer, a notebook opened before running it).
@@ -35,6 +39,7 @@ from typing import Any
 
 import ipywidgets as widgets
 import matplotlib
+from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from traitlets import TraitError
@@ -138,9 +143,15 @@ def _background_key(fig: Figure, dynamic: list) -> tuple:
     dyn = {id(a) for a in dynamic}
     key += [t.get_text() for t in fig.texts if id(t) not in dyn]
     for ax in fig.axes:
-        key += [ax.get_position().bounds, ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale(),
-                tuple(ax.get_xticks()), tuple(ax.get_yticks()), ax.get_xlabel(), ax.get_ylabel(),
-                len(ax.get_children())]
+        # An axis listed as dynamic (``ax.xaxis``, ``ax.yaxis``) is drawn in the dynamic layer, ticks, labels
+        # and all, so its limits and ticks may change under an unchanged background: the widget that lists
+        # it keeps nothing in the background whose drawing depends on them (no artist in data coordinates
+        # along that axis; the spines span the axes whatever the limits).
+        x_dynamic, y_dynamic = id(ax.xaxis) in dyn, id(ax.yaxis) in dyn
+        key += [ax.get_position().bounds, None if x_dynamic else ax.get_xlim(),
+                None if y_dynamic else ax.get_ylim(), ax.get_xscale(), ax.get_yscale(),
+                None if x_dynamic else tuple(ax.get_xticks()), None if y_dynamic else tuple(ax.get_yticks()),
+                ax.get_xlabel(), ax.get_ylabel(), len(ax.get_children())]
         texts = [*ax.texts, ax.title, ax._left_title, ax._right_title]
         legend = ax.get_legend()
         if legend is not None:
@@ -149,15 +160,23 @@ def _background_key(fig: Figure, dynamic: list) -> tuple:
     return tuple(key)
 
 
+BACKGROUNDS_KEPT = 8  # backgrounds layered_svg keeps per figure (SVG text, ~10-50 KB each)
+
+
 def layered_svg(fig: Figure, dynamic: list, background: tuple | None) -> tuple[bytes, tuple]:
     """The figure as SVG drawn in two layers: a *background* (everything but the ``dynamic`` artists,
     rendered only when :func:`_background_key` changes) and the dynamic artists drawn on top of it.
 
     ``background`` is what the previous call returned (or None). Returns the SVG bytes and the background
     to pass next time. A move that changes only the dynamic artists costs their drawing alone — a few ms —
-    instead of the whole figure's ticks and texts (~25 ms).
+    instead of the whole figure's ticks and texts (~25 ms). The last :data:`BACKGROUNDS_KEPT` backgrounds are
+    kept by their key: a move back to a background shown before (lesson 01's legend, which names only what
+    is on show, takes a few forms) reuses it.
     """
     key = _background_key(fig, dynamic)
+    kept = background[2] if background is not None else {}
+    if (background is None or background[0] != key) and key in kept:
+        background = (key, kept[key], kept)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ampcourse"}):
         if background is None or background[0] != key:
             # Hide the dynamic artists; a text by blanking it (a hidden axes title would be moved by the
@@ -170,20 +189,60 @@ def layered_svg(fig: Figure, dynamic: list, background: tuple | None) -> tuple[b
             finally:
                 for a, value in zip(dynamic, saved, strict=True):
                     a.set_text(value) if isinstance(a, Text) else a.set_visible(value)
-            background = (key, head)
+            kept.pop(key, None)
+            if len(kept) >= BACKGROUNDS_KEPT:
+                kept.pop(next(iter(kept)))  # the oldest
+            kept[key] = head
+            background = (key, head, kept)
         buffer = io.StringIO()
         dpi = fig.dpi
         fig.dpi = 72  # as savefig(format="svg") draws
+        splices = []  # (place in the overlay, SVG of a dynamic axis): an axis is drawn on its own, or reused
         try:
             renderer = _svg_renderer(fig, buffer)
             start = buffer.tell()
             for artist in sorted(dynamic, key=lambda a: a.get_zorder()):
-                artist.draw(renderer)
+                if isinstance(artist, Axis):  # every element the renderer wrote so far is closed here
+                    splices.append((buffer.tell() - start, _axis_svg(fig, artist)))
+                else:
+                    artist.draw(renderer)
             renderer.finalize()
         finally:
             fig.dpi = dpi
     overlay = buffer.getvalue()[start:].rsplit("</svg>", 1)[0]
+    for place, svg in reversed(splices):
+        overlay = overlay[:place] + svg + overlay[place:]
     return (background[1] + overlay + "</svg>\n").encode("utf-8"), background
+
+
+AXIS_SVG_CACHE = 64  # SVG drawings of dynamic axes a figure keeps (a few KB each)
+
+
+def _axis_svg(fig: Figure, axis: Axis) -> str:
+    """The SVG of a dynamic ``axis`` (its ticks, tick labels and label), drawn on its own, in its own renderer
+    (so that it carries the definitions it uses), at 72 dpi as :func:`layered_svg` draws.
+
+    Kept in ``live(fig)`` by what its drawing depends on: the figure's size, the axes' position, the view
+    limits, the tick positions and label texts (major and minor) and the axis label — an axis's styling (fonts,
+    tick sizes) stays as its ``draw`` set it. A slider that comes back to limits it showed before (lesson 06's
+    bar heights snap to a few round values) reuses the drawing: an axis costs ~5 ms to draw, most of a move.
+    """
+    labels = [(t.get_position(), t.get_text()) for t in (*axis.get_majorticklabels(), *axis.get_minorticklabels())]
+    key = (id(axis), tuple(fig.get_size_inches()), axis.axes.get_position().bounds, tuple(axis.get_view_interval()),
+           tuple(axis.get_majorticklocs()), tuple(axis.get_minorticklocs()), tuple(labels), axis.label.get_text(),
+           axis.get_offset_text().get_text(), axis.get_visible())
+    cache = live(fig).setdefault("axis_svg", {})
+    if key not in cache or cache[key][0] is not axis:  # (an axis of a figure drawn anew may reuse an id)
+        buffer = io.StringIO()
+        renderer = _svg_renderer(fig, buffer)
+        start = buffer.tell()
+        axis.draw(renderer)
+        renderer.finalize()
+        cache.pop(key, None)
+        if len(cache) >= AXIS_SVG_CACHE:
+            cache.pop(next(iter(cache)))  # the oldest
+        cache[key] = (axis, buffer.getvalue()[start:].rsplit("</svg>", 1)[0])
+    return cache[key][1]
 
 
 def live(fig: Figure) -> dict[str, Any]:
@@ -273,7 +332,7 @@ class LivePlot(widgets.VBox):
         self.readout = widgets.HTML(layout=widgets.Layout(max_width="100%", overflow="auto"))
         self.notice = dead_notice()
         self.data: Any = None
-        self._background: tuple | None = None  # (key, SVG text) of the last background layer
+        self._background: tuple | None = None  # (key, SVG text, kept ones) of the last background layer
         self.controls_box = widgets.HBox(list(controls.values()))
         super().__init__([self.notice, self.controls_box, self.image, self.readout])
         self.add_class("ampcourse-live")

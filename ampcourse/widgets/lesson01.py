@@ -9,7 +9,8 @@ Two static figures and one interactive widget, all built on :mod:`ampcourse.floa
 
 The explorer follows the house pattern: the pure functions :func:`parse_value`, :func:`explore` and
 :func:`flip_bit` hold the logic (unit-tested), :func:`draw_explorer` draws the figure and writes the readout,
-and :class:`BitExplorer` (a :class:`~ampcourse.widgets.base.LivePlot`) wires them to the controls.
+:func:`update_explorer` moves it to a new value (every later move: no new axes), and :class:`BitExplorer`
+(a :class:`~ampcourse.widgets.base.LivePlot`) wires them to the controls.
 
 **Bit numbering.** Bits are counted from the left as they are printed: index 0 is the sign bit, then the
 exponent bits (most significant first), then the mantissa bits. **TF32** is shown with its 19 meaningful bits
@@ -21,6 +22,7 @@ Whether cuBLAS rounds or truncates those bits is not documented; the course roun
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import numbers
 import re
@@ -59,6 +61,7 @@ __all__ = [
     "parse_value",
     "ulp_curves",
     "ulp_png",
+    "update_explorer",
 ]
 
 LABELS = {
@@ -393,15 +396,33 @@ class ExplorerData:
         return next(row for row in self.rows if row.fmt == name)
 
 
-def _step(value: float, info: FloatFormat, direction: int) -> float | None:
-    """The representable value next to the finite representable ``value``: above it for ``direction=+1``,
-    below it for ``-1``. ``None`` past the largest finite value."""
-    if value == 0:  # from ±0 the next values either way are ±the smallest subnormal
-        return math.copysign(info.smallest_subnormal, direction)
-    magnitude_pattern = to_bits(abs(value), info.name).pattern  # consecutive patterns: consecutive magnitudes
-    away_from_zero = (value > 0) == (direction > 0)
-    neighbour = from_bits(magnitude_pattern + (1 if away_from_zero else -1), info.name)
-    return math.copysign(neighbour, value) if math.isfinite(neighbour) else None
+def _neighbours(bits: Bits, info: FloatFormat, per_side: int) -> tuple[list[float], list[float]]:
+    """The representable values next to the finite value ``bits`` encode: up to ``per_side`` of them below it
+    (nearest first) and above it, fewer where the finite range ends. From ±0 the next values either way are
+    ±the smallest subnormal, and a step towards zero from ±the smallest subnormal gives ±0 (its sign kept).
+
+    Consecutive magnitude patterns are consecutive magnitudes, so the walk steps the magnitude pattern away
+    from or towards zero; :func:`ampcourse.floats.from_bits` decodes every pattern of the walk in one call.
+    """
+    magnitude_bits = info.bits - 1
+    top = (1 << magnitude_bits) - 1  # the largest magnitude pattern (inf or NaN: the walk stops before it)
+    walks = []
+    for direction in (-1, +1):
+        sign, magnitude, walk = int(bits.sign), bits.pattern & top, []
+        for _ in range(per_side):
+            if magnitude == 0:
+                sign, magnitude = int(direction < 0), 1
+            else:
+                magnitude += 1 if (sign == 0) == (direction > 0) else -1  # away from zero, or towards it
+            if magnitude > top:
+                break
+            walk.append(sign << magnitude_bits | magnitude)
+        walks.append(walk)
+    decoded = from_bits(torch.tensor(walks[0] + walks[1], dtype=torch.int64), info.name).tolist()
+    below, above = decoded[: len(walks[0])], decoded[len(walks[0]) :]
+    # Past the largest finite value: the walk ends there (inf in IEEE formats, NaN in E4M3).
+    return ([v for v in itertools.takewhile(math.isfinite, below)],
+            [v for v in itertools.takewhile(math.isfinite, above)])
 
 
 def _classify(bits: Bits, stored: float) -> str:
@@ -451,6 +472,7 @@ def _row(value: float, info: FloatFormat) -> FormatRow:
     implicit = 1 if kind == "normal" else 0
     significand = math.ldexp(implicit * 2**info.mantissa_bits + mantissa, -info.mantissa_bits) if finite else None
     abs_error, rel_error = _errors(value, stored)
+    below, above = _neighbours(bits, info, per_side=1) if finite else ([], [])
     return FormatRow(
         fmt=info.name,
         bits=bits,
@@ -464,8 +486,8 @@ def _row(value: float, info: FloatFormat) -> FormatRow:
         rel_error=rel_error,
         kind=kind,
         note=_note(value, stored, kind, info, mantissa),
-        below=_step(stored, info, -1) if finite else None,
-        above=_step(stored, info, +1) if finite else None,
+        below=below[0] if below else None,
+        above=above[0] if above else None,
     )
 
 
@@ -622,16 +644,14 @@ def _labels(values: list[float]) -> list[str]:
 
 
 def _ticks(centre: float, info: FloatFormat, per_side: int = 2) -> list[float]:
-    """``centre`` and up to ``per_side`` representable values on each side of it, ascending."""
-    ticks = [centre]
-    for direction in (-1, +1):
-        current: float | None = centre
-        for _ in range(per_side):
-            current = _step(current, info, direction)
-            if current is None:
-                break
-            ticks.append(current)
-    return sorted(ticks)
+    """``centre`` (a finite representable value) and up to ``per_side`` representable values on each side of
+    it, ascending."""
+    below, above = _neighbours(to_bits(centre, info.name), info, per_side)
+    return [*reversed(below), centre, *above]
+
+
+_BAND = {"ymin": 0.1, "ymax": 0.75, "alpha": 0.25, "linewidth": 0}
+"""How the bands stand on the number line: from 10 % to 75 % of the axes' height, light, without an edge."""
 
 
 def draw_explorer(fig: Figure, data: ExplorerData) -> str:
@@ -642,6 +662,11 @@ def draw_explorer(fig: Figure, data: ExplorerData) -> str:
     ±inf). The blue band is the stretch of the line that rounds to the stored value; a vermillion band, the
     stretch that overflows to ±inf. The triangle is the typed value, or an arrow at the edge when it lies
     far off (as ``1e10`` or ``-inf`` do).
+
+    Every artist any value needs is made here once, and :func:`update_explorer` sets them to ``data`` (as it
+    does at every later move), hiding those this value does not use: a move changes artists instead of making
+    axes, ticks and a legend anew. ``live(fig)["dynamic"]`` lists what a move changes, the x axis among them
+    (the line is centred on the value), so the widget's SVG redraws only those over a cached background.
     """
     if not isinstance(data, ExplorerData):
         raise TypeError(f"data must be the ExplorerData that explore() returns, not {type(data).__name__}")
@@ -651,49 +676,82 @@ def draw_explorer(fig: Figure, data: ExplorerData) -> str:
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     ax.set_ylim(-1, 1.3)
-    live(fig)["ax"] = ax
-    return _draw_number_line(fig, ax, data)
+    # Made in the order that decides the drawing order among artists of one zorder: bands, line, marks, texts.
+    parts = {
+        "stored_band": ax.axvspan(0, 1, color=COLORS["sky"], label="rounds to the stored value", **_BAND),
+        "inf_right": ax.axvspan(0, 1, color=COLORS["vermillion"], label="rounds to ±inf", **_BAND),
+        "inf_left": ax.axvspan(0, 1, color=COLORS["vermillion"], label="rounds to ±inf", **_BAND),
+        "line": ax.axhline(0, color="0.5", linewidth=0.8, zorder=0),
+        "ticks": ax.plot([], [], "|", color=COLORS["blue"], markersize=22, markeredgewidth=2)[0],
+        "stored": ax.plot([], [], "|", color=COLORS["blue"], markersize=34, markeredgewidth=4)[0],
+        "typed_line": ax.plot([], [], ":", color=COLORS["vermillion"], linewidth=1.5)[0],
+        "typed": ax.plot([], [], "v", color=COLORS["vermillion"], markersize=11, label="your value")[0],
+        "off_right": ax.annotate("", xy=(0.995, 1.05), xycoords=("axes fraction", "data"), ha="right",
+                                 va="center", color=COLORS["vermillion"], fontsize=10),
+        "off_left": ax.annotate("", xy=(0.005, 1.05), xycoords=("axes fraction", "data"), ha="left",
+                                va="center", color=COLORS["vermillion"], fontsize=10),
+        "nan_text": ax.text(0.5, 0.3, "", transform=ax.transAxes, ha="center", va="center", fontsize=11),
+        "bottom": ax.spines["bottom"],
+    }
+    title = fig.suptitle("", fontsize=12, y=0.98)
+    detail = fig.text(0.5, 0.835, "", ha="center", va="center", fontsize=10, color="0.25")
+    live(fig).update(ax=ax, parts=parts, detail=detail, title=title, legend_labels=None,
+                     dynamic=[*parts.values(), ax.xaxis, title, detail])
+    return update_explorer(fig, data)
 
 
 def _is_nan(data: ExplorerData) -> bool:
     return data.row().kind == "nan" or math.isnan(data.value)
 
 
+def _show_span(band: Rectangle, low: float, high: float) -> None:
+    """Show ``band`` (made by ``axvspan``) from ``low`` to ``high`` on the x axis, as ``axvspan`` would."""
+    band.set_x(low)
+    band.set_width(high - low)
+    band.set_visible(True)
+
+
+def _set_legend(ax, handles: list, artists: dict) -> None:
+    """Give ``ax`` a legend of ``handles`` (none for an empty list), made anew only when its entries change."""
+    labels = tuple(handle.get_label() for handle in handles)
+    if artists["legend_labels"] == labels:
+        return
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    if handles:
+        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.98), ncol=3, fontsize=10,
+                  frameon=False)
+    artists["legend_labels"] = labels
+
+
 def update_explorer(fig: Figure, data: ExplorerData) -> str:
-    """Redraw the number line of a figure :func:`draw_explorer` made, keeping its axes (making new axes and
-    ticks is most of a full draw's cost). NaN, which has no number line, is drawn anew, and so is the
-    first value after it."""
+    """Set the number line of a figure :func:`draw_explorer` made to ``data``, and return the readout table.
+
+    Every move sets every part (what this value does not show is hidden), so the figure is the one a fresh
+    :func:`draw_explorer` of ``data`` makes, whatever values came before (the widget tests check this).
+    """
+    if not isinstance(data, ExplorerData):
+        raise TypeError(f"data must be the ExplorerData that explore() returns, not {type(data).__name__}")
     artists = live(fig)
-    if _is_nan(data) or artists.get("nan"):
-        fig.clear()
-        artists.clear()
-        return draw_explorer(fig, data)
-    for artist in artists["content"]:
-        artist.remove()
-    return _draw_number_line(fig, artists["ax"], data)
-
-
-def _draw_number_line(fig: Figure, ax, data: ExplorerData) -> str:
-    """Everything of :func:`draw_explorer` that depends on the value; its artists go in ``live(fig)``."""
-    before, texts = {id(a) for a in ax.get_children()}, len(fig.texts)
-    text = _number_line(fig, ax, data)
-    live(fig).update(content=[a for a in ax.get_children() if id(a) not in before] + fig.texts[texts:],
-                     nan=_is_nan(data))
-    return text
-
-
-def _number_line(fig: Figure, ax, data: ExplorerData) -> str:
+    if "parts" not in artists:
+        raise ValueError("fig must be a figure that draw_explorer drew (its artists are what update_explorer sets)")
+    ax, parts = artists["ax"], artists["parts"]
     row, info = data.row(), format_info(data.fmt)
     name, typed = LABELS[data.fmt], data.value
+    for part in parts.values():
+        part.set_visible(False)
     if _is_nan(data):
+        ax.set_xlim(0, 1)
         ax.set_xticks([])
-        ax.spines["bottom"].set_visible(False)
         nan_bits = "exponent and mantissa all ones" if not info.has_inf else "exponent all ones, mantissa not 0"
-        ax.text(0.5, 0.3, f"NaN is not on the number line.\n{name} NaNs: {nan_bits}.", transform=ax.transAxes,
-                ha="center", va="center", fontsize=11)
+        parts["nan_text"].set_text(f"NaN is not on the number line.\n{name} NaNs: {nan_bits}.")
+        parts["nan_text"].set_visible(True)
+        _set_legend(ax, [], artists)
         fig.suptitle(f"{name}: {typed!r} → nan", fontsize=12, y=0.97)
+        artists["detail"].set_text("")
         return explorer_html(data)
 
+    parts["bottom"].set_visible(True)
     centre = row.stored if math.isfinite(row.stored) else math.copysign(info.max, row.stored)
     ticks = _ticks(centre, info)
     span = ticks[-1] - ticks[0]
@@ -710,34 +768,38 @@ def _number_line(fig: Figure, ax, data: ExplorerData) -> str:
         left, right = min(left, typed - 0.08 * span), max(right, typed + 0.08 * span)
     ax.set_xlim(left, right)
 
-    band = {"ymin": 0.1, "ymax": 0.75, "alpha": 0.25, "linewidth": 0}
     if math.isfinite(row.stored):  # halfway to each neighbour; E4M3 saturates: no outer end at ±max
         half_gap = ulp(row.stored, data.fmt) / 2
         low = (row.stored + row.below) / 2 if row.below is not None else left if not info.has_inf else None
         high = (row.stored + row.above) / 2 if row.above is not None else right if not info.has_inf else None
-        ax.axvspan(row.stored - half_gap if low is None else low, row.stored + half_gap if high is None else high,
-                   color=COLORS["sky"], label="rounds to the stored value", **band)
+        _show_span(parts["stored_band"], row.stored - half_gap if low is None else low,
+                   row.stored + half_gap if high is None else high)
     if overflow is not None:
         if overflow < right:
-            ax.axvspan(overflow, right, color=COLORS["vermillion"], label="rounds to ±inf", **band)
+            _show_span(parts["inf_right"], overflow, right)
         if -overflow > left:
-            ax.axvspan(left, -overflow, color=COLORS["vermillion"], label=None if overflow < right else
-                       "rounds to ±inf", **band)
-    ax.axhline(0, color="0.5", linewidth=0.8, zorder=0)
-    ax.plot(ticks, [0] * len(ticks), "|", color=COLORS["blue"], markersize=22, markeredgewidth=2)
+            _show_span(parts["inf_left"], left, -overflow)
+    parts["line"].set_visible(True)
+    parts["ticks"].set_data(ticks, [0] * len(ticks))
+    parts["ticks"].set_visible(True)
     if math.isfinite(row.stored):
-        ax.plot([row.stored], [0], "|", color=COLORS["blue"], markersize=34, markeredgewidth=4)
+        parts["stored"].set_data([row.stored], [0])
+        parts["stored"].set_visible(True)
     ax.set_xticks(ticks, _labels(ticks), fontsize=10)
 
     if near:
-        ax.plot([typed, typed], [0, 0.5], ":", color=COLORS["vermillion"], linewidth=1.5)
-        ax.plot([typed], [0.6], "v", color=COLORS["vermillion"], markersize=11, label="your value")
+        parts["typed_line"].set_data([typed, typed], [0, 0.5])
+        parts["typed"].set_data([typed], [0.6])
+        parts["typed_line"].set_visible(True)
+        parts["typed"].set_visible(True)
     else:
         at_right = typed > right
-        ax.annotate(f"your value, {typed:.6g}, is off this way {'→' if at_right else '←'}",
-                    xy=(0.995 if at_right else 0.005, 1.05), xycoords=("axes fraction", "data"),
-                    ha="right" if at_right else "left", va="center", color=COLORS["vermillion"], fontsize=10)
-    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 0.98), ncol=3, fontsize=10, frameon=False)
+        off = parts["off_right" if at_right else "off_left"]
+        off.set_text(f"your value, {typed:.6g}, is off this way {'→' if at_right else '←'}")
+        off.set_visible(True)
+    overflow_band = next((parts[side] for side in ("inf_right", "inf_left") if parts[side].get_visible()), None)
+    _set_legend(ax, [handle for handle in (parts["stored_band"], overflow_band, parts["typed"])
+                     if handle is not None and handle.get_visible()], artists)
 
     if math.isinf(row.stored) or row.note.startswith("past max"):
         detail = row.note
@@ -746,7 +808,7 @@ def _number_line(fig: Figure, ax, data: ExplorerData) -> str:
     else:
         detail = f"error {_error(row.abs_error)};  neighbours here {ulp(row.stored, data.fmt):.3g} apart"
     fig.suptitle(f"{name}: {typed!r} → {row.stored!r}", fontsize=12, y=0.98)
-    fig.text(0.5, 0.835, detail, ha="center", va="center", fontsize=10, color="0.25")
+    artists["detail"].set_text(detail)
     return explorer_html(data)
 
 

@@ -7,11 +7,14 @@ each (with :func:`ampcourse.bench.saved_activation_bytes`). The timing is short 
 noisy — and is re-measured on every move; the byte counts are exact and cached.
 
 On a CPU the widths stop at 256: without AVX512-BF16/AMX a bfloat16 product runs on a slow path (tens
-of times slower than FP32 on the course's test machine), and a move must stay under 100 ms.
+of times slower than FP32 on the course's test machine), and a move must stay under 100 ms. There the
+products are timed on one thread: sub-millisecond products on two threads of a busy machine time the
+scheduler, not the dtype. The figure keeps its background: the y axes are drawn with the bars.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -101,7 +104,8 @@ def measure(width: int, batch: int, device: torch.device | None = None, repeats:
     """Time the product in FP32 and the AMP dtype and count the saved bytes.
 
     Per mode: one untimed warm-up call, then the median of up to ``repeats`` timed calls — fewer when one
-    call is slow, so that a move stays fast (:data:`BUDGET_S` of timed calls per mode).
+    call is slow, so that a move stays fast (:data:`BUDGET_S` of timed calls per mode). On a CPU the products
+    run on one thread (see :func:`_one_cpu_thread`): both modes alike, so their ratio is a fair comparison.
     """
     from ..validate import as_device
 
@@ -119,24 +123,43 @@ def measure(width: int, batch: int, device: torch.device | None = None, repeats:
     x = torch.randn(batch, width, generator=g).to(device)
     weight = _stack(width, device.type)[0].weight.detach()
     seconds, saved = {}, {}
-    for mode, dtype in (("fp32", None), (amp, low)):
-        a, w = (x, weight) if dtype is None else (x.to(dtype), weight.to(dtype))
-        def product(a=a, w=w):
-            return torch.nn.functional.linear(a, w)
-        first = time_fn(product, warmup=0, repeats=1, device=device).median  # doubles as the warm-up call
-        runs = max(1, min(repeats, int(BUDGET_S / max(first, 1e-9))))  # slow products: fewer runs
-        seconds[mode] = time_fn(product, warmup=0, repeats=runs, device=device).median
-        saved[mode] = _saved(width, batch, device.type, dtype)
+    with _one_cpu_thread(device):
+        for mode, dtype in (("fp32", None), (amp, low)):
+            a, w = (x, weight) if dtype is None else (x.to(dtype), weight.to(dtype))
+            def product(a=a, w=w):
+                return torch.nn.functional.linear(a, w)
+            first = time_fn(product, warmup=0, repeats=1, device=device).median  # doubles as the warm-up call
+            runs = max(1, min(repeats, int(BUDGET_S / max(first, 1e-9))))  # slow products: fewer runs
+            seconds[mode] = time_fn(product, warmup=0, repeats=runs, device=device).median
+            saved[mode] = _saved(width, batch, device.type, dtype)
     return SpeedMemoryData(width, batch, str(device), amp, seconds, saved)
+
+
+@contextlib.contextmanager
+def _one_cpu_thread(device: torch.device):
+    """On a CPU, run the timed products on one thread (restored afterwards). These products take well under a
+    millisecond; on two threads of a loaded machine each one waits for a descheduled thread instead (a 0.1 ms
+    product measured 20-50 ms on the course's 2-core test machine under load), which times the scheduler,
+    not the dtype, and made a move cost over 100 ms. On a GPU, nothing changes."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def readout(data: SpeedMemoryData) -> str:
     """One line on speed (measured now) and one on memory (exact)."""
     amp = data.amp
     faster = "faster" if data.speedup > 1 else "slower"
+    on = " on one CPU thread" if data.device == "cpu" else ""
     return (f"<b>{data.batch} × {data.width} @ {data.width} × {data.width} on {data.device}</b>: fp32 "
             f"{format_flops(data.achieved('fp32'))}, {amp} {format_flops(data.achieved(amp))} — {amp} is "
-            f"{data.speedup:.2f}× the fp32 speed ({faster}, measured just now: a few runs, noisy).<br>"
+            f"{data.speedup:.2f}× the fp32 speed ({faster}, measured just now{on}: a few runs, noisy).<br>"
             f"Saved for backward by {DEPTH} × (Linear + ReLU): fp32 {format_bytes(data.saved['fp32'].total)}, "
             f"{amp} {format_bytes(data.saved[amp].total)} of activations (× {data.activation_ratio:.2f}) + "
             f"{format_bytes(data.saved[amp].copies_total)} of {amp} weight copies.")
@@ -167,9 +190,12 @@ def draw_speed_memory(fig: Figure, data: SpeedMemoryData) -> str:
         ax.set_xticks(x, modes)
         ax.yaxis.set_major_locator(MaxNLocator(4))
         titles.append(ax.set_title("", fontsize=9))
-    # A move changes the bars and the titles; the axes change only when a bar outgrows them (see _nice_top).
+    # A move changes the bars, the titles and, when a bar outgrows its axes or shrinks far below their top (see
+    # _nice_top), the y axes: the y axes are drawn with the bars (so a new range costs their ticks alone, not
+    # a new background), and so are the spines, which lie over the bars' bottom edges in a full render.
+    spines = [spine for ax in (left, right) for spine in ax.spines.values()]
     live(fig).update(axes=(left, right), speed=speed, activations=activations, copies=copies, titles=titles,
-                     dynamic=[*speed, *activations, *copies, *titles])
+                     dynamic=[*speed, *activations, *copies, left.yaxis, right.yaxis, *spines, *titles])
     return update_speed_memory(fig, data)
 
 
