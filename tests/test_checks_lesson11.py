@@ -1,6 +1,7 @@
 """Exercise 11's checks: each typical wrong answer is caught and named; answers written otherwise pass."""
 
 import math
+import weakref
 
 import grader_fixtures
 import torch
@@ -80,12 +81,12 @@ def applied_unscaled_backward(scaler, optimizer, loss):
     return scaler.get_scale() >= before
 
 
-_FIRST_SCALE = {}
+_FIRST_SCALE = weakref.WeakKeyDictionary()  # by the scaler itself: a freed scaler's id() comes back
 
 
 def applied_remembers_the_first_scale(scaler, optimizer, loss):
     scaled = scaler.scale(loss)
-    before = _FIRST_SCALE.setdefault(id(scaler), scaler.get_scale())
+    before = _FIRST_SCALE.setdefault(scaler, scaler.get_scale())
     scaled.backward()
     scaler.step(optimizer)
     scaler.update()
