@@ -337,12 +337,20 @@ class _Probe:
         entry = self._peaks.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
-        low, high = _abs_range(t)
-        peak = self._put(low)
-        self._put(high)
-        self.pairs.append(peak)
+        peak = self._put_range(t)
         self._peaks[id(t)] = (weakref.ref(t), peak)
         return peak
+
+    def _put_range(self, t: torch.Tensor) -> int:
+        """Measure ``t`` (:func:`_abs_range`) and keep its (min, max) for collect(); the index of its min."""
+        low, high = _abs_range(t)
+        if low.dtype == torch.float64:  # not on MPS
+            low, high = low.float(), high.float()
+        flat = self.flat
+        i = len(flat)
+        flat += (low, high)
+        self.pairs.append(i)
+        return i
 
     def _pre_hook(self, name: str, module: nn.Module) -> Callable:
         casts = isinstance(module, _FP16_OPS)
@@ -429,17 +437,15 @@ class _Probe:
             if self.removed:
                 return
             g = grad.detach()
-            low, high = _abs_range(g)  # max |x|: inf/NaN exactly when the gradient holds one
-            top = self._put(low)
-            self._put(high)
-            self.pairs.append(top)
-            if not all(is_input for _, is_input in roles):
+            top = self._put_range(g)  # max |x|: inf/NaN exactly when the gradient holds one
+            self.events.append((tuple(roles), top))
+            outs = [name for name, is_input in roles if not is_input]
+            if outs:
                 k, n = self._keep_sample(g)
                 counts = (k, k, n)  # lost, non-zero: both counted on sample k at collect()
-            self.events.append((tuple(roles), top))
-            for name, is_input in roles:
-                if not is_input:
-                    self.grad_out.setdefault(name, []).append(counts)
+                grad_out = self.grad_out
+                for name in outs:
+                    grad_out.setdefault(name, []).append(counts)
         return hook
 
     def _param_hook(self, name: str, embedding: bool) -> Callable:
