@@ -283,6 +283,10 @@ class _Probe:
         # below hold indices into it (a peak: the index of its min, its max at the next index)
         self.flat: list[torch.Tensor] = []
         self.pairs: list[int] = []
+        # a small copy of each counted gradient's strided sample (never a view: it would keep the whole gradient
+        # alive, and unscale_ / zero_grad change a parameter's gradient in place later); collect() counts them
+        # all at once. A count below is -1 - k for sample k until collect() turns it into an index of values.
+        self.samples: list[tuple[torch.Tensor, torch.dtype]] = []
         self.peaks: dict[str, list[int]] = {}
         self.limits: dict[str, float] = {}
         self.autocast: set[torch.dtype | None] = set()
@@ -322,16 +326,31 @@ class _Probe:
         self.flat.append(t if t.dtype != torch.float64 else t.float())  # float64: not on MPS
         return len(self.flat) - 1
 
+    def _keep_sample(self, g: torch.Tensor) -> tuple[int, int]:
+        """Keep ``g``'s strided sample for collect(), as magnitudes (:func:`_magnitudes`: a copy, one kernel);
+        (-1 - its number, its size)."""
+        a = _magnitudes(_sample(g))
+        self.samples.append(a)
+        return -len(self.samples), a[0].numel()
+
     def _peak(self, t: torch.Tensor) -> int:
         entry = self._peaks.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
-        low, high = _abs_range(t)
-        peak = self._put(low)
-        self._put(high)
-        self.pairs.append(peak)
+        peak = self._put_range(t)
         self._peaks[id(t)] = (weakref.ref(t), peak)
         return peak
+
+    def _put_range(self, t: torch.Tensor) -> int:
+        """Measure ``t`` (:func:`_abs_range`) and keep its (min, max) for collect(); the index of its min."""
+        low, high = _abs_range(t)
+        if low.dtype == torch.float64:  # not on MPS
+            low, high = low.float(), high.float()
+        flat = self.flat
+        i = len(flat)
+        flat += (low, high)
+        self.pairs.append(i)
+        return i
 
     def _pre_hook(self, name: str, module: nn.Module) -> Callable:
         casts = isinstance(module, _FP16_OPS)
@@ -418,18 +437,15 @@ class _Probe:
             if self.removed:
                 return
             g = grad.detach()
-            low, high = _abs_range(g)  # max |x|: inf/NaN exactly when the gradient holds one
-            top = self._put(low)
-            self._put(high)
-            self.pairs.append(top)
-            if not all(is_input for _, is_input in roles):
-                a = _sample(g)
-                counts = (self._put((a.abs() < FP16_NORMAL_MIN).sum()), self._put(torch.count_nonzero(a)),
-                          a.numel())
+            top = self._put_range(g)  # max |x|: inf/NaN exactly when the gradient holds one
             self.events.append((tuple(roles), top))
-            for name, is_input in roles:
-                if not is_input:
-                    self.grad_out.setdefault(name, []).append(counts)
+            outs = [name for name, is_input in roles if not is_input]
+            if outs:
+                k, n = self._keep_sample(g)
+                counts = (k, k, n)  # lost, non-zero: both counted on sample k at collect()
+                grad_out = self.grad_out
+                for name in outs:
+                    grad_out.setdefault(name, []).append(counts)
         return hook
 
     def _param_hook(self, name: str, embedding: bool) -> Callable:
@@ -446,8 +462,8 @@ class _Probe:
                 counted = self._put(used.sum() * a.shape[1])
                 lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
             else:
-                a = _sample(g)
-                counted, lost = -1 - a.numel(), self._put((a.abs() < FP16_NORMAL_MIN).sum())
+                lost, n = self._keep_sample(g)
+                counted = -1 - n
             self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
             self.params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
         return hook
@@ -455,14 +471,27 @@ class _Probe:
     def collect(self, scale: float) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
         values: list[float] = []
+        counts = _count_samples(self.samples)
         if self.flat:
             devices = {t.device for t in self.flat}
-            # one kernel and one transfer: torch.stack promotes float16, bfloat16 and the int64 counts to float32
-            values = torch.stack([t.cpu() for t in self.flat] if len(devices) > 1 else self.flat).tolist()
+            # one kernel, and with the counts one transfer (float32 holds every count exactly: at most 2**24)
+            flat = torch.stack([t.cpu() for t in self.flat] if len(devices) > 1 else self.flat).float()
+            both = flat if counts is None else torch.cat([flat, counts.to(flat.device, torch.float32)])
+            values = both.tolist()
             for i in self.pairs:
                 values[i] = _abs_max_of(values[i], values[i + 1])
-        inputs, peaks, outs, events, calls, params = (self.inputs, self.peaks, self.grad_out, self.events,
-                                                      self.calls, self.params)
+        elif counts is not None:
+            values = counts.tolist()
+        lost_at = len(self.flat)
+        nonzero_at = lost_at + len(self.samples)
+
+        def lost(k: int) -> int:  # sample k (stored as -1 - k): the index of its count of lost entries
+            return lost_at - 1 - k if k < 0 else k
+
+        outs = {name: [(lost(i), nonzero_at - 1 - j, n) for i, j, n in counts]
+                for name, counts in self.grad_out.items()}
+        params = {name: (lost(i), counted, norm) for name, (i, counted, norm) in self.params.items()}
+        inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
         return {
             "autocast_dtype": _lowest(self.autocast),
             "input_finite": None if not self.inputs else all(math.isfinite(values[i]) for i in inputs),
@@ -493,6 +522,58 @@ class _Probe:
                         "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0}
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
         return tuple(stats)
+
+
+_BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+         torch.float64: torch.int64}
+"""Float dtype → the integer dtype of its width: a non-negative float's bit pattern orders like the number."""
+_SIGNLESS = {dtype: torch.iinfo(bits).max for dtype, bits in _BITS.items()}  # every bit but the sign bit
+_TINY_BITS = {dtype: int(torch.tensor(FP16_NORMAL_MIN, dtype=dtype).view(bits)) for dtype, bits in _BITS.items()}
+"""The bit pattern of 2**-14 (:data:`FP16_NORMAL_MIN`, exact in each of these dtypes)."""
+
+
+def _magnitudes(a: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+    """A copy of ``a`` as |a|, and ``a``'s dtype: for the dtypes in :data:`_BITS` the bit patterns with the sign
+    bit cleared (integers that order like |x|, a NaN above inf; comparing them is about twice as fast on a CPU as
+    comparing float16 or float32 values, and exact), for any other floating dtype ``a.abs()``."""
+    bits = _BITS.get(a.dtype)
+    if bits is None:
+        return a.abs(), a.dtype
+    return torch.bitwise_and(a.view(bits), _SIGNLESS[a.dtype]), a.dtype
+
+
+def _count_rows(rows: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``rows`` (the :func:`_magnitudes` of samples of one size and ``dtype``, stacked): the entries
+    that are 0 or below fp16's normal range (|x| < :data:`FP16_NORMAL_MIN`; not NaN), and the non-zero ones
+    (NaN included), as int32. The comparisons write int32 (``out=``): a sum over a row of a bool tensor
+    first copies it to the sum's dtype, which costs more than the comparison."""
+    tiny = _TINY_BITS.get(dtype, FP16_NORMAL_MIN)
+    marks = torch.empty(rows.shape, dtype=torch.int32, device=rows.device)
+    lost = torch.lt(rows, tiny, out=marks).sum(1, dtype=torch.int32)
+    return lost, torch.ne(rows, 0, out=marks).sum(1, dtype=torch.int32)
+
+
+def _count_samples(samples: list[tuple[torch.Tensor, torch.dtype]]) -> torch.Tensor | None:
+    """For each gradient sample (a copy, kept by a hook), the number of entries that are 0 or below fp16's
+    normal range (|x| < :data:`FP16_NORMAL_MIN`), then for each the number of non-zero entries (one int32
+    tensor on the samples' device). The samples of one size and dtype (most are :data:`SAMPLE` long) are counted
+    together (:func:`_count_rows`: one ``stack``, one ``bitwise_and``, two comparisons, two sums), instead of
+    four kernels per tensor in its hook."""
+    if not samples:
+        return None
+    if len({t.device for t, _ in samples}) > 1:
+        samples = [(t.cpu(), dtype) for t, dtype in samples]
+    groups: dict[tuple[int, torch.dtype], list[int]] = {}
+    for k, (t, dtype) in enumerate(samples):
+        groups.setdefault((t.numel(), dtype), []).append(k)
+    lost, nonzero = [], []
+    for (_, dtype), ks in groups.items():
+        counts = _count_rows(torch.stack([samples[k][0] for k in ks]), dtype)
+        lost.append(counts[0])
+        nonzero.append(counts[1])
+    order = [k for ks in groups.values() for k in ks]
+    place = torch.tensor(order, device=lost[0].device).argsort()  # back to the samples' order
+    return torch.cat([torch.cat(lost)[place], torch.cat(nonzero)[place]])
 
 
 def _lowest(dtypes: set[torch.dtype | None]) -> torch.dtype | None:

@@ -964,3 +964,82 @@ def test_r2_e22_a_nan_output_gradient_reads_inf_nan_in_the_report_not_0_percent(
     labels = {"(model)" if not m.name else m.name for m in bad}
     bad_rows = [line for line in table if line.split() and line.split()[0] in labels]
     assert bad_rows and all("inf/NaN" in line and " 0%" not in line for line in bad_rows)
+
+
+# --- The gradient counts (counted together at collect, on copies of the strided samples) -------------------
+
+def _old_counts(g: torch.Tensor) -> tuple[int, int, int]:
+    """The per-tensor counts the recorder made in each hook before they were batched: (lost, non-zero, size) of
+    the strided sample, lost = |x| < fp16's smallest normal."""
+    from ampcourse.recorder import FP16_NORMAL_MIN, SAMPLE
+    flat = g.reshape(-1)
+    a = flat if flat.numel() <= SAMPLE else flat[:: flat.numel() // SAMPLE][:SAMPLE]
+    return int((a.abs() < FP16_NORMAL_MIN).sum()), int(torch.count_nonzero(a)), a.numel()
+
+
+def _known_gradient(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Zeros (+0 and -0), fp16 subnormals of both signs, exactly 2**-14 (normal: not lost) and its neighbours,
+    normal values, in a fixed pattern that the stride of a sample does not line up with."""
+    tiny = 2.0**-14
+    pattern = torch.tensor([0.0, -0.0, 1e-6, -3e-5, tiny, -tiny, tiny * (1 - 2**-10), tiny * (1 + 2**-10), 0.5,
+                            -2.0, 1e-30, 7.0, 0.0])
+    return pattern.repeat(n // len(pattern) + 1)[:n].to(dtype)
+
+
+def test_batched_counts_equal_the_per_tensor_counts_for_each_dtype_with_nan_inf_and_signed_zeros():
+    """Every float dtype, sizes below, at and above SAMPLE, a non-contiguous tensor, interleaved (collect counts
+    each size and dtype together: the counts must come back in the hooks' order)."""
+    from ampcourse.recorder import SAMPLE, _count_samples, _magnitudes, _sample
+    tensors = []
+    for n in (3 * SAMPLE + 5, 13, SAMPLE, 1, 64, SAMPLE + 1):
+        for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            t = _known_gradient(n, dtype)
+            if n == 64:
+                t[5], t[6], t[7] = math.nan, math.inf, -math.nan
+            tensors.append(t)
+            tensors.append(_known_gradient(40, dtype).view(5, 8).t())  # not contiguous
+    counts = _count_samples([_magnitudes(_sample(t)) for t in tensors]).tolist()
+    k = len(tensors)
+    assert [(counts[i], counts[k + i]) for i in range(k)] == [_old_counts(t)[:2] for t in tensors]
+
+
+def test_batched_counts_in_a_model_equal_the_per_tensor_counts_of_its_known_gradients():
+    """A model whose gradients are known: the loss is sum(float(half(x * w0 * w1)) * c) with x, w0, w1 ones, so
+    every gradient is c rounded to fp16 (the cast's backward rounds it; 1e-30 becomes 0), in float32 for the
+    two weights and their modules' outputs, in float16 for the cast's output (and the model's, the same tensor)."""
+    from ampcourse.recorder import SAMPLE
+
+    class Weight(nn.Module):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(n))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.w
+
+    class Half(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.half()
+
+    for n in (100, 3 * SAMPLE + 5):
+        model = nn.Sequential(Weight(n), Weight(n), Half())
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        c = _known_gradient(n)
+        rec = AmpRecorder(model, optimizer)
+        optimizer.zero_grad()
+        loss = (model(torch.ones(n)).float() * c).sum()
+        loss.backward()
+        optimizer.step()
+        rec.step(loss)
+        rec.detach()
+        r = rec.records[0]
+        g16 = c.half()
+        for name, g in (("0.w", g16.float()), ("1.w", g16.float())):
+            lost, _, size = _old_counts(g)
+            assert r.param_grad_lost[name] == lost / size
+        modules = {m.name: m for m in r.modules}
+        for name, g in (("0", g16.float()), ("1", g16.float()), ("2", g16), ("", g16)):
+            lost, nonzero, size = _old_counts(g)
+            m = modules[name]
+            assert (m.grad_lost, m.grad_subnormal) == (lost / size, (lost - (size - nonzero)) / nonzero), name
+            assert 0 < m.grad_subnormal < 1 and 0 < m.grad_lost < 1
