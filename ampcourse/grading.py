@@ -1064,8 +1064,10 @@ def pass_line_missing(task: str, stdout: str) -> bool:
     """Whether a check cell that ended "ok" failed to print its check's own ``✓ Task N`` line (every check that
     passes prints it: ``ampcourse.checks.passed``), as when an answer cell swallowed the check's error."""
     number = re.match(r"Task (\d+)\b", task)
-    mark = rf"^✓ Task {number.group(1)}(?!\d)" if number else r"^✓ "  # "✓ Task 2a" is Task 2's
-    return re.search(mark, stdout, re.M) is None
+    # Anywhere in the output, not only at a line's start: an answer the check calls may print without a newline
+    # (print(n, end=" ")), and the ✓ line then follows on the same line. "✓ Task 2a" is Task 2's.
+    mark = rf"✓ Task {number.group(1)}(?!\d)" if number else r"✓ "
+    return re.search(mark, stdout) is None
 
 
 def output_problem(task: str, status: str, stdout: str, errors: list) -> str | None:

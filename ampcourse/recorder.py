@@ -130,10 +130,12 @@ class StepRecord:
         loss: the loss as passed (float; inf/NaN if it was).
         scale_before, scale_after: ``scaler.get_scale()`` before the step and after its ``update()`` (None
             without an enabled scaler).
-        stepped: the optimizer applied the step: ``optimizer.step()`` ran (``register_step_post_hook``) and, with
-            an enabled GradScaler, the scale did not go down. ``GradScaler.step`` calls the ``step()`` of a fused
-            optimizer (``fused=True`` Adam, AdamW, SGD: ``_step_supports_amp_scaling``) also when a gradient is
-            inf/NaN, and the fused kernel then leaves the weights alone, so the hook alone cannot tell.
+        stepped: the optimizer applied the step: ``optimizer.step()`` ran (``register_step_post_hook``) and
+            did not skip it. ``GradScaler.step`` calls the ``step()`` of a fused optimizer (``fused=True`` Adam,
+            AdamW, SGD, Adagrad: ``_step_supports_amp_scaling``) also when a gradient is inf/NaN, handing it
+            ``optimizer.found_inf`` for the call, and the fused kernel then leaves the weights alone: the hook
+            reads that flag. (The scale going down is not the test: a scaler shared by two optimizers lowers
+            it when either overflowed, and a resumed scaler changes it between steps.)
         skipped: it did not (with a scaler: the scaler skipped it because a gradient was inf/NaN).
         step_called: ``optimizer.step()`` ran (the hook fired), applied or not.
         scale_decreased: the scale went down (:func:`~ampcourse.scaler_run.step_was_skipped`).
@@ -233,6 +235,13 @@ def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     (``abs().amax()`` copies the tensor; ``vector_norm(t, inf)`` is 5-10x slower on CPU): max |x| is taken from
     the pair on the host, after the step's one transfer (:func:`_abs_max_of`), so a measured tensor costs one op."""
     return torch.aminmax(t.detach())
+
+
+def _input_ok(values: list[float], i: int) -> bool:
+    """An input measured at ``i`` (its max |x|; its max at ``i + 1``) holds no NaN and no +inf. A -inf is left
+    out on purpose: an additive attention mask (``nn.Transformer.generate_square_subsequent_mask``) is -inf by
+    design, and softmax turns it into 0."""
+    return not math.isnan(values[i]) and values[i + 1] != math.inf
 
 
 def _abs_max_of(low: float, high: float) -> float:
@@ -494,7 +503,7 @@ class _Probe:
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
         return {
             "autocast_dtype": _lowest(self.autocast),
-            "input_finite": None if not self.inputs else all(math.isfinite(values[i]) for i in inputs),
+            "input_finite": None if not self.inputs else all(_input_ok(values, i) for i in inputs),
             "modules": self._modules(peaks, outs, events, values),
             **_forward_culprit(calls, values),
             "first_nonfinite_backward": _backward_culprit(events, values),
@@ -600,7 +609,7 @@ def _forward_culprit(calls: list[tuple], values: list[float]) -> dict[str, str |
         return {"first_nonfinite_module": None, "first_nonfinite_output": None}
     by_number = {c[1]: c for c in calls}
     call = bad
-    while call is not None and not all(math.isfinite(values[i]) for i in call[3]):
+    while call is not None and not all(_input_ok(values, i) for i in call[3]):
         call = by_number.get(call[2])
     return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
 
@@ -714,6 +723,7 @@ class AmpRecorder:
         self._params = [(_clean(n), p, id(p) in embeddings) for n, p in model.named_parameters() if p.requires_grad]
         self._records: list[StepRecord] = []
         self._optimizer_steps = 0
+        self._found_inf: list[torch.Tensor | None] = []  # per step() call of a fused optimizer: its found_inf
         self._step_handle = optimizer.register_step_post_hook(self._on_optimizer_step)
         self._epoch0 = None if scheduler is None else int(scheduler.last_epoch)
         self._scale = self._read_scale()
@@ -729,6 +739,13 @@ class AmpRecorder:
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_steps += 1
+        # GradScaler.step sets optimizer.found_inf for a fused optimizer's step() (deleted after it): the kernel
+        # skipped the update when it is nonzero. An optimizer given grad_scaler= reads the scaler itself: None.
+        found = getattr(optimizer, "found_inf", None)
+        if "grad_scaler" in kwargs:
+            self._found_inf.append(None)
+        elif isinstance(found, torch.Tensor):
+            self._found_inf.append(found.detach())
 
     def _read_scale(self) -> float | None:
         if self.scaler is None or not self.scaler.is_enabled():
@@ -757,10 +774,15 @@ class AmpRecorder:
             raise RuntimeError("this AmpRecorder is detached: create a new one to record more steps")
         value = _as_loss(loss)
         called, self._optimizer_steps = self._optimizer_steps > 0, 0
+        found, self._found_inf = self._found_inf, []
         before, after = self._scale, self._read_scale()
         decreased = bool(before and after is not None and step_was_skipped(before, after))
-        # a fused optimizer's step() runs on a skipped step too (its kernel skips the update): the scale decides
-        stepped = called and not decreased
+        if not called:
+            stepped = False  # a non-fused optimizer's step() is not called on a skipped step
+        elif any(flag is None for flag in found):
+            stepped = not decreased  # grad_scaler= optimizers: only the scale tells
+        else:
+            stepped = not any(float(flag) for flag in found)  # fused: skipped when found_inf was set
         sampled = {}
         if self._probe is not None:
             self._probe.remove()

@@ -226,6 +226,10 @@ def plan_at_or_above(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p < LIMIT / 4])
 
 
+def plan_two_to_the_14(peaks, bf16):  # review rev24-r3 E3: 2**14 taken for 65504 / 4
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= 2.0**14])
+
+
 def plan_always_fp16(peaks, bf16):
     return "float16", [n for n, p in peaks.items() if not p <= LIMIT / 4]
 
@@ -353,7 +357,8 @@ WRONG = {
         "fp16 spelt short": (plan_short_fp16, "return 'float16'"),
         "inf/NaN modules kept in FP32 under bf16": (plan_nonfinite_kept_in_bf16, "in bf16 no module needs fp32"),
         "the 2-bit rule against bf16's max": (plan_rule_against_bf16_max, "in bf16 no module needs fp32"),
-        "a 1-bit threshold (peak > 65504 / 2)": (plan_one_bit, "b at 16392.4 (1.999 bits below 65504)"),
+        "a 1-bit threshold (peak > 65504 / 2)": (plan_one_bit, "b at 16392.4 (1.9986 bits below 65504)"),
+        "2**14 for 65504 / 4": (plan_two_to_the_14, "d at 16380 (1.9996 bits below 65504)"),
         "nothing kept": (plan_nothing, "240000 (above 65504)"),
     },
 }

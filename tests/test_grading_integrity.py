@@ -409,6 +409,9 @@ def test_a_check_cell_that_hid_its_error_does_not_pass():
     assert "changed how IPython reports errors" in grading.output_problem(
         task, "ok", "✓ Task 2 (amp_forward)\n", [("CheckFailed", "✗ Task 2 (amp_forward): wrong")])
     assert grading.output_problem(task, "error", "", [("CheckFailed", "wrong")]) is None  # failed on its own
+    # review rev25-r3 E2: an honest answer the check calls printed without a newline (print(n, end=" "))
+    assert grading.output_problem(task, "ok", "3 12 ✓ Task 2 (amp_forward): fine\n", []) is None
+    assert "ended without" in grading.output_problem("Task 1 · x", "ok", "✓ Task 10 (y): ok\n", [])
 
 
 def test_an_unverified_check_or_a_thread_running_the_answers_code_is_never_a_clean_pass():

@@ -1043,3 +1043,60 @@ def test_batched_counts_in_a_model_equal_the_per_tensor_counts_of_its_known_grad
             m = modules[name]
             assert (m.grad_lost, m.grad_subnormal) == (lost / size, (lost - (size - nonzero)) / nonzero), name
             assert 0 < m.grad_subnormal < 1 and 0 < m.grad_lost < 1
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_r3_e1_two_optimizers_sharing_a_scaler_the_recorded_one_s_applied_step_is_applied(fused):
+    """Review rev24-r3 E1: GradScaler.update() lowers the scale when either optimizer overflowed, but step()
+    skips only that optimizer: the recorded optimizer's step was applied (its weights moved)."""
+    torch.manual_seed(0)
+    good, bad = nn.Linear(4, 4), nn.Linear(4, 4)
+    opt_good = torch.optim.SGD(good.parameters(), lr=0.1, fused=fused)
+    opt_bad = torch.optim.SGD(bad.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    rec = AmpRecorder(good, opt_good, scaler)
+    x = torch.randn(8, 4)
+    before = good.weight.detach().clone()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = good(x).float().pow(2).mean() + bad(x * 1e4).float().pow(2).mean() * 1e4  # bad's grads overflow
+    scaler.scale(loss).backward()
+    scaler.step(opt_good)
+    scaler.step(opt_bad)
+    scaler.update()
+    rec.step(loss)
+    rec.detach()
+    moved = not torch.equal(good.weight, before)
+    record = rec.records[-1]
+    assert record.scale_decreased and moved, (record, moved)  # the case: a lower scale, an applied step
+    assert record.stepped and not record.skipped
+
+
+def test_r3_e2_a_minus_inf_attention_mask_is_not_a_broken_batch():
+    """Review rev24-r3 E2: torch's own causal mask (-inf above the diagonal) passed to the model is not
+    nonfinite_input, and a healthy run with it is healthy."""
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.out = nn.Linear(8, 8), nn.Linear(8, 1)
+
+        def forward(self, x, mask):
+            scores = self.q(x) @ x.transpose(-1, -2) / 8 + mask
+            return self.out(scores.softmax(-1) @ x)
+
+    torch.manual_seed(0)
+    model = Masked()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu")
+    rec = AmpRecorder(model, optimizer, scaler)
+    mask = nn.Transformer.generate_square_subsequent_mask(8)
+    for step in range(3):
+        x = torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(step))
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, mask=mask).float().pow(2).mean()
+        optimizer_step(loss, optimizer, scaler)
+        rec.step(loss)
+    rec.detach()
+    assert all(r.input_finite for r in rec.records if r.sampled)
+    assert kinds(rec) == ["healthy"], rec.findings()

@@ -327,7 +327,8 @@ def plan_rule(peaks: Mapping[str, float], bf16: bool) -> tuple[str, list[str]]:
 CASES: list[tuple[dict[str, float], bool]] = [
     ({"blocks.0.mlp.out": 3.0, "blocks.1.mlp.out": 2.4e5, "head": 30.0}, True),
     ({"blocks.0.mlp.out": 3.0, "blocks.1.mlp.out": 2.4e5, "head": 30.0}, False),
-    ({"a": FP16_MAX / 4, "b": FP16_MAX / 4 * 1.001, "c": FP16_MAX}, False),  # exactly 2 bits below: not low
+    # a: exactly 2 bits below (not low); d: between 65504 / 4 = 16376 and 2**14 = 16384 (a threshold of 2**14 misses it)
+    ({"a": FP16_MAX / 4, "b": FP16_MAX / 4 * 1.001, "c": FP16_MAX, "d": 16380.0}, False),
     ({"x": math.inf, "y": 1.0, "z": math.nan}, False),
     ({"enc.wo": 7e4, "enc.wi": 1.5e4, "dec.wo": 2e4}, False),
     ({}, False),
@@ -376,7 +377,7 @@ def finetune_plan(fn) -> None:
             why = ("a module within 2 bits of 65504 (peak > 65504 / 4 = 16376) overflows with a little growth: keep "
                    "it in FP32, not only those already above 65504.")
         elif missing:
-            shown = ", ".join(f"{n} at {peaks[n]:g} (" + (f"{math.log2(FP16_MAX / peaks[n]):.3f} bits below 65504)"
+            shown = ", ".join(f"{n} at {peaks[n]:g} (" + (f"{math.log2(FP16_MAX / peaks[n]):.4f} bits below 65504)"
                                                           if peaks[n] <= FP16_MAX else "above 65504)")
                               for n in missing)
             why = (f"the threshold is less than 2 bits of headroom, peak > 65504 / 4 = 16376: {shown} — keep "
