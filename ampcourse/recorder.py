@@ -2,12 +2,13 @@
 
 :class:`AmpRecorder` attaches to a model, its optimizer and (optionally) its ``torch.amp.GradScaler`` and
 learning-rate scheduler; the training loop stays the user's own, with one added call, ``rec.step(loss)``
-after each ``scaler.update()``. It records, per step, through public PyTorch APIs only:
+after each ``scaler.update()``. It records, per step, through public PyTorch APIs (one flag excepted, below):
 
 * every step: the loss, the scale before and after the step, whether the optimizer applied the step
-  (``optimizer.step()`` ran, seen by ``Optimizer.register_step_post_hook``, and, with an enabled GradScaler, the
-  scale did not go down, :func:`ampcourse.scaler_run.step_was_skipped`: a fused optimizer's ``step()`` runs even
-  on a step the scaler skips, and its kernel skips the update itself), the lr and the scheduler's ``last_epoch``;
+  (``optimizer.step()`` ran, seen by ``Optimizer.register_step_post_hook``; a fused optimizer's ``step()`` runs
+  even on a step the scaler skips, and its kernel skips the update itself when the ``found_inf`` flag that
+  ``GradScaler.step`` sets on it for the call is nonzero: the hook reads that flag, the one attribute read that
+  the PyTorch docs do not list), the lr and the scheduler's ``last_epoch``;
 * on sampled steps (``every=N``: steps 0, N, 2N, ..., and the step after an unsampled skipped or non-finite
   one; the hooks are attached only for those steps, so the other steps run at full speed): the module whose
   forward pass made the first inf or NaN (the first module whose output holds one, if its inputs were finite;
