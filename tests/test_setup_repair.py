@@ -315,8 +315,10 @@ def test_ctrl_c_during_setup_says_interrupted_not_offline(tmp_path):
     venv = make_venv(tmp_path, stamp=False)
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("AMPCOURSE_", "VIRTUAL_ENV"))}
     environment.update(AMPCOURSE_VENV=str(venv), FAKE_PIP_LOG=str(tmp_path / "pip.log"), FAKE_PIP_WAIT="1")
+    # its own process group, as a terminal's foreground job, with Ctrl-C's default action (a pytest-xdist worker
+    # ignores SIGINT, and a signal ignored when bash starts cannot be trapped: a terminal's job does not ignore it)
     run = subprocess.Popen([str(ROOT / "course"), "setup"], stderr=subprocess.PIPE, text=True, env=environment,
-                           start_new_session=True)  # its own process group, as a terminal's foreground job
+                           start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not any(c.startswith("install") for c in pip_calls(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.05)
