@@ -44,6 +44,7 @@ is faster or slower than FP32 on it (lesson 06 measures it): :func:`cpu_bf16_fea
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from collections.abc import Callable, Mapping
@@ -390,3 +391,15 @@ def describe(device: torch.device | None = None) -> Hardware:
         recommendation=rec,
         bf16_note=note,
     )
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run torch's CPU ops on one thread inside the block (the thread count is restored after it). Small ops
+    timed on a loaded machine otherwise wait for descheduled threads: the scheduler is measured, not the op."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -1011,12 +1011,10 @@ def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
 def _one_thread():
     """Run small tensor ops on one thread: on a loaded 2-core machine, two threads on 32k-element ops spend more
     time waiting for each other than computing (5x slower here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    from .device import one_thread
+
+    with one_thread():
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @functools.lru_cache(maxsize=2)

@@ -144,12 +144,10 @@ def _one_cpu_thread(device: torch.device):
     if device.type != "cpu":
         yield
         return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    from ..device import one_thread
+
+    with one_thread():
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def readout(data: SpeedMemoryData) -> str:
