@@ -48,7 +48,7 @@ from .tables import Table
 from .troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale
 from .validate import as_int
 
-__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "SAMPLE", "TRAILING_SKIPS",
+__all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "SAMPLE", "TRAILING_SKIPS",
            "UNDERFLOW_FRACTION", "AmpRecorder", "Finding", "ModuleStats", "StepRecord"]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
@@ -59,6 +59,31 @@ SAMPLE = 16_384  # gradient fractions are counted on at most this many evenly st
 
 MIN_FREQUENT_SKIPS = 3  # frequent_skips: at least this many skips after the first applied step (1 or 2: settling)
 TRAILING_SKIPS = 3  # never healthy when the last this-many steps (or more) were all skipped
+
+def _fused_optimizers() -> tuple[str, ...]:
+    """The ``torch.optim`` classes that, made with ``fused=True``, set ``_step_supports_amp_scaling``: those whose
+    ``step()`` ``GradScaler.step`` calls also on a step it skips (read from the installed torch, not typed)."""
+    import inspect
+
+    names = []
+    for name in sorted(dir(torch.optim)):
+        cls = getattr(torch.optim, name)
+        if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
+            continue
+        try:
+            if "fused" not in inspect.signature(cls).parameters:
+                continue
+            optimizer = cls([nn.Parameter(torch.zeros(1))], lr=0.1, fused=True)
+        except (TypeError, ValueError, RuntimeError):
+            continue
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            names.append(name)
+    return tuple(names)
+
+
+FUSED_OPTIMIZERS = _fused_optimizers()
+"""The optimizers (class names in ``torch.optim``) whose ``fused=True`` form GradScaler steps on a skipped step:
+Adagrad, Adam, AdamW and SGD in torch 2.13."""
 
 KINDS = ("overflow", "nonfinite_input", "nonfinite_loss", "nonfinite_grad", "scale_collapse", "frequent_skips",
          "underflow",
@@ -94,12 +119,16 @@ class ModuleStats:
         peak: the largest |value| of its floating-point outputs (inf if one is inf, NaN if one is NaN).
         limit: the largest finite value of the dtype it is measured against: its output's dtype when that is
             float32 (an ``FP32Island``, a float32 op) or autocast was off, else the autocast dtype (what the next
-            autocast op casts to).
+            autocast op casts to); a float32 output becomes measured against the autocast dtype when a module that
+            runs autocast's low-precision ops (a Linear, a convolution) receives it and returns the autocast dtype.
         grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
             holds it: multiplied by the loss scale) that is 0 or below fp16's normal range, counted on at most
             :data:`SAMPLE` evenly strided entries of each tensor; None if no gradient reached it.
         grad_subnormal: the fraction of its *non-zero* output-gradient entries below fp16's normal range.
         grad_finite: whether that gradient was finite (None if none reached it).
+        dtype: its (first floating-point) output's dtype.
+        cast_by: for a float32 output measured against the autocast dtype, the first module that received it
+            and ran a low-precision op on it (its output in the autocast dtype); None otherwise.
     """
 
     name: str
@@ -109,6 +138,8 @@ class ModuleStats:
     grad_lost: float | None = None
     grad_subnormal: float | None = None
     grad_finite: bool | None = None
+    dtype: torch.dtype | None = None
+    cast_by: str | None = None
 
     @property
     def finite(self) -> bool:
@@ -132,8 +163,8 @@ class StepRecord:
         scale_before, scale_after: ``scaler.get_scale()`` before the step and after its ``update()`` (None
             without an enabled scaler).
         stepped: the optimizer applied the step: ``optimizer.step()`` ran (``register_step_post_hook``) and
-            did not skip it. ``GradScaler.step`` calls the ``step()`` of a fused optimizer (``fused=True`` Adam,
-            AdamW, SGD, Adagrad: ``_step_supports_amp_scaling``) also when a gradient is inf/NaN, handing it
+            did not skip it. ``GradScaler.step`` calls the ``step()`` of a fused optimizer (``fused=True``, one of
+            :data:`FUSED_OPTIMIZERS`: ``_step_supports_amp_scaling``) also when a gradient is inf/NaN, handing it
             ``optimizer.found_inf`` for the call, and the fused kernel then leaves the weights alone: the hook
             reads that flag. (The scale going down is not the test: a scaler shared by two optimizers lowers
             it when either overflowed, and a resumed scaler changes it between steps.)
@@ -299,6 +330,7 @@ class _Probe:
         self.samples: list[tuple[torch.Tensor, torch.dtype]] = []
         self.peaks: dict[str, list[int]] = {}
         self.limits: dict[str, float] = {}
+        self.dtypes: dict[str, torch.dtype] = {}
         self.autocast: set[torch.dtype | None] = set()
         self.grad_out: dict[str, list[tuple[int, int, int]]] = {}  # lost, non-zero (indices), counted
         self.events: list[tuple[tuple[tuple[str, bool], ...], int]] = []  # (gradient roles, its peak)
@@ -312,6 +344,8 @@ class _Probe:
         self._peaks: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (tensor, its peak)
         self._roles: dict[int, tuple[weakref.ref, list[tuple[str, bool]]]] = {}  # id(tensor) -> gradient roles
         self._made_by: dict[int, tuple[weakref.ref, list[str]]] = {}  # id(float32 output) -> modules returning it
+        self._casts: dict[int, tuple[torch.dtype, list[str]]] = {}  # call number -> (autocast dtype, producers)
+        self.cast_by: dict[str, str] = {}  # producer -> the first module that cast its float32 output down
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
         for name, module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
@@ -327,6 +361,7 @@ class _Probe:
         self._peaks.clear()
         self._roles.clear()
         self._made_by.clear()
+        self._casts.clear()
 
     def _root_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         self.inputs += [self._peak(t) for t in _inputs(args, kwargs)]
@@ -367,40 +402,57 @@ class _Probe:
 
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
             inputs = _inputs(args, kwargs)
-            self._stack.append((name, self._started, [self._peak(t) for t in inputs]))
+            number = self._started
+            self._stack.append((name, number, [self._peak(t) for t in inputs]))
             self._started += 1
             if casts and self._made_by:
-                self._cast_inputs(inputs)
+                self._float32_inputs(number, inputs)
         return hook
 
-    def _cast_inputs(self, inputs: list[torch.Tensor]) -> None:
-        """A float32 input of a module that runs autocast's low-precision ops is cast down there: the modules
-        that returned it are measured against the autocast dtype (on CUDA a LayerNorm's float32 output, say)."""
+    def _float32_inputs(self, number: int, inputs: list[torch.Tensor]) -> None:
+        """Note the float32 inputs, made by watched modules, of a call of a module that may run autocast's
+        low-precision ops on them; its forward hook decides (:meth:`_cast_down`)."""
         for t in inputs:
             entry = self._made_by.get(id(t))
             if t.dtype != torch.float32 or entry is None or entry[0]() is not t:
                 continue
             device = t.device.type
             if torch.is_autocast_enabled(device):
-                limit = _largest(torch.get_autocast_dtype(device))
-                for producer in entry[1]:
-                    self.limits[producer] = min(limit, self.limits[producer])
+                dtype, producers = self._casts.setdefault(number, (torch.get_autocast_dtype(device), []))
+                producers += [p for p in entry[1] if p not in producers]
 
-    def _pop_call(self, name: str, outs: list[torch.Tensor]) -> None:
+    def _cast_down(self, name: str, number: int | None, outs: list[torch.Tensor]) -> None:
+        """A module that received float32 inputs (:meth:`_float32_inputs`) and returned the autocast dtype ran a
+        low-precision op on them: it cast them down, so their producers are measured against that dtype (on CUDA
+        a LayerNorm's float32 output, say). One that returned float32 (its own forward turned autocast off, an
+        "FP32 head") cast nothing."""
+        pending = self._casts.pop(number, None) if number is not None else None
+        if pending is None or not outs or outs[0].dtype != pending[0]:
+            return
+        limit = _largest(pending[0])
+        for producer in pending[1]:
+            if limit < self.limits[producer]:
+                self.limits[producer] = limit
+                self.cast_by.setdefault(producer, name)
+
+    def _pop_call(self, name: str, outs: list[torch.Tensor]) -> int | None:
         """Close this module's call (the innermost running call of that name; calls left open above it by an
-        exception are dropped) and record it with its parent call and its input and output peaks."""
+        exception are dropped) and record it with its parent call and its input and output peaks; its number."""
         i = next((k for k in range(len(self._stack) - 1, -1, -1) if self._stack[k][0] == name), None)
         if i is None:
-            return
+            return None
         _, started, inputs = self._stack[i]
         del self._stack[i:]
         parent = self._stack[-1][1] if self._stack else None
         self.calls.append((name, started, parent, inputs, [self._peak(t) for t in outs]))
+        return started
 
     def _forward_hook(self, name: str) -> Callable:
         def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             outs = _tensors(output)
-            self._pop_call(name, outs)
+            number = self._pop_call(name, outs)
+            if self._casts:
+                self._cast_down(name, number, outs)
             if not outs:
                 return
             device = outs[0].device.type
@@ -414,6 +466,7 @@ class _Probe:
             if name not in self.peaks:
                 self.order.append(name)
                 self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
+                self.dtypes[name] = own
             self.peaks[name] += [self._peak(t) for t in outs]
             self.limits[name] = min(limit, self.limits[name])
             if autocast:
@@ -530,7 +583,8 @@ class _Probe:
                 zero = total - nonzero
                 grad = {"grad_lost": lost / total, "grad_finite": out_finite.get(name, True),
                         "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0}
-            stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
+            stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
+                                     dtype=self.dtypes[name], cast_by=self.cast_by.get(name)))
         return tuple(stats)
 
 
@@ -939,7 +993,8 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     names = [m.name for m in r.modules]
     cast = next((m for m in r.modules if m.finite and m.peak > m.limit), None)  # a float32 output, too big
     nan = (_module(r, output) or _module(r, name) or ModuleStats("", "", math.inf, 1.0)).peak
-    if cast is not None and output in names and names.index(cast.name) < names.index(output):
+    cast_down = cast is not None and output in names and names.index(cast.name) < names.index(output)
+    if cast_down:
         name = cast.name
         what = (f"{_label(name)} ({cast.kind}) returns float32 values up to {cast.peak:.4g} (step {r.step}), above "
                 f"{_limit_name(cast.limit)}'s largest value; the module that receives them, {_label(output)}, "
@@ -952,7 +1007,9 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
         what = (f"{_label(name)}{kind} is the first module whose output holds inf/NaN (step {r.step}; every later "
                 "module only inherits it)")
     invalid = "0/0, or sqrt or log of a negative number: an eps, a clamp or a mask fixes that"
-    if r.autocast_dtype == torch.float16 and math.isnan(nan):
+    if cast_down:
+        fix = _cast_down_fix(cast, cast.cast_by or output)
+    elif r.autocast_dtype == torch.float16 and math.isnan(nan):
         fix = (f"its output holds NaN, not inf: either a value passed float16's largest value, {FP16_MAX:g}, and "
                "the inf became NaN (inf - inf or 0 × inf, as in a softmax over an inf score), or an invalid "
                f"operation made it directly ({invalid}). For an overflow: run it in FP32 "
@@ -1062,6 +1119,10 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         later = (f" (The forward overflow in {_label(overflow.where)} from step {overflow.step} on came later: "
                  "see the overflow finding.)")
         sampled = [r for r in sampled if r.step < overflow.step]
+    bad_input = kinds.get("nonfinite_input")
+    if bad_input is not None and (first_skip is None or bad_input.step <= first_skip):
+        return "input", (f"the batch holds inf/NaN (step {bad_input.step}, see the nonfinite_input finding): no loss "
+                         "scale can fix broken data — fix the data." + later)
     if "nonfinite_loss" in kinds and (overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
     skipped = [r for r in sampled if r.skipped]
@@ -1181,17 +1242,36 @@ def _lost_activation(module: ModuleStats | None) -> bool:
     return module.grad_lost >= 1.0 or (module.grad_subnormal or 0.0) > UNDERFLOW_FRACTION
 
 
+def _cast_down_fix(m: ModuleStats, consumer: str | None) -> str:
+    """The fix for a module whose float32 output is cast down to the autocast dtype by the next module: it runs
+    in FP32 already, so "run it in FP32" is no fix."""
+    by = _label(consumer or m.cast_by or "the next module")
+    return (f"it already runs in float32; its float32 output is cast to {_limit_name(m.limit)} by {by}, which "
+            f"receives it: extend the FP32 region over {by} too (one FP32Island around both), keep its values "
+            "smaller (a smaller norm weight, normalise what feeds it), or train in bf16.")
+
+
 def _low_headroom(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    """A finite peak with less than LOW_HEADROOM_BITS of headroom. A peak above the limit (a float32 output too
+    large for the dtype the next module casts it to) is below 0 bits: the overflow finding names it when the cast
+    made inf; this one says 'above'."""
     for r in sampled:
         low = [m for m in r.modules if m.finite and m.headroom_bits < LOW_HEADROOM_BITS]
         if low:
             m = low[0]
             others = ", ".join(_label(x.name) for x in low[1:4]) + (", ..." if len(low) > 4 else "")
+            bits = m.headroom_bits
+            where = (f"{bits:.1f} bits below the largest value {m.limit:g} of {_limit_name(m.limit)} (less than "
+                     f"{LOW_HEADROOM_BITS:g}): a little growth overflows it" if bits >= 0 else
+                     f"{-bits:.1f} bits above the largest value {m.limit:g} of {_limit_name(m.limit)}: it overflows "
+                     "when cast to it")
+            if m.dtype == torch.float32 and m.limit < _largest(torch.float32):
+                fix = _cast_down_fix(m, m.cast_by)
+                fix = fix[0].upper() + fix[1:]
+            else:
+                fix = "Normalise what feeds it, run it in FP32 (FP32Island) or train in bf16."
             return Finding("low_headroom", r.step, m.name,
-                           f"{_label(m.name)} ({m.kind}) peaks at {m.peak:.4g}, {m.headroom_bits:.1f} bits below the "
-                           f"largest value {m.limit:g} of {_limit_name(m.limit)} (less than "
-                           f"{LOW_HEADROOM_BITS:g}): a little growth overflows it. Normalise what feeds it, run it in "
-                           "FP32 (FP32Island) or train in bf16."
+                           f"{_label(m.name)} ({m.kind}) peaks at {m.peak:.4g}, {where}. {fix}"
                            + (f" Also near the limit: {others}." if others else ""))
     return None
 
