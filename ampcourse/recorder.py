@@ -48,8 +48,8 @@ from .tables import Table
 from .troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale
 from .validate import as_int
 
-__all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "SAMPLE", "TRAILING_SKIPS",
-           "UNDERFLOW_FRACTION", "AmpRecorder", "Finding", "ModuleStats", "StepRecord"]
+__all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "SAMPLE",
+           "TRAILING_SKIPS", "UNDERFLOW_FRACTION", "AmpRecorder", "Finding", "ModuleStats", "StepRecord"]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
