@@ -55,7 +55,7 @@ FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
-SAMPLE = 16_384  # gradient fractions are counted on at most this many evenly strided entries of each tensor
+SAMPLE = 4096  # gradient fractions are counted on at most this many evenly strided entries of each tensor
 
 MIN_FREQUENT_SKIPS = 3  # frequent_skips: at least this many skips after the first applied step (1 or 2: settling)
 TRAILING_SKIPS = 3  # never healthy when the last this-many steps (or more) were all skipped
@@ -335,10 +335,12 @@ class _Probe:
         self.grad_out: dict[str, list[tuple[int, int, int]]] = {}  # lost, non-zero (indices), counted
         self.events: list[tuple[tuple[tuple[str, bool], ...], int]] = []  # (gradient roles, its peak)
         self.params: dict[str, tuple[int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
+        # (an index of flat; or -1 - k: the norm of sample k, the whole gradient)
         self.inputs: list[int] = []
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
         self.calls: list[tuple[str, int, int | None, list[int], list[int]]] = []
-        self._stack: list[tuple[str, int, list[int]]] = []  # running calls: name, call number, inputs
+        self._stack: list[tuple[str, int, list[int], list[torch.Tensor]]] = []  # running calls: name, call
+        # number, its input peaks, its inputs
         self._started = 0
         self.removed = False  # set by remove(): a tensor hook of a pending backward then does nothing
         self._peaks: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (tensor, its peak)
@@ -372,11 +374,15 @@ class _Probe:
         return len(self.flat) - 1
 
     def _keep_sample(self, g: torch.Tensor) -> tuple[int, int]:
-        """Keep ``g``'s strided sample for collect(), as magnitudes (:func:`_magnitudes`: a copy, one kernel);
-        (-1 - its number, its size)."""
-        a = _magnitudes(_sample(g))
-        self.samples.append(a)
-        return -len(self.samples), a[0].numel()
+        """Keep a copy of ``g``'s strided sample (:func:`_sample`) for collect() (one kernel); (-1 - its number,
+        its size)."""
+        flat = g.reshape(-1)
+        n = flat.numel()
+        if n > SAMPLE:
+            flat = flat[:: n // SAMPLE][:SAMPLE]
+            n = SAMPLE
+        self.samples.append((flat.clone(), flat.dtype))  # a plain copy: _magnitudes runs once per group later
+        return -len(self.samples), n
 
     def _peak(self, t: torch.Tensor) -> int:
         entry = self._peaks.get(id(t))
@@ -403,7 +409,7 @@ class _Probe:
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
             inputs = _inputs(args, kwargs)
             number = self._started
-            self._stack.append((name, number, [self._peak(t) for t in inputs]))
+            self._stack.append((name, number, [self._peak(t) for t in inputs], inputs))
             self._started += 1
             if casts and self._made_by:
                 self._float32_inputs(number, inputs)
@@ -435,22 +441,27 @@ class _Probe:
                 self.limits[producer] = limit
                 self.cast_by.setdefault(producer, name)
 
-    def _pop_call(self, name: str, outs: list[torch.Tensor]) -> int | None:
+    def _pop_call(self, name: str, outs: list[torch.Tensor]) -> tuple[int | None, list[int], list | None]:
         """Close this module's call (the innermost running call of that name; calls left open above it by an
-        exception are dropped) and record it with its parent call and its input and output peaks; its number."""
-        i = next((k for k in range(len(self._stack) - 1, -1, -1) if self._stack[k][0] == name), None)
-        if i is None:
-            return None
-        _, started, inputs = self._stack[i]
-        del self._stack[i:]
-        parent = self._stack[-1][1] if self._stack else None
-        self.calls.append((name, started, parent, inputs, [self._peak(t) for t in outs]))
-        return started
+        exception are dropped) and record it with its parent call and its input and output peaks: (its number,
+        its output peaks, its input tensors)."""
+        stack = self._stack
+        i = len(stack) - 1
+        while i >= 0 and stack[i][0] != name:
+            i -= 1
+        peaks = [self._peak(t) for t in outs]
+        if i < 0:
+            return None, peaks, None
+        _, started, inputs, tensors = stack[i]
+        del stack[i:]
+        parent = stack[-1][1] if stack else None
+        self.calls.append((name, started, parent, inputs, peaks))
+        return started, peaks, tensors
 
     def _forward_hook(self, name: str) -> Callable:
         def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             outs = _tensors(output)
-            number = self._pop_call(name, outs)
+            number, out_peaks, inputs = self._pop_call(name, outs)
             if self._casts:
                 self._cast_down(name, number, outs)
             if not outs:
@@ -467,8 +478,9 @@ class _Probe:
                 self.order.append(name)
                 self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
                 self.dtypes[name] = own
-            self.peaks[name] += [self._peak(t) for t in outs]
-            self.limits[name] = min(limit, self.limits[name])
+            self.peaks[name] += out_peaks
+            if limit < self.limits[name]:
+                self.limits[name] = limit
             if autocast:
                 for t in outs:
                     if t.dtype == torch.float32:
@@ -480,7 +492,7 @@ class _Probe:
             if torch.is_grad_enabled():
                 for t in outs:
                     self._watch_gradient(t, name, is_input=False)
-                for t in _inputs(args, kwargs):
+                for t in inputs if inputs is not None else _inputs(args, kwargs):
                     self._watch_gradient(t, name, is_input=True)
         return hook
 
@@ -527,6 +539,10 @@ class _Probe:
             else:
                 lost, n = self._keep_sample(g)
                 counted = -1 - n
+                if n == g.numel():  # the sample is the whole gradient: its norm is counted with it at collect()
+                    self.params.pop(name, None)
+                    self.params[name] = (lost, counted, lost)  # sample k, stored as -1 - k
+                    return
             self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
             self.params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
         return hook
@@ -534,11 +550,10 @@ class _Probe:
     def collect(self, scale: float) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
         values: list[float] = []
-        counts = _count_samples(self.samples)
+        counts = _count_samples(self.samples, norms=True)
         if self.flat:
-            devices = {t.device for t in self.flat}
             # one kernel, and with the counts one transfer (float32 holds every count exactly: at most 2**24)
-            flat = torch.stack([t.cpu() for t in self.flat] if len(devices) > 1 else self.flat).float()
+            flat = _stack(self.flat).float()
             both = flat if counts is None else torch.cat([flat, counts.to(flat.device, torch.float32)])
             values = both.tolist()
             for i in self.pairs:
@@ -547,13 +562,15 @@ class _Probe:
             values = counts.tolist()
         lost_at = len(self.flat)
         nonzero_at = lost_at + len(self.samples)
+        norm_at = nonzero_at + len(self.samples)
 
         def lost(k: int) -> int:  # sample k (stored as -1 - k): the index of its count of lost entries
             return lost_at - 1 - k if k < 0 else k
 
         outs = {name: [(lost(i), nonzero_at - 1 - j, n) for i, j, n in counts]
                 for name, counts in self.grad_out.items()}
-        params = {name: (lost(i), counted, norm) for name, (i, counted, norm) in self.params.items()}
+        params = {name: (lost(i), counted, norm if norm >= 0 else norm_at - 1 - norm)
+                  for name, (i, counted, norm) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
         return {
             "autocast_dtype": _lowest(self.autocast),
@@ -617,27 +634,44 @@ def _count_rows(rows: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, t
     return lost, torch.ne(rows, 0, out=marks).sum(1, dtype=torch.int32)
 
 
-def _count_samples(samples: list[tuple[torch.Tensor, torch.dtype]]) -> torch.Tensor | None:
-    """For each gradient sample (a copy, kept by a hook), the number of entries that are 0 or below fp16's
-    normal range (|x| < :data:`FP16_NORMAL_MIN`), then for each the number of non-zero entries (one int32
-    tensor on the samples' device). The samples of one size and dtype (most are :data:`SAMPLE` long) are counted
-    together (:func:`_count_rows`: one ``stack``, one ``bitwise_and``, two comparisons, two sums), instead of
-    four kernels per tensor in its hook."""
+def _count_samples(samples: list[tuple[torch.Tensor, torch.dtype]], norms: bool = False) -> torch.Tensor | None:
+    """For each gradient sample (a copy kept by a hook, or its :func:`_magnitudes`: the same counts and norm),
+    the number of entries that are 0 or below fp16's normal range (|x| < :data:`FP16_NORMAL_MIN`), then for
+    each the number of non-zero entries (one int32 tensor on the samples' device). The samples of one size and
+    dtype (most are :data:`SAMPLE` long) are counted together (one ``stack``, one :func:`_magnitudes`,
+    :func:`_count_rows`: two comparisons, two sums), instead of four kernels per tensor in its hook.
+    ``norms``: then, for each, the 2-norm of the sample (all three parts float32, which holds every count
+    exactly): a parameter gradient of at most :data:`SAMPLE` entries is its whole sample, so its norm comes from
+    here, one kernel per group instead of one per parameter."""
     if not samples:
         return None
-    if len({t.device for t, _ in samples}) > 1:
-        samples = [(t.cpu(), dtype) for t, dtype in samples]
     groups: dict[tuple[int, torch.dtype], list[int]] = {}
     for k, (t, dtype) in enumerate(samples):
         groups.setdefault((t.numel(), dtype), []).append(k)
-    lost, nonzero = [], []
+    lost, nonzero, norm = [], [], []
     for (_, dtype), ks in groups.items():
-        counts = _count_rows(torch.stack([samples[k][0] for k in ks]), dtype)
+        rows = _stack([samples[k][0] for k in ks])
+        counts = _count_rows(_magnitudes(rows)[0], dtype)
         lost.append(counts[0])
         nonzero.append(counts[1])
+        if norms:
+            norm.append(torch.linalg.vector_norm(rows, dim=1, dtype=torch.float32))
+    if len({t.device for t in lost}) > 1:  # a model on several devices (a few groups: cheap to ask)
+        lost, nonzero, norm = ([t.cpu() for t in part] for part in (lost, nonzero, norm))
     order = [k for ks in groups.values() for k in ks]
     place = torch.tensor(order, device=lost[0].device).argsort()  # back to the samples' order
-    return torch.cat([torch.cat(lost)[place], torch.cat(nonzero)[place]])
+    if not norms:
+        return torch.cat([torch.cat(lost)[place], torch.cat(nonzero)[place]])
+    return torch.cat([torch.cat(lost).float()[place], torch.cat(nonzero).float()[place], torch.cat(norm)[place]])
+
+
+def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(tensors)``; on the CPU when they are on several devices (a model split across devices).
+    Asking each tensor's ``.device`` costs more than the stack on a small model: the error tells instead."""
+    try:
+        return torch.stack(tensors)
+    except RuntimeError:
+        return torch.stack([t.cpu() for t in tensors])
 
 
 def _lowest(dtypes: set[torch.dtype | None]) -> torch.dtype | None:
