@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -749,8 +750,12 @@ def _param_fields(params: dict[str, list[int]], values: list[float], scale: floa
 # --- The recorder ------------------------------------------------------------------------------------------
 
 def _float32(value: float) -> float:
-    """``value`` rounded to float32, as GradScaler holds its scale."""
-    return float(torch.tensor(value, dtype=torch.float32))
+    """``value`` rounded to float32 (round to nearest even, as ``torch.tensor(value, dtype=torch.float32)``), as
+    GradScaler holds its scale; by ``struct``, a hundred times cheaper than a tensor on every step."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # beyond float32's range: inf, as torch rounds it
+        return math.copysign(math.inf, value)
 
 
 class AmpRecorder:
