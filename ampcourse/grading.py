@@ -22,39 +22,52 @@ again once, then reported, never counted as passed.
 What is guarded. Before each check the grader undoes what answer cells did to it and notes it
 (:func:`guard_reset`): patched check modules (every ``from ampcourse.checks import lessonNN as name`` of any cell of
 the exercise, :func:`_guard_modules`) and ``ampcourse`` modules (every attribute of every loaded ``ampcourse.*``
-module, each function's code, defaults and closure, and the values of its public tables: :func:`_module_entry`), a
-rebound ``check``, ``ampcourse.checks.__path__``, input/AST transformers, event callbacks, the shell's and kernel's
-methods (with the course's error display, ``CustomTB``/``custom_exceptions``); and every public attribute (plus
-dunders) of torch's core namespaces (:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``,
-``torch.nn.Module``, ``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``,
-``torch.optim`` and its ``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``;
-each class with its MRO; the private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``,
-GradScaler's), of IPython's ``ExecutionResult``/``ExecutionInfo`` (:data:`IPYTHON_NAMESPACES`), of ``builtins``
-(``isinstance``, ``abs``, ...) and of each module or class a check module names at top level (``math``, ``numbers``,
-``copy``, ``statistics``, ``warnings``, ``mock`` ...), remembered before the first answer cell
-(:func:`_namespace_changes`; torch's own wrappers, :func:`_torch_wrapper`, are not changes). Right after each check
+module, each function's code, defaults and closure, the values of its public tables, and each course class's own
+``__dict__``, methods' code and properties' accessors included: :func:`_module_entry`), a rebound ``check``,
+``ampcourse.checks.__path__``, input/AST transformers, event callbacks, the shell's and kernel's methods (with the
+course's error display, ``CustomTB``/``custom_exceptions``; IPython's compiler ``shell.compile`` with its class's
+``ast_parse``/``__call__``/``cache`` ..., and the input transformer manager's class methods: :data:`GUARDED_METHODS`);
+the guard's thread-start recorder (:func:`_thread_starter`); and every public attribute (plus dunders) of torch's
+core namespaces (:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``, ``torch.nn.Module``,
+``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``, ``torch.optim`` and its
+``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``; each class with its MRO; the
+private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``, GradScaler's), of IPython's
+``ExecutionResult``/``ExecutionInfo`` (:data:`IPYTHON_NAMESPACES`), of ``builtins`` (``isinstance``, ``abs``, ...)
+and of each module or class a check module names at top level (``math``, ``numbers``, ``copy``, ``statistics``,
+``warnings``, ``mock`` ...), remembered before the first answer cell (:func:`_namespace_changes`). Not a change: the
+wrappers torch itself installs (:data:`TORCH_WRAPPERS`, recognised by their code as compiled from torch's own file,
+never by the file name or ``__wrapped__`` they claim: :func:`_torch_wrapper`). Right after each check
 :func:`guard_verify` compares all of the above with what the reset left.
 
 The verdict (:func:`guard_verdict`, the same in ``pytest --nbval``). A task fails as "cannot be graded" when the guard
 could not answer before or after its check (:data:`UNVERIFIED`: an answer replaced the shell's
 ``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a thread
-started with ``_thread``, or a Python thread started after the guard was installed that runs the learner's code
-(:func:`_thread_code`: its target, or a frame on its stack, is outside the standard library, site-packages and
-the ``ampcourse`` package) was there (:func:`guard_hazards`); it fails as altered when something changed while the
-check ran. A thread that runs library code only (torch.compile's workers, a DataLoader's, an open
-ThreadPoolExecutor waiting for work) earns a note: it is judged at both ends, and work it is given between them is
-not seen. And a check cell counts as passed only when its reply is "ok", it published no error on iopub, and it
-printed its check's own ``✓ Task N`` line (:func:`output_problem`): ``grade`` reads the reply, nbval the iopub
-errors, and an answer can fake either one. Only a check verified so gets the note "only the real check counted".
+started with ``_thread`` that ``threading`` does not list, or a Python thread started after the guard was installed
+that runs the learner's code (:func:`_thread_code`: its target, or a frame on its stack, is not code compiled from a
+file of the standard library, site-packages or the course, as that file is on disk: a claimed ``co_filename`` is not
+enough) was there (:func:`guard_hazards`); so does a thread of the learner's code *started while the check ran*
+(finished or not: the guard notes every thread start, :func:`_thread_starter`), unless the answer's function joined
+it before it returned (``ampcourse.checks.call`` notes when each call began and ended). It fails as altered when
+something changed while the check ran. A thread that runs library code only (torch.compile's workers, a
+DataLoader's, an open ThreadPoolExecutor waiting for work) earns a note: it is judged at both ends, and work it is
+given between them is not seen. And a check cell counts as passed only when its reply is "ok", it published no error
+on iopub, it printed its check's own ``✓ Task N`` line, and the course's own check function recorded its pass
+(:func:`output_problem`; ``ampcourse.checks.passed`` records the reset's nonce, the task and its caller's code and
+globals, which :func:`guard_verify` requires to be a function of a guarded check module as the reset re-executed it):
+a check cell rewritten before it runs (by whatever object on IPython's path) prints any line it likes but never makes
+that record. Only a check verified so gets the note "only the real check counted".
 
 What is not guarded: other private names (one leading underscore) of those namespaces, other torch submodules and
-classes, other third-party libraries (numpy, IPython beyond the above), C extensions and C-level state (``torch._C``
-types can be changed from C; a C extension can do anything), the values inside objects other than the course
-modules' public tables (a tensor a check reads, mutated in place), a change the answer's own function makes during
-the check and undoes before it returns (frames, ``sys._getframe`` tricks, a module global swapped and put back),
-code compiled under library file names (taken for library code, and for torch's own wrappers under torch's), and
-the guard's own state in the kernel beyond its answering at all (``sys.modules['_ampcourse_grader_guard']``). It
-is not a sandbox: one cell written to forge a pass can still get one (README).
+classes (a torch module replaced in ``sys.modules`` included), other third-party libraries (numpy, IPython beyond the
+above), C extensions and C-level state (``torch._C`` types can be changed from C; a C extension can do anything), the
+values inside objects other than the course modules' public tables (a tensor a check reads, mutated in place), a
+change the answer's own function makes during the check and undoes before it returns (frames, ``sys._getframe``
+tricks, a module global swapped and put back; lesson 00's checks call the answer on every case before computing
+what they expect, so there such a swap must outlive the check), which function a check cell hands the check (a
+rewritten cell can pass the real check a right function of its own), a thread started with the original
+``_thread.start_new_thread`` taken from the guard's recorder, and the guard's own state in the kernel beyond its
+answering at all (``sys.modules['_ampcourse_grader_guard']``: its pass records and thread starts can be written
+there). It is not a sandbox: one cell written to forge a pass can still get one (README).
 
 Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
 doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
