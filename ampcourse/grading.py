@@ -895,7 +895,7 @@ def guard_hazards(notes: bool = True) -> list[str]:
             if kind == "cell":
                 found.append(f"{CELL_THREAD}{name}: {what}{STARTED_IN_CHECK}")
         for owner, attr in _thread_entry_points():
-            if not hasattr(getattr(owner, attr, None), "ampcourse_original"):
+            if getattr(owner, attr, None) is not (_GUARD.get("starters") or {}).get((owner.__name__, attr)):
                 found.append(f"{LEFT_VALUE}{owner.__name__}.{attr})")
     return list(dict.fromkeys(found))
 
@@ -905,7 +905,8 @@ def _thread_entry_points() -> list:
     import _thread
     import threading
 
-    return [(threading, "_start_new_thread"), (_thread, "start_new_thread"), (_thread, "start_new")]
+    found = [(threading, "_start_new_thread"), (_thread, "start_new_thread"), (_thread, "start_new")]
+    return [(owner, attr) for owner, attr in found if hasattr(owner, attr)]  # start_new: an old alias
 
 
 def guard_install(shell, modules: dict[str, str]) -> str:
@@ -1045,8 +1046,8 @@ def guard_reset(shell) -> list[str]:
         undone[undone.index(u)] = f"the check module {u.rsplit('.', 1)[0]}"
     undone += _namespace_changes(restore=True)
     for owner, attr in _thread_entry_points():
-        starter = _GUARD["starters"][(owner.__name__, attr)]
-        if getattr(owner, attr, None) is not starter:
+        starter = _GUARD["starters"].get((owner.__name__, attr))
+        if starter is not None and getattr(owner, attr, None) is not starter:
             setattr(owner, attr, starter)
             undone.append(f"{owner.__name__}.{attr}")
     _GUARD["starts"].clear()
@@ -1081,9 +1082,6 @@ def guard_verify(shell) -> tuple[list[str], list[str], list[str]]:
         if shell.user_ns.get(name) is not module:
             changed.append(f"the name `{name}`")
     changed += _namespace_changes(restore=False)
-    for owner, attr in _thread_entry_points():
-        if getattr(owner, attr, None) is not _GUARD["starters"][(owner.__name__, attr)]:
-            changed.append(f"{owner.__name__}.{attr}")
     run, codes = _GUARD.get("run") or {}, _GUARD.get("check codes") or {}
     spaces = [vars(module) for module in _GUARD["modules"].values()]
     ran = []
