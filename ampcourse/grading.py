@@ -436,7 +436,11 @@ def _class_changes(where: str, saved: tuple, restore: bool) -> list[str]:
     changed = []
     for name in sorted(set(members) | set(now)):
         if now.get(name, _class_changes) is not members.get(name, _class_changes):
-            if name in now and _torch_wrapper(now[name], members.get(name), name):
+            old = members.get(name)
+            if old is None:  # torch wraps an inherited method on the class itself (dynamo's __setattr__)
+                old = next((vars(c)[name] for c in cls.__mro__[1:] if name in vars(c)), None)
+            own_flag = name not in members and name in [a for names in TORCH_OWN_ATTRIBUTES.values() for a in names]
+            if name in now and (_torch_wrapper(now[name], old, name) or (own_flag and type(now[name]) is bool)):
                 members[name] = now[name]  # torch's own (the first SpyOptimizer wraps its step): from now on
                 if _member_state(now[name]) is not None:
                     states[name] = _member_state(now[name])

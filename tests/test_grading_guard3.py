@@ -178,3 +178,19 @@ def test_one_wrong_key_is_not_called_one_of_several():
     with pytest.raises(CheckFailed) as info:
         lesson03.predict_dtypes(lambda: wrong)
     assert "1 of 6 wrong. 'loss'" in str(info.value) and "One:" not in str(info.value)
+
+
+def test_dynamos_own_patch_of_a_course_module_class_is_not_a_change(guard):
+    """E3 beside torch.compile: dynamo's ``ensure_patched`` wraps an nn.Module subclass's inherited ``__setattr__``
+    and flags the class (torch/_dynamo/mutation_guard.py); on a course class that is no forgery."""
+    from torch._dynamo import mutation_guard
+
+    class Model(torch.nn.Module):
+        pass
+
+    saved = grading._class_state(Model)
+    mutation_guard.ensure_patched(Model)
+    assert {"__setattr__", "___needs_mutation_patch"} <= set(vars(Model))
+    assert grading._class_changes("m.Model", saved, restore=False) == []
+    Model.__setattr__ = lambda self, k, v: None  # anything else still is
+    assert grading._class_changes("m.Model", saved, restore=False) == ["m.Model.__setattr__"]
