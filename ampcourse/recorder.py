@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -48,17 +49,42 @@ from .tables import Table
 from .troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale
 from .validate import as_int
 
-__all__ = ["FP16_NORMAL_MIN", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "SAMPLE", "TRAILING_SKIPS",
-           "UNDERFLOW_FRACTION", "AmpRecorder", "Finding", "ModuleStats", "StepRecord"]
+__all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "SAMPLE",
+           "TRAILING_SKIPS", "UNDERFLOW_FRACTION", "AmpRecorder", "Finding", "ModuleStats", "StepRecord"]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
-SAMPLE = 16_384  # gradient fractions are counted on at most this many evenly strided entries of each tensor
+SAMPLE = 4096  # gradient fractions are counted on at most this many evenly strided entries of each tensor
 
 MIN_FREQUENT_SKIPS = 3  # frequent_skips: at least this many skips after the first applied step (1 or 2: settling)
 TRAILING_SKIPS = 3  # never healthy when the last this-many steps (or more) were all skipped
+
+def _fused_optimizers() -> tuple[str, ...]:
+    """The ``torch.optim`` classes that, made with ``fused=True``, set ``_step_supports_amp_scaling``: those whose
+    ``step()`` ``GradScaler.step`` calls also on a step it skips (read from the installed torch, not typed)."""
+    import inspect
+
+    names = []
+    for name in sorted(dir(torch.optim)):
+        cls = getattr(torch.optim, name)
+        if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
+            continue
+        try:
+            if "fused" not in inspect.signature(cls).parameters:
+                continue
+            optimizer = cls([nn.Parameter(torch.zeros(1))], lr=0.1, fused=True)
+        except (TypeError, ValueError, RuntimeError):
+            continue
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            names.append(name)
+    return tuple(names)
+
+
+FUSED_OPTIMIZERS = _fused_optimizers()
+"""The optimizers (class names in ``torch.optim``) whose ``fused=True`` form GradScaler steps on a skipped step:
+Adagrad, Adam, AdamW and SGD in torch 2.13."""
 
 KINDS = ("overflow", "nonfinite_input", "nonfinite_loss", "nonfinite_grad", "scale_collapse", "frequent_skips",
          "underflow",
@@ -94,12 +120,16 @@ class ModuleStats:
         peak: the largest |value| of its floating-point outputs (inf if one is inf, NaN if one is NaN).
         limit: the largest finite value of the dtype it is measured against: its output's dtype when that is
             float32 (an ``FP32Island``, a float32 op) or autocast was off, else the autocast dtype (what the next
-            autocast op casts to).
+            autocast op casts to); a float32 output becomes measured against the autocast dtype when a module that
+            runs autocast's low-precision ops (a Linear, a convolution) receives it and returns the autocast dtype.
         grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
             holds it: multiplied by the loss scale) that is 0 or below fp16's normal range, counted on at most
             :data:`SAMPLE` evenly strided entries of each tensor; None if no gradient reached it.
         grad_subnormal: the fraction of its *non-zero* output-gradient entries below fp16's normal range.
         grad_finite: whether that gradient was finite (None if none reached it).
+        dtype: its (first floating-point) output's dtype.
+        cast_by: for a float32 output measured against the autocast dtype, the first module that received it
+            and ran a low-precision op on it (its output in the autocast dtype); None otherwise.
     """
 
     name: str
@@ -109,6 +139,8 @@ class ModuleStats:
     grad_lost: float | None = None
     grad_subnormal: float | None = None
     grad_finite: bool | None = None
+    dtype: torch.dtype | None = None
+    cast_by: str | None = None
 
     @property
     def finite(self) -> bool:
@@ -132,8 +164,8 @@ class StepRecord:
         scale_before, scale_after: ``scaler.get_scale()`` before the step and after its ``update()`` (None
             without an enabled scaler).
         stepped: the optimizer applied the step: ``optimizer.step()`` ran (``register_step_post_hook``) and
-            did not skip it. ``GradScaler.step`` calls the ``step()`` of a fused optimizer (``fused=True`` Adam,
-            AdamW, SGD, Adagrad: ``_step_supports_amp_scaling``) also when a gradient is inf/NaN, handing it
+            did not skip it. ``GradScaler.step`` calls the ``step()`` of a fused optimizer (``fused=True``, one of
+            :data:`FUSED_OPTIMIZERS`: ``_step_supports_amp_scaling``) also when a gradient is inf/NaN, handing it
             ``optimizer.found_inf`` for the call, and the fused kernel then leaves the weights alone: the hook
             reads that flag. (The scale going down is not the test: a scaler shared by two optimizers lowers
             it when either overflowed, and a resumed scaler changes it between steps.)
@@ -299,19 +331,24 @@ class _Probe:
         self.samples: list[tuple[torch.Tensor, torch.dtype]] = []
         self.peaks: dict[str, list[int]] = {}
         self.limits: dict[str, float] = {}
+        self.dtypes: dict[str, torch.dtype] = {}
         self.autocast: set[torch.dtype | None] = set()
         self.grad_out: dict[str, list[tuple[int, int, int]]] = {}  # lost, non-zero (indices), counted
         self.events: list[tuple[tuple[tuple[str, bool], ...], int]] = []  # (gradient roles, its peak)
         self.params: dict[str, tuple[int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
+        # (an index of flat; or -1 - k: the norm of sample k, the whole gradient)
         self.inputs: list[int] = []
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
         self.calls: list[tuple[str, int, int | None, list[int], list[int]]] = []
-        self._stack: list[tuple[str, int, list[int]]] = []  # running calls: name, call number, inputs
+        self._stack: list[tuple[str, int, list[int], list[torch.Tensor]]] = []  # running calls: name, call
+        # number, its input peaks, its inputs
         self._started = 0
         self.removed = False  # set by remove(): a tensor hook of a pending backward then does nothing
         self._peaks: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (tensor, its peak)
         self._roles: dict[int, tuple[weakref.ref, list[tuple[str, bool]]]] = {}  # id(tensor) -> gradient roles
         self._made_by: dict[int, tuple[weakref.ref, list[str]]] = {}  # id(float32 output) -> modules returning it
+        self._casts: dict[int, tuple[torch.dtype, list[str]]] = {}  # call number -> (autocast dtype, producers)
+        self.cast_by: dict[str, str] = {}  # producer -> the first module that cast its float32 output down
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
         for name, module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
@@ -327,6 +364,7 @@ class _Probe:
         self._peaks.clear()
         self._roles.clear()
         self._made_by.clear()
+        self._casts.clear()
 
     def _root_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         self.inputs += [self._peak(t) for t in _inputs(args, kwargs)]
@@ -337,11 +375,15 @@ class _Probe:
         return len(self.flat) - 1
 
     def _keep_sample(self, g: torch.Tensor) -> tuple[int, int]:
-        """Keep ``g``'s strided sample for collect(), as magnitudes (:func:`_magnitudes`: a copy, one kernel);
-        (-1 - its number, its size)."""
-        a = _magnitudes(_sample(g))
-        self.samples.append(a)
-        return -len(self.samples), a[0].numel()
+        """Keep a copy of ``g``'s strided sample (:func:`_sample`) for collect() (one kernel); (-1 - its number,
+        its size)."""
+        flat = g.reshape(-1)
+        n = flat.numel()
+        if n > SAMPLE:
+            flat = flat[:: n // SAMPLE][:SAMPLE]
+            n = SAMPLE
+        self.samples.append((flat.clone(), flat.dtype))  # a plain copy: _magnitudes runs once per group later
+        return -len(self.samples), n
 
     def _peak(self, t: torch.Tensor) -> int:
         entry = self._peaks.get(id(t))
@@ -367,40 +409,62 @@ class _Probe:
 
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
             inputs = _inputs(args, kwargs)
-            self._stack.append((name, self._started, [self._peak(t) for t in inputs]))
+            number = self._started
+            self._stack.append((name, number, [self._peak(t) for t in inputs], inputs))
             self._started += 1
             if casts and self._made_by:
-                self._cast_inputs(inputs)
+                self._float32_inputs(number, inputs)
         return hook
 
-    def _cast_inputs(self, inputs: list[torch.Tensor]) -> None:
-        """A float32 input of a module that runs autocast's low-precision ops is cast down there: the modules
-        that returned it are measured against the autocast dtype (on CUDA a LayerNorm's float32 output, say)."""
+    def _float32_inputs(self, number: int, inputs: list[torch.Tensor]) -> None:
+        """Note the float32 inputs, made by watched modules, of a call of a module that may run autocast's
+        low-precision ops on them; its forward hook decides (:meth:`_cast_down`)."""
         for t in inputs:
             entry = self._made_by.get(id(t))
             if t.dtype != torch.float32 or entry is None or entry[0]() is not t:
                 continue
             device = t.device.type
             if torch.is_autocast_enabled(device):
-                limit = _largest(torch.get_autocast_dtype(device))
-                for producer in entry[1]:
-                    self.limits[producer] = min(limit, self.limits[producer])
+                dtype, producers = self._casts.setdefault(number, (torch.get_autocast_dtype(device), []))
+                producers += [p for p in entry[1] if p not in producers]
 
-    def _pop_call(self, name: str, outs: list[torch.Tensor]) -> None:
-        """Close this module's call (the innermost running call of that name; calls left open above it by an
-        exception are dropped) and record it with its parent call and its input and output peaks."""
-        i = next((k for k in range(len(self._stack) - 1, -1, -1) if self._stack[k][0] == name), None)
-        if i is None:
+    def _cast_down(self, name: str, number: int | None, outs: list[torch.Tensor]) -> None:
+        """A module that received float32 inputs (:meth:`_float32_inputs`) and returned the autocast dtype ran a
+        low-precision op on them: it cast them down, so their producers are measured against that dtype (on CUDA
+        a LayerNorm's float32 output, say). One that returned float32 (its own forward turned autocast off, an
+        "FP32 head") cast nothing."""
+        pending = self._casts.pop(number, None) if number is not None else None
+        if pending is None or not outs or outs[0].dtype != pending[0]:
             return
-        _, started, inputs = self._stack[i]
-        del self._stack[i:]
-        parent = self._stack[-1][1] if self._stack else None
-        self.calls.append((name, started, parent, inputs, [self._peak(t) for t in outs]))
+        limit = _largest(pending[0])
+        for producer in pending[1]:
+            if limit < self.limits[producer]:
+                self.limits[producer] = limit
+                self.cast_by.setdefault(producer, name)
+
+    def _pop_call(self, name: str, outs: list[torch.Tensor]) -> tuple[int | None, list[int], list | None]:
+        """Close this module's call (the innermost running call of that name; calls left open above it by an
+        exception are dropped) and record it with its parent call and its input and output peaks: (its number,
+        its output peaks, its input tensors)."""
+        stack = self._stack
+        i = len(stack) - 1
+        while i >= 0 and stack[i][0] != name:
+            i -= 1
+        peaks = [self._peak(t) for t in outs]
+        if i < 0:
+            return None, peaks, None
+        _, started, inputs, tensors = stack[i]
+        del stack[i:]
+        parent = stack[-1][1] if stack else None
+        self.calls.append((name, started, parent, inputs, peaks))
+        return started, peaks, tensors
 
     def _forward_hook(self, name: str) -> Callable:
         def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             outs = _tensors(output)
-            self._pop_call(name, outs)
+            number, out_peaks, inputs = self._pop_call(name, outs)
+            if self._casts:
+                self._cast_down(name, number, outs)
             if not outs:
                 return
             device = outs[0].device.type
@@ -414,8 +478,10 @@ class _Probe:
             if name not in self.peaks:
                 self.order.append(name)
                 self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
-            self.peaks[name] += [self._peak(t) for t in outs]
-            self.limits[name] = min(limit, self.limits[name])
+                self.dtypes[name] = own
+            self.peaks[name] += out_peaks
+            if limit < self.limits[name]:
+                self.limits[name] = limit
             if autocast:
                 for t in outs:
                     if t.dtype == torch.float32:
@@ -427,7 +493,7 @@ class _Probe:
             if torch.is_grad_enabled():
                 for t in outs:
                     self._watch_gradient(t, name, is_input=False)
-                for t in _inputs(args, kwargs):
+                for t in inputs if inputs is not None else _inputs(args, kwargs):
                     self._watch_gradient(t, name, is_input=True)
         return hook
 
@@ -474,6 +540,10 @@ class _Probe:
             else:
                 lost, n = self._keep_sample(g)
                 counted = -1 - n
+                if n == g.numel():  # the sample is the whole gradient: its norm is counted with it at collect()
+                    self.params.pop(name, None)
+                    self.params[name] = (lost, counted, lost)  # sample k, stored as -1 - k
+                    return
             self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
             self.params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
         return hook
@@ -481,11 +551,10 @@ class _Probe:
     def collect(self, scale: float) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
         values: list[float] = []
-        counts = _count_samples(self.samples)
+        counts = _count_samples(self.samples, norms=True)
         if self.flat:
-            devices = {t.device for t in self.flat}
             # one kernel, and with the counts one transfer (float32 holds every count exactly: at most 2**24)
-            flat = torch.stack([t.cpu() for t in self.flat] if len(devices) > 1 else self.flat).float()
+            flat = _stack(self.flat).float()
             both = flat if counts is None else torch.cat([flat, counts.to(flat.device, torch.float32)])
             values = both.tolist()
             for i in self.pairs:
@@ -494,13 +563,15 @@ class _Probe:
             values = counts.tolist()
         lost_at = len(self.flat)
         nonzero_at = lost_at + len(self.samples)
+        norm_at = nonzero_at + len(self.samples)
 
         def lost(k: int) -> int:  # sample k (stored as -1 - k): the index of its count of lost entries
             return lost_at - 1 - k if k < 0 else k
 
         outs = {name: [(lost(i), nonzero_at - 1 - j, n) for i, j, n in counts]
                 for name, counts in self.grad_out.items()}
-        params = {name: (lost(i), counted, norm) for name, (i, counted, norm) in self.params.items()}
+        params = {name: (lost(i), counted, norm if norm >= 0 else norm_at - 1 - norm)
+                  for name, (i, counted, norm) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
         return {
             "autocast_dtype": _lowest(self.autocast),
@@ -530,7 +601,8 @@ class _Probe:
                 zero = total - nonzero
                 grad = {"grad_lost": lost / total, "grad_finite": out_finite.get(name, True),
                         "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0}
-            stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad))
+            stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
+                                     dtype=self.dtypes[name], cast_by=self.cast_by.get(name)))
         return tuple(stats)
 
 
@@ -563,27 +635,44 @@ def _count_rows(rows: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, t
     return lost, torch.ne(rows, 0, out=marks).sum(1, dtype=torch.int32)
 
 
-def _count_samples(samples: list[tuple[torch.Tensor, torch.dtype]]) -> torch.Tensor | None:
-    """For each gradient sample (a copy, kept by a hook), the number of entries that are 0 or below fp16's
-    normal range (|x| < :data:`FP16_NORMAL_MIN`), then for each the number of non-zero entries (one int32
-    tensor on the samples' device). The samples of one size and dtype (most are :data:`SAMPLE` long) are counted
-    together (:func:`_count_rows`: one ``stack``, one ``bitwise_and``, two comparisons, two sums), instead of
-    four kernels per tensor in its hook."""
+def _count_samples(samples: list[tuple[torch.Tensor, torch.dtype]], norms: bool = False) -> torch.Tensor | None:
+    """For each gradient sample (a copy kept by a hook, or its :func:`_magnitudes`: the same counts and norm),
+    the number of entries that are 0 or below fp16's normal range (|x| < :data:`FP16_NORMAL_MIN`), then for
+    each the number of non-zero entries (one int32 tensor on the samples' device). The samples of one size and
+    dtype (most are :data:`SAMPLE` long) are counted together (one ``stack``, one :func:`_magnitudes`,
+    :func:`_count_rows`: two comparisons, two sums), instead of four kernels per tensor in its hook.
+    ``norms``: then, for each, the 2-norm of the sample (all three parts float32, which holds every count
+    exactly): a parameter gradient of at most :data:`SAMPLE` entries is its whole sample, so its norm comes from
+    here, one kernel per group instead of one per parameter."""
     if not samples:
         return None
-    if len({t.device for t, _ in samples}) > 1:
-        samples = [(t.cpu(), dtype) for t, dtype in samples]
     groups: dict[tuple[int, torch.dtype], list[int]] = {}
     for k, (t, dtype) in enumerate(samples):
         groups.setdefault((t.numel(), dtype), []).append(k)
-    lost, nonzero = [], []
+    lost, nonzero, norm = [], [], []
     for (_, dtype), ks in groups.items():
-        counts = _count_rows(torch.stack([samples[k][0] for k in ks]), dtype)
+        rows = _stack([samples[k][0] for k in ks])
+        counts = _count_rows(_magnitudes(rows)[0], dtype)
         lost.append(counts[0])
         nonzero.append(counts[1])
+        if norms:
+            norm.append(torch.linalg.vector_norm(rows, dim=1, dtype=torch.float32))
+    if len({t.device for t in lost}) > 1:  # a model on several devices (a few groups: cheap to ask)
+        lost, nonzero, norm = ([t.cpu() for t in part] for part in (lost, nonzero, norm))
     order = [k for ks in groups.values() for k in ks]
     place = torch.tensor(order, device=lost[0].device).argsort()  # back to the samples' order
-    return torch.cat([torch.cat(lost)[place], torch.cat(nonzero)[place]])
+    if not norms:
+        return torch.cat([torch.cat(lost)[place], torch.cat(nonzero)[place]])
+    return torch.cat([torch.cat(lost).float()[place], torch.cat(nonzero).float()[place], torch.cat(norm)[place]])
+
+
+def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(tensors)``; on the CPU when they are on several devices (a model split across devices).
+    Asking each tensor's ``.device`` costs more than the stack on a small model: the error tells instead."""
+    try:
+        return torch.stack(tensors)
+    except RuntimeError:
+        return torch.stack([t.cpu() for t in tensors])
 
 
 def _lowest(dtypes: set[torch.dtype | None]) -> torch.dtype | None:
@@ -661,8 +750,12 @@ def _param_fields(params: dict[str, list[int]], values: list[float], scale: floa
 # --- The recorder ------------------------------------------------------------------------------------------
 
 def _float32(value: float) -> float:
-    """``value`` rounded to float32, as GradScaler holds its scale."""
-    return float(torch.tensor(value, dtype=torch.float32))
+    """``value`` rounded to float32 (round to nearest even, as ``torch.tensor(value, dtype=torch.float32)``), as
+    GradScaler holds its scale; by ``struct``, a hundred times cheaper than a tensor on every step."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # beyond float32's range: inf, as torch rounds it
+        return math.copysign(math.inf, value)
 
 
 class AmpRecorder:
@@ -939,7 +1032,8 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     names = [m.name for m in r.modules]
     cast = next((m for m in r.modules if m.finite and m.peak > m.limit), None)  # a float32 output, too big
     nan = (_module(r, output) or _module(r, name) or ModuleStats("", "", math.inf, 1.0)).peak
-    if cast is not None and output in names and names.index(cast.name) < names.index(output):
+    cast_down = cast is not None and output in names and names.index(cast.name) < names.index(output)
+    if cast_down:
         name = cast.name
         what = (f"{_label(name)} ({cast.kind}) returns float32 values up to {cast.peak:.4g} (step {r.step}), above "
                 f"{_limit_name(cast.limit)}'s largest value; the module that receives them, {_label(output)}, "
@@ -952,7 +1046,9 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
         what = (f"{_label(name)}{kind} is the first module whose output holds inf/NaN (step {r.step}; every later "
                 "module only inherits it)")
     invalid = "0/0, or sqrt or log of a negative number: an eps, a clamp or a mask fixes that"
-    if r.autocast_dtype == torch.float16 and math.isnan(nan):
+    if cast_down:
+        fix = _cast_down_fix(cast, cast.cast_by or output)
+    elif r.autocast_dtype == torch.float16 and math.isnan(nan):
         fix = (f"its output holds NaN, not inf: either a value passed float16's largest value, {FP16_MAX:g}, and "
                "the inf became NaN (inf - inf or 0 × inf, as in a softmax over an inf score), or an invalid "
                f"operation made it directly ({invalid}). For an overflow: run it in FP32 "
@@ -1062,6 +1158,10 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         later = (f" (The forward overflow in {_label(overflow.where)} from step {overflow.step} on came later: "
                  "see the overflow finding.)")
         sampled = [r for r in sampled if r.step < overflow.step]
+    bad_input = kinds.get("nonfinite_input")
+    if bad_input is not None and (first_skip is None or bad_input.step <= first_skip):
+        return "input", (f"the batch holds inf/NaN (step {bad_input.step}, see the nonfinite_input finding): no loss "
+                         "scale can fix broken data — fix the data." + later)
     if "nonfinite_loss" in kinds and (overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
     skipped = [r for r in sampled if r.skipped]
@@ -1181,17 +1281,36 @@ def _lost_activation(module: ModuleStats | None) -> bool:
     return module.grad_lost >= 1.0 or (module.grad_subnormal or 0.0) > UNDERFLOW_FRACTION
 
 
+def _cast_down_fix(m: ModuleStats, consumer: str | None) -> str:
+    """The fix for a module whose float32 output is cast down to the autocast dtype by the next module: it runs
+    in FP32 already, so "run it in FP32" is no fix."""
+    by = _label(consumer or m.cast_by or "the next module")
+    return (f"it already runs in float32; its float32 output is cast to {_limit_name(m.limit)} by {by}, which "
+            f"receives it: extend the FP32 region over {by} too (one FP32Island around both), keep its values "
+            "smaller (a smaller norm weight, normalise what feeds it), or train in bf16.")
+
+
 def _low_headroom(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+    """A finite peak with less than LOW_HEADROOM_BITS of headroom. A peak above the limit (a float32 output too
+    large for the dtype the next module casts it to) is below 0 bits: the overflow finding names it when the cast
+    made inf; this one says 'above'."""
     for r in sampled:
         low = [m for m in r.modules if m.finite and m.headroom_bits < LOW_HEADROOM_BITS]
         if low:
             m = low[0]
             others = ", ".join(_label(x.name) for x in low[1:4]) + (", ..." if len(low) > 4 else "")
+            bits = m.headroom_bits
+            where = (f"{bits:.1f} bits below the largest value {m.limit:g} of {_limit_name(m.limit)} (less than "
+                     f"{LOW_HEADROOM_BITS:g}): a little growth overflows it" if bits >= 0 else
+                     f"{-bits:.1f} bits above the largest value {m.limit:g} of {_limit_name(m.limit)}: it overflows "
+                     "when cast to it")
+            if m.dtype == torch.float32 and m.limit < _largest(torch.float32):
+                fix = _cast_down_fix(m, m.cast_by)
+                fix = fix[0].upper() + fix[1:]
+            else:
+                fix = "Normalise what feeds it, run it in FP32 (FP32Island) or train in bf16."
             return Finding("low_headroom", r.step, m.name,
-                           f"{_label(m.name)} ({m.kind}) peaks at {m.peak:.4g}, {m.headroom_bits:.1f} bits below the "
-                           f"largest value {m.limit:g} of {_limit_name(m.limit)} (less than "
-                           f"{LOW_HEADROOM_BITS:g}): a little growth overflows it. Normalise what feeds it, run it in "
-                           "FP32 (FP32Island) or train in bf16."
+                           f"{_label(m.name)} ({m.kind}) peaks at {m.peak:.4g}, {where}. {fix}"
                            + (f" Also near the limit: {others}." if others else ""))
     return None
 

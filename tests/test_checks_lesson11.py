@@ -213,6 +213,36 @@ def applied_hook_and_scale(scaler, optimizer, loss):
     return bool(ran) and bool(torch.tensor(scaler.get_scale(), dtype=torch.float32) >= before)
 
 
+def applied_grads_finite(scaler, optimizer, loss):  # review rev24-r3 finding 6 (W1)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    finite = all(bool(torch.isfinite(p.grad).all()) for group in optimizer.param_groups for p in group["params"]
+                 if p.grad is not None)
+    scaler.step(optimizer)
+    scaler.update()
+    return finite
+
+
+def applied_grads_finite_or_scale(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()
+    scaled.backward()
+    scaler.unscale_(optimizer)
+    finite = all(bool(torch.isfinite(p.grad).all()) for p in optimizer.param_groups[0]["params"])
+    scaler.step(optimizer)
+    scaler.update()
+    return finite if not scaler.is_enabled() else scaler.get_scale() >= before
+
+
+def applied_by_state_dict(scaler, optimizer, loss):
+    scaled = scaler.scale(loss)
+    before = scaler.state_dict().get("scale", 1.0)
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.state_dict().get("scale", 1.0) >= before
+
+
 # --- Task 3: finetune_plan -----------------------------------------------------------------------------------
 
 LIMIT = float(torch.finfo(torch.float16).max)
@@ -309,7 +339,7 @@ WRONG = {
         "A: the NaN loss, a symptom": (_with("A", ("nonfinite_loss", "loss", "fp32_loss")), "symptom"),
         "A: the collapsing scale": (_with("A", ("scale_collapse", "scaler", "larger_scale")), "no loss scale"),
         "A: the parent module": (_with("A", ("overflow", "encoder.layers.5", "bf16_or_fp32_island")),
-                                 "name the exact module"),
+                                 "spelt exactly as the trace spells it"),
         "A: a larger scale for an overflow": (_with("A", ("overflow", "encoder.layers.5.ffn.wo", "larger_scale")),
                                               "does not remove the cause"),
         "A: SDPA for a feed-forward layer": (_with("A", ("overflow", "encoder.layers.5.ffn.wo", "sdpa")),
@@ -318,7 +348,17 @@ WRONG = {
         "B: frequent skips in bf16": (_with("B", ("frequent_skips", "scaler", "lower_lr")), "no step was skipped"),
         "C: lower lr for a summed loss": (_with("C", ("scale_collapse", "lm_head.weight", "lower_lr")),
                                           "instead of their mean"),
-        "C: blames the loss": (_with("C", ("scale_collapse", "loss", "mean_loss")), "where is not"),
+        "C: blames the loss": (_with("C", ("scale_collapse", "loss", "mean_loss")),
+                               "where is the parameter in the `first inf/nan grad` column"),
+        "C: bf16 for a summed loss": (_with("C", ("scale_collapse", "lm_head.weight", "bf16_or_fp32_island")),
+                                      "would stop the overflow, but not the cause"),
+        "A: the weight, not the module": (_with("A", ("overflow", "encoder.layers.5.ffn.wo.weight",
+                                                      "bf16_or_fp32_island")),
+                                          "the module in the `first inf/nan output` column"),
+        "E: the module, not the parameter": (_with("E", ("underflow", "embed", "larger_scale")),
+                                             "`grad lost > 50%` column"),
+        "D: where is the optimizer": (_with("D", ("scheduler_on_skipped_step", "optimizer", "step_if_applied")),
+                                      "where is 'scheduler'"),
         "C: frequent skips": (_with("C", ("frequent_skips", "lm_head.weight", "mean_loss")), "sum over 2**21"),
         "D: the start-up skips": (_with("D", ("frequent_skips", "scaler", "step_if_applied")), "look at the lr"),
         "E: unneeded scaler": (_with("E", ("unneeded_scaler", "scaler", "drop_scaler")), "stuck at 1"),
@@ -343,6 +383,9 @@ WRONG = {
         "step post-hook: a fused optimizer's step() runs on a skip": (applied_by_hook, "fused optimizer"),
         "scaler.step(...) is not None": (applied_step_is_not_none, "never reads the scale"),
         "always False": (applied_never, "never reads the scale"),
+        "finite gradients after unscale_": (applied_grads_finite, "a disabled scaler skips nothing"),
+        "finite gradients when the scaler is disabled": (applied_grads_finite_or_scale,
+                                                         "a disabled scaler skips nothing"),
         "scale read before scaler.scale(loss)": (applied_scale_read_before_scale, "before scaler.scale(loss)"),
     },
     ("11", "finetune_plan"): {
@@ -375,6 +418,7 @@ RIGHT = {
         "validates its input, naming type(x).__name__": applied_validates_its_input,
         "step hook and the scale, as float32 tensors": applied_hook_and_scale,
         "a comment naming scaler._scale": applied_with_a_comment_on_the_private_scale,
+        "the scale from state_dict() (empty when disabled)": applied_by_state_dict,
     },
     ("11", "finetune_plan"): {
         "log2 headroom, torch dtypes": plan_with_log2,

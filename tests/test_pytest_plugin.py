@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import nbformat
+import nbval_batch
 import pytest
 from review_forgeries import OTHER_FORGERIES, REVIEW_FORGERIES, one_line_forgery
 
@@ -127,22 +128,99 @@ def _run(tmp_path, nb, name=NAME):
                           text=True, timeout=600)
 
 
-@pytest.mark.parametrize("variant", ["deleted", "emptied", "# NBVAL_SKIP"])
-def test_pytest_nbval_fails_and_names_the_task(tmp_path, variant):
-    # Answered, so every remaining cell passes: the run fails only because of the broken check cell.
+SHOWN = ["deleted", "emptied", "# NBVAL_SKIP"]  # the broken check cells run for real, under pytest --nbval
+FORGERIES = {
+    "patched_checks": "import ampcourse.checks.lesson00 as c\n"
+    "c.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')",
+    "input_transformer": "get_ipython().input_transformers_cleanup.append(\n"
+    "    lambda l: ['pass\\n'] if any('check.' in x for x in l) else l)",
+    # The re-check's forgeries, all in one cell (each alone once passed): the guard's own function, the shell's
+    # transform_cell and run_code, the checks' helper `call`, and forged checks first on the package's path.
+    "guard_shell_and_package": "import ampcourse.grading as g, ampcourse.checks.lesson00 as c\n"
+    "g.guard_reset = lambda s: []\nc.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')\n"
+    "ip = get_ipython(); _o = ip.transform_cell\n"
+    "ip.transform_cell = lambda raw: 'pass\\n' if 'check.' in raw else _o(raw)\n"
+    "import ampcourse.checks as p\nclass A(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
+    "p.call = lambda *a, **k: A(0)\np.__path__.insert(0, FORGED)\n"
+    "_rc = ip.run_code\nasync def _run(code_obj, result=None, *, async_=False):\n"
+    "    await _rc(code_obj, result, async_=async_)\n    if result is not None:\n"
+    "        result.error_in_exec = None\n    return False\nip.run_code = _run",
+}
+EXERCISES = sorted(p.name for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _with_forgery(forgery):
+    """Exercise 00 answered, with Task 1 wrong and ``forgery`` after it in the same cell."""
     nb = read(ROOT / "solutions" / NAME)
-    BROKEN[variant][0](nb)
-    run = _run(tmp_path, nb)
-    assert run.returncode == 1, run.stdout[-3000:]
-    assert f"FAILED exercises/{NAME}::check cell of {TASK2}" in run.stdout, run.stdout[-3000:]
-    assert f"✗ {TASK2}: its check cell {BROKEN[variant][1]}" in run.stdout, run.stdout[-3000:]
-    assert "1 failed" in run.stdout.splitlines()[-1], run.stdout[-3000:]
+    cell = next(c for c in nb.cells if "return t.numel() * t.element_size()" in c.source)
+    cell.source = cell.source.replace("return t.numel() * t.element_size()", "return 0") + "\n" + forgery
+    return nb
 
 
-def test_pytest_nbval_on_an_intact_answered_exercise_adds_nothing(tmp_path):
-    run = _run(tmp_path, read(ROOT / "solutions" / NAME))
-    assert run.returncode == 0, run.stdout[-3000:]
-    assert "check cell of" not in run.stdout
+def _review_forgery(name):
+    source, _, _, *others = REVIEW_FORGERIES[name]
+    nb = read(ROOT / "solutions" / NAME)
+    next(c for c in nb.cells if "return t.numel() * t.element_size()" in c.source).source = source
+    for needle, cell in (others[0] if others else {}).items():
+        next(c for c in nb.cells if c.cell_type == "code" and needle in c.source).source = cell
+    return nb
+
+
+def _other_forgery(label):
+    name, edits, *_ = OTHER_FORGERIES[label]
+    nb = read(ROOT / "solutions" / name)
+    for needle, cell in edits.items():
+        next(c for c in nb.cells if c.cell_type == "code" and needle in c.source).source = cell
+    return name, nb
+
+
+def _forged(name):
+    nb = read(ROOT / "exercises" / name)
+    first = next(i for i, c in enumerate(nb.cells) if "check" in tags(c))
+    nb.cells.insert(first, nbformat.v4.new_code_cell(one_line_forgery(f"lesson{name[:2]}")))
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every notebook of this file that is graded with the plain ``pytest --nbval`` in a course layout, in one pytest
+    start (tests/nbval_batch.py; each notebook in a folder of its own, with a fresh kernel): ``{label: Graded}``."""
+    root = tmp_path_factory.mktemp("graded")
+    forged = root / "forged"
+    forged.mkdir()
+    (forged / "lesson00.py").write_text("def tensor_bytes(f):\n    print('✓')\n\n"
+                                        "amp_forward = choose_recipe = tensor_bytes\n")
+    notebooks = {"intact": (NAME, read(ROOT / "solutions" / NAME))}
+    for number, variant in enumerate(SHOWN):
+        nb = read(ROOT / "solutions" / NAME)
+        BROKEN[variant][0](nb)
+        notebooks[f"broken{number}"] = (NAME, nb)
+    for label, forgery in FORGERIES.items():
+        notebooks[f"forgery-{label}"] = (NAME, _with_forgery(forgery.replace("FORGED", repr(str(forged)))))
+    for name in REVIEW_FORGERIES:
+        notebooks[f"review-{name}"] = (NAME, _review_forgery(name))
+    for label in OTHER_FORGERIES:
+        notebooks[f"other-{label}"] = _other_forgery(label)
+    for name in EXERCISES:
+        notebooks[f"oneline-{name[:2]}"] = (name, _forged(name))
+    results, output = nbval_batch.run(root, notebooks, conftest=ROOT / "exercises" / "conftest.py")
+    return results, output[-4000:]
+
+
+@pytest.mark.parametrize("number", range(len(SHOWN)), ids=SHOWN)
+def test_pytest_nbval_fails_and_names_the_task(graded, number):
+    # Answered, so every remaining cell passes: the run fails only because of the broken check cell.
+    results, output = graded
+    run = results[f"broken{number}"]
+    assert run.failed == [f"check cell of {TASK2}"], (run, output)
+    assert f"✗ {TASK2}: its check cell {BROKEN[SHOWN[number]][1]}" in run.text, run
+
+
+def test_pytest_nbval_on_an_intact_answered_exercise_adds_nothing(graded):
+    results, output = graded
+    run = results["intact"]
+    assert run.ok and run.passed, (run, output)
+    assert not any(name.startswith("check cell of") for name in run.passed), run
 
 
 def test_pytest_nbval_runs_from_inside_exercises(tmp_path):
@@ -160,37 +238,13 @@ def test_pytest_nbval_runs_from_inside_exercises(tmp_path):
     assert run.returncode == 0 and "FileNotFoundError" not in run.stdout, run.stdout[-3000:]
 
 
-@pytest.mark.parametrize("forgery", [
-    "import ampcourse.checks.lesson00 as c\n"
-    "c.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')",
-    "get_ipython().input_transformers_cleanup.append(\n"
-    "    lambda l: ['pass\\n'] if any('check.' in x for x in l) else l)",
-    # The re-check's forgeries, all in one cell (each alone once passed): the guard's own function, the shell's
-    # transform_cell and run_code, the checks' helper `call`, and forged checks first on the package's path.
-    "import ampcourse.grading as g, ampcourse.checks.lesson00 as c\n"
-    "g.guard_reset = lambda s: []\nc.tensor_bytes = c.amp_forward = c.choose_recipe = lambda f: print('✓')\n"
-    "ip = get_ipython(); _o = ip.transform_cell\n"
-    "ip.transform_cell = lambda raw: 'pass\\n' if 'check.' in raw else _o(raw)\n"
-    "import ampcourse.checks as p\nclass A(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
-    "p.call = lambda *a, **k: A(0)\np.__path__.insert(0, FORGED)\n"
-    "_rc = ip.run_code\nasync def _run(code_obj, result=None, *, async_=False):\n"
-    "    await _rc(code_obj, result, async_=async_)\n    if result is not None:\n"
-    "        result.error_in_exec = None\n    return False\nip.run_code = _run",
-], ids=["patched_checks", "input_transformer", "guard_shell_and_package"])
-def test_pytest_nbval_undoes_a_forged_pass_and_says_so(tmp_path, forgery):
+@pytest.mark.parametrize("label", FORGERIES)
+def test_pytest_nbval_undoes_a_forged_pass_and_says_so(graded, label):
     """Audit r3, finding 14: one line in an answer cell made `pytest --nbval` pass a wrong Task 1."""
-    if "FORGED" in forgery:
-        (tmp_path / "forged").mkdir()
-        (tmp_path / "forged" / "lesson00.py").write_text("def tensor_bytes(f):\n    print('✓')\n\n"
-                                                         "amp_forward = choose_recipe = tensor_bytes\n")
-        forgery = forgery.replace("FORGED", repr(str(tmp_path / "forged")))
-    nb = read(ROOT / "solutions" / NAME)
-    cell = next(c for c in nb.cells if "return t.numel() * t.element_size()" in c.source)
-    cell.source = cell.source.replace("return t.numel() * t.element_size()", "return 0") + "\n" + forgery
-    run = _run(tmp_path, nb)
-    assert run.returncode == 1, run.stdout[-3000:]
-    assert "1 failed" in run.stdout.splitlines()[-1], run.stdout[-3000:]  # Task 1's check, run for real
-    assert "changed the grader" in run.stdout and "only the real check counts" in run.stdout, run.stdout[-3000:]
+    results, output = graded
+    run = results[f"forgery-{label}"]
+    assert len(run.failed) == 1, (run, output)  # Task 1's check, run for real
+    assert "changed the grader" in run.text and "only the real check counts" in run.text, run
 
 
 def _entry_point_env(tmp_path):
@@ -284,81 +338,51 @@ def test_a_json_list_saved_as_ipynb_is_one_named_failure(tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(REVIEW_FORGERIES))
-def test_pytest_nbval_fails_the_review_forgeries_and_passes_a_finished_thread(tmp_path, name):
+def test_pytest_nbval_fails_the_review_forgeries_and_passes_a_finished_thread(graded, name):
     """The no-context review: a thread re-patching the check after the guard's reset, and `torch.Tensor` patched,
     made `pytest --nbval` pass a wrong Task 1 (tests/review_forgeries.py; `grade` gets the same answers)."""
-    source, status, words, *others = REVIEW_FORGERIES[name]
-    nb = read(ROOT / "solutions" / NAME)
-    next(c for c in nb.cells if "return t.numel() * t.element_size()" in c.source).source = source
-    for needle, cell in (others[0] if others else {}).items():
-        next(c for c in nb.cells if c.cell_type == "code" and needle in c.source).source = cell
-    run = _run(tmp_path, nb)
-    last = run.stdout.splitlines()[-1]
+    _, status, words, *_ = REVIEW_FORGERIES[name]
+    results, output = graded
+    run = results[f"review-{name}"]
     if status == "passed":
-        assert run.returncode == 0 and "failed" not in last and "changed the grader" not in run.stdout, \
-            run.stdout[-3000:]
+        assert run.ok and "changed the grader" not in run.text, (run, output)
         return
-    assert run.returncode == 1 and "failed" in last, run.stdout[-3000:]
-    text = " ".join(run.stdout.split()).lower()  # pytest wraps long lines
-    assert all(w.lower() in text for w in words), (words, run.stdout[-3000:])
+    assert run.failed, (run, output)
+    text = run.flat()
+    assert all(w.lower() in text for w in words), (words, run)
     if "cannot be graded" in words or "altered the grader while this check ran" in words:  # not verified: no claim
-        for cell in re.findall(rf"FAILED exercises/{NAME}::(Cell \d+)", run.stdout):
-            assert not re.search(re.escape(cell.lower()) + r": [^:]*only the real check counts", text), run.stdout
-
+        for cell in run.failed:
+            assert not re.search(re.escape(cell.lower()) + r": [^:]*only the real check counts", text), run
     if status == "failed":  # Task 1's check cell is among the failures
+        nb = _review_forgery(name)
         task1 = [c for c in nb.cells if c.cell_type == "code"].index(
             next(c for c in nb.cells if "check" in tags(c)))
-        assert f"FAILED exercises/{NAME}::Cell {task1}" in run.stdout, run.stdout[-3000:]
-
-
-EXERCISES = sorted(p.name for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
-
-
-def _forged(name):
-    nb = read(ROOT / "exercises" / name)
-    first = next(i for i, c in enumerate(nb.cells) if "check" in tags(c))
-    nb.cells.insert(first, nbformat.v4.new_code_cell(one_line_forgery(f"lesson{name[:2]}")))
-    return nb
-
-
-@pytest.fixture(scope="module")
-def forged_run(tmp_path_factory):
-    """One ``pytest --nbval exercises/`` over every exercise with the one-line forgery (one pytest start, not 12)."""
-    root = tmp_path_factory.mktemp("forged")
-    folder = root / "exercises"
-    folder.mkdir()
-    shutil.copy(ROOT / "exercises" / "conftest.py", folder / "conftest.py")
-    for name in EXERCISES:
-        nbformat.write(_forged(name), folder / name)
-    return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-q", "-p", "no:randomly",
-                           "-p", "no:cacheprovider", "exercises"], cwd=root, capture_output=True, text=True,
-                          timeout=900)
+        assert f"Cell {task1}" in run.failed, run
 
 
 @pytest.mark.parametrize("name", EXERCISES)
-def test_pytest_nbval_fails_the_one_line_forgery_in_every_exercise(forged_run, name):
+def test_pytest_nbval_fails_the_one_line_forgery_in_every_exercise(graded, name):
     """Review rev25-r2 E1: the audit's one-line forgery in each exercise 00-11 (every task a stub): every check cell
     fails (exercises 08 and 11 were not guarded at all), as in ``grade`` (tests/test_grading_integrity.py)."""
-    nb, run = _forged(name), forged_run
+    results, output = graded
+    nb, run = _forged(name), results[f"oneline-{name[:2]}"]
     code = [c for c in nb.cells if c.cell_type == "code"]
     checks = [k for k, c in enumerate(code) if "check" in tags(c)]
-    assert run.returncode == 1, run.stdout[-3000:]
+    assert run.failed, (run, output)
     for k in checks:
-        assert f"FAILED exercises/{name}::Cell {k}" in run.stdout, (k, run.stdout[-3000:])
-    text = " ".join(run.stdout.split())
-    assert f"the check module ampcourse.checks.lesson{name[:2]}" in text, run.stdout[-3000:]
+        assert f"Cell {k}" in run.failed, (k, run)
+    assert f"the check module ampcourse.checks.lesson{name[:2]}" in " ".join(run.text.split()), run
 
 
 @pytest.mark.parametrize("label", sorted(OTHER_FORGERIES))
-def test_pytest_nbval_fails_forgeries_of_other_exercises(tmp_path, label):
+def test_pytest_nbval_fails_forgeries_of_other_exercises(graded, label):
     """Review rev25-r2 E8 under pytest --nbval (tests/review_forgeries.py; ``grade`` gets the same answers)."""
-    name, edits, task, status, words = OTHER_FORGERIES[label]
-    nb = read(ROOT / "solutions" / name)
-    for needle, cell in edits.items():
-        next(c for c in nb.cells if c.cell_type == "code" and needle in c.source).source = cell
-    run = _run(tmp_path, nb, name)
+    name, _, task, status, words = OTHER_FORGERIES[label]
+    results, output = graded
+    run = results[f"other-{label}"]
+    nb = _other_forgery(label)[1]
     code = [c for c in nb.cells if c.cell_type == "code"]
     check = [k for k, c in enumerate(code) if "check" in tags(c)][task]
-    assert (f"FAILED exercises/{name}::Cell {check}" in run.stdout) == (status == "failed"), run.stdout[-3000:]
-    text = " ".join(run.stdout.split())
-    assert all(w in text for w in words), (words, run.stdout[-3000:])
+    assert (f"Cell {check}" in run.failed) == (status == "failed"), (run, output)
+    text = " ".join(run.text.split())
+    assert all(w in text for w in words), (words, run)

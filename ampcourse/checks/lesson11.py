@@ -5,7 +5,8 @@ not show (:data:`TRACES`, printed by :func:`show_traces`); the answers come from
 recorder's :data:`~ampcourse.recorder.KINDS`) and fixes (:data:`FIXES`), so the check compares them strictly.
 ``applied_step(scaler, optimizer, loss)`` is run on a tiny model with real GradScalers: a clean step, an
 overflowing one (with plain SGD and with a fused one, whose ``step()`` GradScaler calls even on a skipped step), a
-clean step at a non-exact ``init_scale`` (0.7), a growth step, a used scaler and a disabled one.
+clean step at a non-exact ``init_scale`` (0.7), a growth step, a used scaler and a disabled one (with a clean step
+and with an overflowing one: a disabled scaler skips nothing).
 ``finetune_plan(peaks, bf16)`` is compared with the rule of lesson 11 on cases at its boundaries (a peak exactly
 2 bits below 65504, inf, NaN, no bf16, bf16 with inf/NaN/above-65504 peaks).
 """
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..recorder import KINDS, LOW_HEADROOM_BITS
+from ..recorder import FUSED_OPTIMIZERS, KINDS, LOW_HEADROOM_BITS
 from ..tables import Table
 from . import call, fail, hints, passed, require_callable
 
@@ -88,6 +89,21 @@ ANSWERS: dict[str, tuple[str, str, str]] = {
 ALSO_FIXES: dict[str, frozenset[str]] = {"E": frozenset({"bf16_or_fp32_island"})}
 """Other fixes that remove a trace's cause: bf16 has float32's exponent range, so E's gradients do not underflow."""
 
+WHERE: dict[str, str] = {
+    "overflow": "the module in the `first inf/NaN output` column",
+    "scale_collapse": "the parameter in the `first inf/NaN grad` column",
+    "underflow": "the parameter in the `grad lost > 50%` column",
+    "unneeded_scaler": "'scaler'",
+    "scheduler_on_skipped_step": "'scheduler'",
+}
+"""What ``where`` is for each kind the traces need: the task text, hint 2 and the wrong-``where`` message read it."""
+
+
+def where_rule() -> str:
+    """:data:`WHERE` as one sentence (hint 2 and the task text)."""
+    return "; ".join(f"for {kind}, {rule}" for kind, rule in WHERE.items())
+
+
 _WHY = {
     "A": "the first module whose output holds inf/NaN is the cause; the loss, the skips and the collapsing scale only "
          "inherit it",
@@ -110,6 +126,10 @@ _FIX_EXTRA = {
     ("C", "drop_constant"): " No constant in the code multiplies this loss: the factor 2**21 is the token count "
                             "of a sum.",
     ("C", "larger_scale"): " A larger scale makes the overflow worse: the gradients are already too large.",
+    ("C", "bf16_or_fp32_island"): " bf16 (float32's range) would stop the overflow, but not the cause: the loss is "
+                                  "still 2**21 times the mean, so with SGD every step is 2**21 times too large (the "
+                                  "lr multiplied by the token count) and the loss depends on the batch size. Average "
+                                  "it.",
     ("E", "drop_scaler"): " Without a scaler the gradients stay as they are at scale 1 now, below float16's normal "
                           "range: the scale must grow, not go.",
 }
@@ -117,11 +137,12 @@ _FIX_EXTRA = {
 
 
 def show_traces() -> None:
-    """Print the five traces of Task 1 and the fixes to choose from."""
+    """Print the five traces of Task 1, the fixes to choose from and what ``where`` is for each kind."""
     for name, rows in TRACES.items():
         print(Table(rows, formats={"scale": "{:g}", "lr": "{:.2e}", "loss": "{:g}"}, title=f"trace {name}").text())
         print()
     print("fixes:\n" + "\n".join(f"  {key!r}: {text}" for key, text in FIXES.items()))
+    print("\nwhere, per kind:\n" + "\n".join(f"  {kind}: {rule}" for kind, rule in WHERE.items()))
 
 
 def _answer(task: str, value, trace: str) -> tuple[str, str, str]:
@@ -149,8 +170,8 @@ def _judge(task: str, trace: str, got: tuple[str, str, str]) -> None:
                  ("D", "frequent_skips"): " Four skips at the start are the scale backing off; look at the lr."}
         raise fail(task, f"trace {trace}: not {got[0]!r} — {_WHY[trace]}.{extra.get((trace, got[0]), '')}")
     if got[1] != where:
-        raise fail(task, f"trace {trace}: the kind {kind!r} is right, but where is not {got[1]!r}: name the exact "
-                         f"module, parameter or object the trace points at ({_WHY[trace]}).")
+        raise fail(task, f"trace {trace}: the kind {kind!r} is right, but where is not {got[1]!r}: for a {kind}, "
+                         f"where is {WHERE[kind]} of the trace, spelt exactly as the trace spells it.")
     if got[2] != fix and got[2] not in ALSO_FIXES.get(trace, ()):
         raise fail(task, f"trace {trace}: {got[0]!r} at {got[1]!r} is right, but {got[2]!r} ({FIXES[got[2]]}) does not "
                          f"remove the cause: {_WHY[trace]}.{_FIX_EXTRA.get((trace, got[2]), '')}")
@@ -179,8 +200,9 @@ def _loss(model, x):
         return model(x).float().pow(2).mean()
 
 
-def _one(task, fn, scaler, *, seed=0, fused=False):
+def _one(task, fn, scaler, *, seed=0, fused=False, x_factor=1.0):
     model, optimizer, x = _tiny(seed, fused)
+    x = x * x_factor
     before = [p.detach().clone() for p in model.parameters()]
     steps = []
     optimizer.register_step_post_hook(lambda *a: steps.append(1))
@@ -263,7 +285,8 @@ def applied_step(fn) -> None:
         raise fail(task, _overflow_reported_applied(calls))
     result, stepped, moved = _one(task, fn, torch.amp.GradScaler("cpu", init_scale=2.0**40), fused=True)
     if result or moved:
-        raise fail(task, "with a fused optimizer (SGD(fused=True); fused Adam and AdamW alike) an overflowing step was "
+        raise fail(task, f"with a fused optimizer (SGD(fused=True) here; fused=True {fused_text()} alike) an "
+                         "overflowing step was "
                          "reported as applied: GradScaler.step calls a fused optimizer's step() even when a gradient "
                          "is inf/NaN, and its kernel then skips the update, so 'step() ran' (a step hook, a flag) "
                          "does not mean applied. Compare scaler.get_scale() before and after update()."
@@ -297,8 +320,21 @@ def applied_step(fn) -> None:
     if not result or not moved:
         raise fail(task, "with a disabled scaler (bf16 or fp32: get_scale() is always 1.0) the step is applied: "
                          "return True.")
-    passed(task, "clean, overflowing (plain and fused SGD), init_scale 0.7, growing, used and disabled scalers: "
-                 "applied steps True, skipped ones False")
+    result, _, moved = _one(task, fn, torch.amp.GradScaler("cpu", enabled=False), x_factor=1e6)
+    if moved and not result:
+        raise fail(task, "with a disabled scaler and inf gradients (the input × 1e6 overflows float16) the step was "
+                         "reported as skipped, but a disabled scaler skips nothing: scaler.step just calls "
+                         "optimizer.step(), which ran even with inf gradients (the weights moved, to inf/NaN). "
+                         "Finite gradients are not the test: compare scaler.get_scale() before and after update().")
+    passed(task, "clean, overflowing (plain and fused SGD), init_scale 0.7, growing, used and disabled scalers "
+                 "(clean and overflowing): applied steps True, skipped ones False")
+
+
+def fused_text() -> str:
+    """The optimizers whose fused=True form GradScaler steps on a skipped step, as words
+    (:data:`ampcourse.recorder.FUSED_OPTIMIZERS`, read from torch)."""
+    names = list(FUSED_OPTIMIZERS)
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 def _overflow_reported_applied(calls: list[str]) -> str:
@@ -393,8 +429,7 @@ HINTS = {
         "For each trace, find the first thing that went wrong: a module, the loss, the scale, the lr, the dtype.",
         "First the cause: the earliest thing in a step that goes wrong (a forward output, the size of the loss, a "
         "gradient, the dtype, the lr); what follows is a symptom. Then name where as the recorder's finding does: "
-        "the module for an overflow, the first inf/NaN grad column for a scale collapse, the 'grad lost' "
-        "parameter for underflow, the object ('scaler', 'scheduler') for their findings.",
+        + where_rule() + ".",
         "Return (kind, where, fix): kind from recorder.KINDS, where as the trace spells it (or 'scaler', "
         "'scheduler', 'loss'), fix a key of FIXES.",
     ],
