@@ -22,39 +22,52 @@ again once, then reported, never counted as passed.
 What is guarded. Before each check the grader undoes what answer cells did to it and notes it
 (:func:`guard_reset`): patched check modules (every ``from ampcourse.checks import lessonNN as name`` of any cell of
 the exercise, :func:`_guard_modules`) and ``ampcourse`` modules (every attribute of every loaded ``ampcourse.*``
-module, each function's code, defaults and closure, and the values of its public tables: :func:`_module_entry`), a
-rebound ``check``, ``ampcourse.checks.__path__``, input/AST transformers, event callbacks, the shell's and kernel's
-methods (with the course's error display, ``CustomTB``/``custom_exceptions``); and every public attribute (plus
-dunders) of torch's core namespaces (:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``,
-``torch.nn.Module``, ``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``,
-``torch.optim`` and its ``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``;
-each class with its MRO; the private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``,
-GradScaler's), of IPython's ``ExecutionResult``/``ExecutionInfo`` (:data:`IPYTHON_NAMESPACES`), of ``builtins``
-(``isinstance``, ``abs``, ...) and of each module or class a check module names at top level (``math``, ``numbers``,
-``copy``, ``statistics``, ``warnings``, ``mock`` ...), remembered before the first answer cell
-(:func:`_namespace_changes`; torch's own wrappers, :func:`_torch_wrapper`, are not changes). Right after each check
+module, each function's code, defaults and closure, the values of its public tables, and each course class's own
+``__dict__``, methods' code and properties' accessors included: :func:`_module_entry`), a rebound ``check``,
+``ampcourse.checks.__path__``, input/AST transformers, event callbacks, the shell's and kernel's methods (with the
+course's error display, ``CustomTB``/``custom_exceptions``; IPython's compiler ``shell.compile`` with its class's
+``ast_parse``/``__call__``/``cache`` ..., and the input transformer manager's class methods: :data:`GUARDED_METHODS`);
+the guard's thread-start recorder (:func:`_thread_starter`); and every public attribute (plus dunders) of torch's
+core namespaces (:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``, ``torch.nn.Module``,
+``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``, ``torch.optim`` and its
+``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``; each class with its MRO; the
+private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``, GradScaler's), of IPython's
+``ExecutionResult``/``ExecutionInfo`` (:data:`IPYTHON_NAMESPACES`), of ``builtins`` (``isinstance``, ``abs``, ...)
+and of each module or class a check module names at top level (``math``, ``numbers``, ``copy``, ``statistics``,
+``warnings``, ``mock`` ...), remembered before the first answer cell (:func:`_namespace_changes`). Not a change: the
+wrappers torch itself installs (:data:`TORCH_WRAPPERS`, recognised by their code as compiled from torch's own file,
+never by the file name or ``__wrapped__`` they claim: :func:`_torch_wrapper`). Right after each check
 :func:`guard_verify` compares all of the above with what the reset left.
 
 The verdict (:func:`guard_verdict`, the same in ``pytest --nbval``). A task fails as "cannot be graded" when the guard
 could not answer before or after its check (:data:`UNVERIFIED`: an answer replaced the shell's
 ``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a thread
-started with ``_thread``, or a Python thread started after the guard was installed that runs the learner's code
-(:func:`_thread_code`: its target, or a frame on its stack, is outside the standard library, site-packages and
-the ``ampcourse`` package) was there (:func:`guard_hazards`); it fails as altered when something changed while the
-check ran. A thread that runs library code only (torch.compile's workers, a DataLoader's, an open
-ThreadPoolExecutor waiting for work) earns a note: it is judged at both ends, and work it is given between them is
-not seen. And a check cell counts as passed only when its reply is "ok", it published no error on iopub, and it
-printed its check's own ``✓ Task N`` line (:func:`output_problem`): ``grade`` reads the reply, nbval the iopub
-errors, and an answer can fake either one. Only a check verified so gets the note "only the real check counted".
+started with ``_thread`` that ``threading`` does not list, or a Python thread started after the guard was installed
+that runs the learner's code (:func:`_thread_code`: its target, or a frame on its stack, is not code compiled from a
+file of the standard library, site-packages or the course, as that file is on disk: a claimed ``co_filename`` is not
+enough) was there (:func:`guard_hazards`); so does a thread of the learner's code *started while the check ran*
+(finished or not: the guard notes every thread start, :func:`_thread_starter`), unless the answer's function joined
+it before it returned (``ampcourse.checks.call`` notes when each call began and ended). It fails as altered when
+something changed while the check ran. A thread that runs library code only (torch.compile's workers, a
+DataLoader's, an open ThreadPoolExecutor waiting for work) earns a note: it is judged at both ends, and work it is
+given between them is not seen. And a check cell counts as passed only when its reply is "ok", it published no error
+on iopub, it printed its check's own ``✓ Task N`` line, and the course's own check function recorded its pass
+(:func:`output_problem`; ``ampcourse.checks.passed`` records the reset's nonce, the task and its caller's code and
+globals, which :func:`guard_verify` requires to be a function of a guarded check module as the reset re-executed it):
+a check cell rewritten before it runs (by whatever object on IPython's path) prints any line it likes but never makes
+that record. Only a check verified so gets the note "only the real check counted".
 
 What is not guarded: other private names (one leading underscore) of those namespaces, other torch submodules and
-classes, other third-party libraries (numpy, IPython beyond the above), C extensions and C-level state (``torch._C``
-types can be changed from C; a C extension can do anything), the values inside objects other than the course
-modules' public tables (a tensor a check reads, mutated in place), a change the answer's own function makes during
-the check and undoes before it returns (frames, ``sys._getframe`` tricks, a module global swapped and put back),
-code compiled under library file names (taken for library code, and for torch's own wrappers under torch's), and
-the guard's own state in the kernel beyond its answering at all (``sys.modules['_ampcourse_grader_guard']``). It
-is not a sandbox: one cell written to forge a pass can still get one (README).
+classes (a torch module replaced in ``sys.modules`` included), other third-party libraries (numpy, IPython beyond the
+above), C extensions and C-level state (``torch._C`` types can be changed from C; a C extension can do anything), the
+values inside objects other than the course modules' public tables (a tensor a check reads, mutated in place), a
+change the answer's own function makes during the check and undoes before it returns (frames, ``sys._getframe``
+tricks, a module global swapped and put back; lesson 00's checks call the answer on every case before computing
+what they expect, so there such a swap must outlive the check), which function a check cell hands the check (a
+rewritten cell can pass the real check a right function of its own), a thread started with the original
+``_thread.start_new_thread`` taken from the guard's recorder, and the guard's own state in the kernel beyond its
+answering at all (``sys.modules['_ampcourse_grader_guard']``: its pass records and thread starts can be written
+there). It is not a sandbox: one cell written to forge a pass can still get one (README).
 
 Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
 doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
@@ -273,7 +286,13 @@ GUARDED_METHODS = {
     "shell": ("transform_cell", "transform_ast", "run_cell", "run_cell_async", "_run_cell", "run_code",
               "run_ast_nodes", "should_run_async", "showtraceback", "_showtraceback", "user_expressions",
               # the course's own error display (``set_custom_exc`` in ampcourse.checks): replaced, it hides errors
-              "CustomTB", "custom_exceptions", "set_custom_exc", "InteractiveTB", "SyntaxTB", "showsyntaxerror"),
+              "CustomTB", "custom_exceptions", "set_custom_exc", "InteractiveTB", "SyntaxTB", "showsyntaxerror",
+              "compile"),
+    # IPython parses and compiles each cell through these (review rev25-r3 E1): replaced, they rewrite a check cell
+    "shell.compile": ("ast_parse", "__call__", "cache", "format_code_name", "get_code_name", "extra_flags",
+                      "reset_compiler_flags"),
+    "shell.input_transformer_manager": ("transform_cell", "do_one_token_transform", "do_token_transforms",
+                                        "check_complete"),
     "shell.kernel": ("do_execute", "execute_request", "send_response"),
     "shell.kernel.session": ("send", "serialize"),
 }
@@ -370,10 +389,11 @@ def _cell_filled(cell) -> bool:
 
 
 def _module_entry(module) -> tuple:
-    """``(module, {attribute: value}, {attribute: plain copy}, {attribute: function state})``: every attribute but
-    submodules and dunders (by identity), the public plain data by value (a table such as
-    ``facts.BYTES_PER_ELEMENT`` mutated in place), and each function's code, defaults and closure
-    (:func:`_function_state`)."""
+    """``(module, {attribute: value}, {attribute: plain copy}, {attribute: function state}, {attribute: class
+    state})``: every attribute but submodules and dunders (by identity), the public plain data by value (a table
+    such as ``facts.BYTES_PER_ELEMENT`` mutated in place), each function's code, defaults and closure
+    (:func:`_function_state`), and each class defined in a course module, by what its ``__dict__`` holds
+    (:func:`_class_state`: ``device.Recommendation.dtype = property(...)`` or ``SpyScaler.step = ...``)."""
     attrs = {k: v for k, v in vars(module).items()
              if not (k.startswith("__") and k.endswith("__")) and not isinstance(v, type(sys))}
     values = {}
@@ -383,7 +403,69 @@ def _module_entry(module) -> tuple:
             if copied is not _plain_copy:
                 values[k] = copied
     states = {k: _function_state(v) for k, v in attrs.items() if _function_state(v) is not None}
-    return module, attrs, values, states
+    classes = {k: _class_state(v) for k, v in attrs.items()
+               if isinstance(v, type) and str(getattr(v, "__module__", "")).startswith("ampcourse")}
+    return module, attrs, values, states, classes
+
+
+def _member_state(value):
+    """What identity does not pin down of a class member: a function's state (:func:`_function_state`; a
+    staticmethod's or classmethod's too), a property's getter, setter and deleter states."""
+    if isinstance(value, property):
+        return tuple((f, _function_state(f)) for f in (value.fget, value.fset, value.fdel))
+    return _function_state(value)
+
+
+def _class_state(cls) -> tuple:
+    """``(class, {name: value}, {name: member state})`` of a course class's own ``__dict__``
+    (:func:`_member_state`); ``__slotnames__`` (``copy``'s cache) is left out."""
+    members = {k: v for k, v in vars(cls).items() if k != "__slotnames__"}
+    return cls, members, {k: _member_state(v) for k, v in members.items() if _member_state(v) is not None}
+
+
+def _restore_function(fn, state) -> None:
+    fn = getattr(fn, "__func__", fn)
+    fn.__code__, fn.__defaults__, fn.__kwdefaults__ = state[0], state[1], state[2]
+
+
+def _class_changes(where: str, saved: tuple, restore: bool) -> list[str]:
+    """What differs in a course class from ``saved`` (:func:`_class_state`): a member set, rebound or deleted, a
+    method's code, a property's accessor; with ``restore``, put each back."""
+    cls, members, states = saved
+    now = {k: v for k, v in vars(cls).items() if k != "__slotnames__"}
+    changed = []
+    for name in sorted(set(members) | set(now)):
+        if now.get(name, _class_changes) is not members.get(name, _class_changes):
+            old = members.get(name)
+            if old is None:  # torch wraps an inherited method on the class itself (dynamo's __setattr__)
+                old = next((vars(c)[name] for c in cls.__mro__[1:] if name in vars(c)), None)
+            own_flag = name not in members and name in [a for names in TORCH_OWN_ATTRIBUTES.values() for a in names]
+            if name in now and (_torch_wrapper(now[name], old, name) or (own_flag and type(now[name]) is bool)):
+                members[name] = now[name]  # torch's own (the first SpyOptimizer wraps its step): from now on
+                if _member_state(now[name]) is not None:
+                    states[name] = _member_state(now[name])
+                continue
+            changed.append(f"{where}.{name}")
+            if restore:
+                try:
+                    if name in members:
+                        type.__setattr__(cls, name, members[name])
+                    else:
+                        type.__delattr__(cls, name)
+                except (AttributeError, TypeError):
+                    pass
+    for name, state in states.items():
+        value = members[name]
+        if _member_state(value) == state:
+            continue
+        changed.append(f"{where}.{name}")
+        if restore and isinstance(value, property):
+            for fn, part in state:
+                if fn is not None and part is not None:
+                    _restore_function(fn, part)
+        elif restore:
+            _restore_function(value, state)
+    return list(dict.fromkeys(changed))
 
 
 def _course_modules() -> dict:
@@ -428,9 +510,10 @@ def _put_back(value, saved) -> bool:
 
 def _course_changes(saved: dict, restore: bool) -> list[str]:
     """What differs in the course's modules from ``saved`` (:func:`_course_modules`); with ``restore``, put each
-    back: the module in ``sys.modules``, a rebound or deleted attribute, a function's code, a table's values."""
+    back: the module in ``sys.modules``, a rebound or deleted attribute, a function's code, a table's values, a
+    course class's members (:func:`_class_changes`)."""
     changed = []
-    for module_name, (module, attrs, values, states) in saved.items():
+    for module_name, (module, attrs, values, states, classes) in saved.items():
         if sys.modules.get(module_name) is not module:
             changed.append(f"the module {module_name}")
             if restore:
@@ -445,8 +528,9 @@ def _course_changes(saved: dict, restore: bool) -> list[str]:
             if _function_state(attrs[attr]) != state:
                 changed.append(f"{module_name}.{attr}")
                 if restore:
-                    fn = getattr(attrs[attr], "__func__", attrs[attr])
-                    fn.__code__, fn.__defaults__, fn.__kwdefaults__ = state[0], state[1], state[2]
+                    _restore_function(attrs[attr], state)
+        for attr, class_state in classes.items():
+            changed += _class_changes(f"{module_name}.{attr}", class_state, restore)
         for attr, copied in values.items():
             if not _same(_plain_copy(attrs[attr]), copied):
                 changed.append(f"{module_name}.{attr} (its values)")
@@ -482,7 +566,16 @@ GUARDED_PRIVATE = {"torch": ("_amp_", "_foreach_"), "torch.amp.grad_scaler": ("_
 # Attributes torch itself adds to a guarded class (not a forgery): ``torch.compile`` runs dynamo's
 # ``install_generation_tagging_init`` (``torch/_dynamo/mutation_guard.py``), which sets this flag on Module when it
 # wraps ``Module.__init__``/``__setstate__`` (those wrappers are recognised by :func:`_torch_wrapper`).
-TORCH_OWN_ATTRIBUTES = {"torch.nn.modules.module.Module": ("___needs_generation_tag_patch",)}
+TORCH_OWN_ATTRIBUTES = {"torch.nn.modules.module.Module": ("___needs_generation_tag_patch", "___needs_mutation_patch")}
+# The wrappers torch itself installs over a guarded attribute: ``{attribute: (torch module, the function whose nested
+# code the wrapper is)}`` (torch/_compile.py ``_disable_dynamo``, applied to ``torch.manual_seed`` by
+# torch/_dynamo/__init__.py; torch/optim/optimizer.py ``Optimizer.profile_hook_step``, applied to each optimizer
+# class's ``step`` by ``_patch_step_function``; torch/_dynamo/mutation_guard.py). Anything else is a change.
+TORCH_WRAPPERS = {"manual_seed": ("torch._compile", "_disable_dynamo"),
+                  "step": ("torch.optim.optimizer", "Optimizer.profile_hook_step"),
+                  "__init__": ("torch._dynamo.mutation_guard", "install_generation_tagging_init"),
+                  "__setstate__": ("torch._dynamo.mutation_guard", "install_generation_tagging_init"),
+                  "__setattr__": ("torch._dynamo.mutation_guard", "ensure_patched")}
 # Public module attributes that are lazy caches, None until first used (``tempfile.gettempdir()`` fills
 # ``tempfile.tempdir``): filled since the snapshot, they are remembered from then on, not reported.
 LAZY_CACHES = {"tempfile": ("tempdir",)}
@@ -537,30 +630,70 @@ def _namespace_state() -> dict:
     return {label: (obj, dict(vars(obj))) for label, obj in _namespaces().items()}
 
 
-def _torch_wrapper(new, old) -> bool:
-    """Whether ``new`` is torch's own wrapper of ``old``: torch wraps some of its functions when first used
-    (``import torch._dynamo`` wraps ``torch.manual_seed``; the first optimizer of a class wraps its ``step``), with
-    ``functools.wraps`` (``__wrapped__`` is ``old``) or as a closure over ``old`` (``torch.compile`` wraps
-    ``Module.__init__``/``__setstate__``: ``torch/_dynamo/mutation_guard.py``), and with code in torch's own files."""
+def _file_codes(path: str) -> set:
+    """Every code object (nested ones too) compiled from the source file ``path`` as it is on disk (cached), or an
+    empty set where it cannot be read. A code object equal to one of these is that file's code whatever its
+    ``co_filename`` claims (``code.replace(co_filename=...)`` keeps its own bytecode); a frozen module's code
+    (``<frozen importlib._bootstrap>``) is compared with the standard library's file of that name."""
+    import os
+    import sysconfig
+
+    cache = _GUARD.setdefault("file codes", {})
+    if path in cache:
+        return cache[path]
+    found: set = set()
+    source_path = path
+    if path.startswith("<frozen ") and path.endswith(">"):
+        source_path = os.path.join(sysconfig.get_paths()["stdlib"], *path[8:-1].split(".")) + ".py"
+    try:
+        with open(source_path, "rb") as handle:
+            top = compile(handle.read(), path, "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError):
+        top = None
+    todo = [top] if top is not None else []
+    while todo:
+        code = todo.pop()
+        found.add(code)
+        todo += [c for c in code.co_consts if isinstance(c, type(code))]
+    cache[path] = found
+    return found
+
+
+def _torch_wrapper(new, old, name: str = "") -> bool:
+    """Whether ``new`` is torch's own wrapper of ``old``, installed as attribute ``name``: torch wraps some of its
+    functions when first used (:data:`TORCH_WRAPPERS`: ``import torch._dynamo`` wraps ``torch.manual_seed``; the
+    first optimizer of a class wraps its ``step``; ``torch.compile`` wraps ``Module.__init__``/``__setstate__``).
+    Only those are accepted, by what they are, never by what they claim (review rev25-r3 E7: a replacement given
+    torch's file name and ``__wrapped__``): the wrapper's code must be the code nested in that torch function as
+    compiled from torch's file (:func:`_file_codes`), its globals that module's, and its closure hold ``old`` and
+    otherwise plain flags only."""
     import os
 
     import torch
 
     fn = getattr(new, "__func__", new)
     code = getattr(fn, "__code__", None)
-    if old is None or code is None:
+    where = TORCH_WRAPPERS.get(name)
+    if old is None or code is None or where is None or not isinstance(getattr(fn, "__globals__", None), dict):
         return False
-    if not os.path.abspath(code.co_filename).startswith(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep):
+    module_name, factory = where
+    module = sys.modules.get(module_name)
+    if module is None or fn.__globals__ is not vars(module):
         return False
-    if getattr(new, "__wrapped__", None) is old:
-        return True
+    path = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), *module_name.split(".")[1:]) + ".py"
+    if os.path.realpath(str(getattr(module, "__file__", ""))) != path:
+        return False
+    if not code.co_qualname.startswith(factory + ".<locals>.") or code not in _file_codes(path):
+        return False
     cells = []
     for cell in fn.__closure__ or ():
         try:
             cells.append(cell.cell_contents)
         except ValueError:
-            pass
-    return any(c is old or getattr(c, "__func__", None) is old for c in cells)
+            return False
+    wraps_old = [c is old or getattr(c, "__func__", None) is old for c in cells]
+    plain = [c is None or type(c) in (bool, int, str) for c in cells]
+    return any(wraps_old) and all(w or p for w, p in zip(wraps_old, plain, strict=True))
 
 
 def _namespace_changes(restore: bool) -> list[str]:
@@ -591,7 +724,7 @@ def _namespace_changes(restore: bool) -> list[str]:
             old = saved.get(name)
             if old is None and isinstance(obj, type):  # torch wraps an inherited method on the subclass
                 old = next((vars(cls)[name] for cls in obj.__mro__[1:] if name in vars(cls)), None)
-            if name in now and _torch_wrapper(now[name], old):
+            if name in now and _torch_wrapper(now[name], old, name):
                 saved[name] = now[name]
                 continue
             changed.append(f"{label}.{name}")
@@ -628,9 +761,17 @@ def _code_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(sorted(library)), tuple(sorted(silent))
 
 
-def _thread_code(thread) -> tuple[str, str]:
-    """``(kind, what)`` for a live thread: kind "cell" (code outside the library: ``what`` names it), "library"
-    (only library code), or "silent" (library code, and its target is the kernel's or the course's own)."""
+def _thread_code(thread=None, function=None, args=(), kwargs=None, target=None) -> tuple[str, str]:
+    """``(kind, what)`` for a thread (a ``threading.Thread``, alive or finished) or for a ``function`` started with
+    ``args``/``kwargs`` by ``_thread.start_new_thread``: kind "cell" (code outside the library: ``what`` names it),
+    "library" (only library code), or "silent" (library code, and its target is the kernel's or the course's own).
+    ``target``: a ``Thread``'s ``(_target, _args, _kwargs)`` as they were when it started (``Thread.run`` deletes
+    them when it ends).
+
+    Library code is judged by what it is, not by the file it claims (review rev25-r3 E4: ``_w.__code__ =
+    _w.__code__.replace(co_filename=threading.__file__)``): its file must be under the standard library,
+    site-packages or the course's packages, and the code must be one compiled from that file as it is on disk
+    (:func:`_file_codes`)."""
     import functools
     import os
     import threading
@@ -641,6 +782,12 @@ def _thread_code(thread) -> tuple[str, str]:
         path = os.path.realpath(filename)
         return any(path == root or path.startswith(root + os.sep) for root in roots)
 
+    def real(code, roots):
+        if (_GUARD.get("own codes") or {}).get(id(code)) is code:
+            return True  # the guard's thread-start recorder, on the stack of a thread starting another
+        frozen = code.co_filename.startswith("<frozen ")
+        return (frozen or under(code.co_filename, roots)) and code in _file_codes(code.co_filename)
+
     def code_of(fn):
         for _ in range(5):
             if isinstance(fn, functools.partial):
@@ -648,27 +795,60 @@ def _thread_code(thread) -> tuple[str, str]:
             fn = getattr(fn, "__func__", fn)
         return getattr(fn, "__code__", None)
 
-    cls = type(thread)
     targets = []
-    if isinstance(thread, threading.Timer) and cls.run is threading.Timer.run:
-        targets += [thread.function, *thread.args, *thread.kwargs.values()]
-    elif cls.run is threading.Thread.run:
-        targets += [getattr(thread, "_target", None), *getattr(thread, "_args", ()),
-                    *(getattr(thread, "_kwargs", None) or {}).values()]
-    else:
-        targets.append(cls.run)
+    if thread is None:
+        bound = getattr(function, "__self__", None)
+        if isinstance(bound, threading.Thread) and getattr(function, "__name__", "") == "_bootstrap":
+            thread = bound  # threading.Thread.start: judged as that thread
+        else:
+            targets += [function, *args, *(kwargs or {}).values()]
+    if thread is not None:
+        cls = type(thread)
+        if isinstance(thread, threading.Timer) and cls.run is threading.Timer.run:
+            targets += [thread.function, *thread.args, *thread.kwargs.values()]
+        elif cls.run is threading.Thread.run:
+            fn, fn_args, fn_kwargs = target or (getattr(thread, "_target", None), getattr(thread, "_args", ()),
+                                                getattr(thread, "_kwargs", None))
+            targets += [fn, *(fn_args or ()), *(fn_kwargs or {}).values()]
+        else:
+            targets.append(cls.run)
     codes = [c for c in (code_of(t) for t in targets if callable(t)) if c is not None]
-    frame = __import__("sys")._current_frames().get(thread.ident)
     frames = []
+    frame = __import__("sys")._current_frames().get(thread.ident) if thread is not None else None
     while frame is not None:
         frames.append(frame.f_code)
         frame = frame.f_back
     for code in codes + frames:
-        if not under(code.co_filename, library):
+        if not real(code, library):
             return "cell", f"{code.co_name} in {os.path.basename(code.co_filename)}"
     if codes and under(codes[0].co_filename, silent):
         return "silent", ""
     return "library", ""
+
+
+def _thread_starter(original, starts: list):
+    """A stand-in for ``_thread.start_new_thread`` (and ``threading._start_new_thread``) that notes each thread
+    started, with when it started and (it runs the thread's function inside a wrapper) when it ended, so that one
+    started and finished during a check is judged too (review rev25-r3 E5; :func:`guard_hazards`)."""
+    import time
+
+    def start_new_thread(function, *args, **kwargs):
+        owner = getattr(function, "__self__", None)  # threading.Thread.start passes the thread's _bootstrap
+        target = tuple(getattr(owner, name, None) for name in ("_target", "_args", "_kwargs"))
+        entry = [function, args[0] if args else (), args[1] if len(args) > 1 else None, target, time.monotonic(),
+                 None]
+        starts.append(entry)
+
+        def run(*a, **k):
+            try:
+                return function(*a, **k)
+            finally:
+                entry[5] = time.monotonic()
+
+        return original(run, *args, **kwargs)
+
+    start_new_thread.ampcourse_original = original
+    return start_new_thread
 
 
 def guard_hazards(notes: bool = True) -> list[str]:
@@ -703,8 +883,34 @@ def guard_hazards(notes: bool = True) -> list[str]:
             found.append(f"a {what} hook")
     if _GUARD["audit"]:
         found.append("an audit hook (sys.addaudithook)")
-    found += [f"a changed value the grader could not put back ({what})" for what in _GUARD.get("left", [])]
-    return found
+    found += [f"{LEFT_VALUE}{what})" for what in _GUARD.get("left", [])]
+    if not notes:  # at the verify: every thread started while the check ran, finished or not
+        calls = list((_GUARD.get("run") or {}).get("calls") or ())
+        for function, args, kwargs, target, started, ended in list(_GUARD.get("starts", [])):
+            thread = getattr(function, "__self__", None)
+            if isinstance(thread, threading.Thread) and thread.is_alive() and thread.ident not in _GUARD["threads"]:
+                continue  # alive: judged above, with its stack
+            # A thread your function started and joined before it returned is your function's own work (the check
+            # called it through ampcourse.checks.call, which notes when each call began and ended).
+            if ended is not None and any(began <= started and ended <= done for began, done in calls):
+                continue
+            kind, what = _thread_code(function=function, args=args, kwargs=kwargs, target=target)
+            name = thread.name if isinstance(thread, threading.Thread) else "started with _thread"
+            if kind == "cell":
+                found.append(f"{CELL_THREAD}{name}: {what}{STARTED_IN_CHECK}")
+        for owner, attr in _thread_entry_points():
+            if getattr(owner, attr, None) is not (_GUARD.get("starters") or {}).get((owner.__name__, attr)):
+                found.append(f"{LEFT_VALUE}{owner.__name__}.{attr})")
+    return list(dict.fromkeys(found))
+
+
+def _thread_entry_points() -> list:
+    """``(module, name)`` of each function that starts a thread: the guard notes its calls (:func:`_thread_starter`)."""
+    import _thread
+    import threading
+
+    found = [(threading, "_start_new_thread"), (_thread, "start_new_thread"), (_thread, "start_new")]
+    return [(owner, attr) for owner, attr in found if hasattr(owner, attr)]  # start_new: an old alias
 
 
 def guard_install(shell, modules: dict[str, str]) -> str:
@@ -743,7 +949,37 @@ def guard_install(shell, modules: dict[str, str]) -> str:
         sys.addaudithook(lambda event, args: event == "sys.addaudithook" and audit.append(event))
         state["audit hook"] = True
     _GUARD["audit"].clear()
+    starts = _GUARD["starts"] = []
+    _GUARD["starters"] = {}
+    for owner, attr in _thread_entry_points():
+        current = getattr(owner, attr)
+        starter = _thread_starter(getattr(current, "ampcourse_original", current), starts)
+        setattr(owner, attr, starter)
+        _GUARD["starters"][(owner.__name__, attr)] = starter
+    own = [starter.__code__ for starter in _GUARD["starters"].values()]
+    own += [c for code in own for c in code.co_consts if isinstance(c, type(code))]  # its `run` wrapper
+    _GUARD["own codes"] = {id(code): code for code in own}
+    _GUARD["run"] = {}
     return "installed"
+
+
+def _check_codes(module) -> dict:
+    """``{id: code}`` of every function (nested ones too) of check module ``module``: the code that may record a
+    pass (:func:`ampcourse.checks.passed`; :func:`guard_verify` requires such a record)."""
+    codes, todo = {}, []
+    for value in list(vars(module).values()):
+        members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == module.__name__ \
+            else [value]
+        for member in members:
+            member = getattr(member, "__func__", member)
+            if getattr(member, "__globals__", None) is vars(module):
+                todo.append(member.__code__)
+    while todo:
+        code = todo.pop()
+        if id(code) not in codes:
+            codes[id(code)] = code
+            todo += [c for c in code.co_consts if isinstance(c, type(code))]
+    return codes
 
 
 def _from_a_cell(obj) -> bool:
@@ -813,16 +1049,31 @@ def guard_reset(shell) -> list[str]:
     for u in checks:  # one line per patched check module, not one per function
         undone[undone.index(u)] = f"the check module {u.rsplit('.', 1)[0]}"
     undone += _namespace_changes(restore=True)
+    for owner, attr in _thread_entry_points():
+        starter = _GUARD["starters"].get((owner.__name__, attr))
+        if starter is not None and getattr(owner, attr, None) is not starter:
+            setattr(owner, attr, starter)
+            undone.append(f"{owner.__name__}.{attr}")
+    _GUARD["starts"].clear()
+    _GUARD["check codes"] = {}
+    for module in _GUARD["modules"].values():
+        _GUARD["check codes"].update(_check_codes(module))
+    import secrets
+
+    _GUARD["run"] = {"nonce": secrets.token_hex(16), "ran": [], "calls": []}
     _GUARD["checked"] = _course_modules()
     return list(dict.fromkeys(undone)), guard_hazards()
 
 
-def guard_verify(shell) -> tuple[list[str], list[str]]:
-    """In the kernel, right after a check: ``(changes, hazards)``: what changed in the grader's state while it ran
+def guard_verify(shell) -> tuple[list[str], list[str], list[str]]:
+    """In the kernel, right after a check: ``(changes, hazards, ran)``: what changed in the grader's state while it ran
     (the course's modules and check modules with their functions' code and their tables' values, the name bound to
     each check module, torch's core namespaces, IPython's reply classes and the builtins), and what is running now
-    that could have altered it (:func:`guard_hazards` without the notes). A change means the check that ran was
-    not the course's own; a hazard, that it cannot be told: either way its result does not count."""
+    that could have altered it (:func:`guard_hazards` without the notes, and every thread started while it ran), and
+    the tasks whose pass the course's own check recorded since the reset (``ampcourse.checks.passed`` notes the
+    reset's nonce, the task and the calling frame's code and globals: only a function of a guarded check module,
+    re-executed at the reset, counts; :func:`output_problem` requires the record). A change means the check that
+    ran was not the course's own; a hazard, that it cannot be told: either way its result does not count."""
     changed = _course_changes(_GUARD["checked"], restore=False)
     objects = _guarded_objects(shell)
     for (where, name, slot), value in _GUARD["slots"].items():  # the shell's methods: set_custom_exc in the check
@@ -835,13 +1086,24 @@ def guard_verify(shell) -> tuple[list[str], list[str]]:
         if shell.user_ns.get(name) is not module:
             changed.append(f"the name `{name}`")
     changed += _namespace_changes(restore=False)
-    return list(dict.fromkeys(changed)), guard_hazards(notes=False)
+    run, codes = _GUARD.get("run") or {}, _GUARD.get("check codes") or {}
+    spaces = [vars(module) for module in _GUARD["modules"].values()]
+    ran = []
+    for entry in list(run.get("ran") or ()):
+        if not (isinstance(entry, tuple) and len(entry) == 4):
+            continue
+        nonce, task, code, space = entry
+        if (nonce == run.get("nonce") and isinstance(task, str) and codes.get(id(code)) is code
+                and any(space is s for s in spaces)):
+            ran.append(str.__str__(task))
+    return list(dict.fromkeys(changed)), guard_hazards(notes=False), ran
 
 
 _KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy, _same, _function_state, _cell_filled,
-                _module_entry, _course_modules, _put_back, _course_changes, _namespaces, _namespace_state,
-                _torch_wrapper, _namespace_changes, _code_roots, _thread_code, guard_hazards, guard_install,
-                _from_a_cell, _undo, guard_reset, guard_verify)
+                _module_entry, _member_state, _class_state, _restore_function, _class_changes, _course_modules,
+                _put_back, _course_changes, _namespaces, _namespace_state, _file_codes, _torch_wrapper,
+                _namespace_changes, _code_roots, _thread_code, _thread_starter, _thread_entry_points, guard_hazards,
+                guard_install, _check_codes, _from_a_cell, _undo, guard_reset, guard_verify)
 _KERNEL_CODE: list[str] = []
 
 
@@ -859,8 +1121,10 @@ def guard_expression(call: str, nonce: str) -> str:
              "_GUARD = vars(sys.modules.setdefault('_ampcourse_grader_guard', "
              "types.ModuleType('_ampcourse_grader_guard'))).setdefault('state', {})",
              f"GUARDED_METHODS = {GUARDED_METHODS!r}", f"SILENT_THREAD_CODE = {SILENT_THREAD_CODE!r}",
-             f"RUNNING_THREAD = {RUNNING_THREAD!r}", f"CELL_THREAD = {CELL_THREAD!r}",
+             f"RUNNING_THREAD = {RUNNING_THREAD!r}", f"CELL_THREAD = {CELL_THREAD!r}", f"LEFT_VALUE = {LEFT_VALUE!r}",
+             f"STARTED_IN_CHECK = {STARTED_IN_CHECK!r}",
              f"IPYTHON_NAMESPACES = {IPYTHON_NAMESPACES!r}", f"TORCH_OWN_ATTRIBUTES = {TORCH_OWN_ATTRIBUTES!r}",
+             f"TORCH_WRAPPERS = {TORCH_WRAPPERS!r}",
              f"GUARDED_PRIVATE = {GUARDED_PRIVATE!r}", f"LAZY_CACHES = {LAZY_CACHES!r}",
              f"TORCH_NAMESPACES = {TORCH_NAMESPACES!r}", f"VOLATILE_BUILTINS = {VOLATILE_BUILTINS!r}"]
             + [inspect.getsource(f) for f in _KERNEL_SIDE]))
@@ -1070,10 +1334,27 @@ def pass_line_missing(task: str, stdout: str) -> bool:
     return re.search(mark, stdout) is None
 
 
-def output_problem(task: str, status: str, stdout: str, errors: list) -> str | None:
+def record_missing(task: str, ran: list[str]) -> bool:
+    """Whether the course's own check of ``task`` recorded no pass (``ran``: the tasks :func:`guard_verify` found
+    recorded by a real check function since the reset)."""
+    number = re.match(r"Task (\d+)\b", task)
+    if number is None:
+        return not ran
+    return not any(re.match(rf"Task {number.group(1)}(?!\d)", done) for done in ran)
+
+
+NOT_RUN = ("cannot be graded: the check cell ended \"ok\", but the course's check never reached its pass: what ran "
+           "was not the check as the course wrote it (an answer cell rewrote the check cell before it ran: IPython's "
+           "compiler, parser or input transformers replaced, shell.compile.ast_parse, TransformerManager?). Remove "
+           "that code, restart the kernel and grade again")
+
+
+def output_problem(task: str, status: str, stdout: str, errors: list, ran: list[str] | None = None) -> str | None:
     """Why a check cell whose reply is ``status`` cannot count as passed although it ran: it published an error
-    (``errors``: ``(ename, evalue)``) or did not print its check's ``✓`` line; None when it is fine. Both graders
-    ask it: one grader reads the reply's status, the other the errors on iopub, and an answer can fake either."""
+    (``errors``: ``(ename, evalue)``), did not print its check's ``✓`` line, or (``ran``, from :func:`guard_verify`)
+    the course's own check function never recorded its pass (review rev25-r3 E1: a check cell rewritten before it
+    ran prints any line it likes); None when it is fine. Both graders ask it: one grader reads the reply's status,
+    the other the errors on iopub, and an answer can fake either."""
     if status == "ok" and errors:
         ename, evalue = errors[0]
         return (f"the check failed ({ename}: {ANSI.sub('', evalue).strip()[:300]}), but that error was hidden "
@@ -1083,6 +1364,8 @@ def output_problem(task: str, status: str, stdout: str, errors: list) -> str | N
         return ("cannot be graded: the check cell ended without the check's own ✓ line, so the check did not "
                 "finish (an answer cell hid its error: set_custom_exc, a patched shell?). Remove that code, restart "
                 "the kernel and grade again")
+    if status == "ok" and ran is not None and record_missing(task, ran):
+        return NOT_RUN
     return None
 
 
@@ -1092,6 +1375,12 @@ def output_problem(task: str, status: str, stdout: str, errors: list) -> str | N
 RUNNING_THREAD = "a thread ("
 #: How :func:`guard_hazards` names a thread that runs code of the learner's cells: the check cannot be graded.
 CELL_THREAD = "a thread that runs your own code ("
+#: How :func:`guard_hazards` names a value an answer changed that the reset could not put back (a course table, the
+#: guard's own thread-start recorder): the check cannot be graded.
+LEFT_VALUE = "a changed value the grader could not put back ("
+#: How :func:`guard_hazards` ends the name of a thread of the learner's code that started while the check ran (and
+#: was not joined by the answer's function before it returned): the check cannot be graded.
+STARTED_IN_CHECK = ", started while the check ran and still running after your function returned)"
 
 
 def split_hazards(hazards: list[str]) -> tuple[list[str], list[str]]:
@@ -1108,9 +1397,20 @@ def running_note(threads: list[str]) -> str:
 
 
 def cannot_grade(hazards: list[str]) -> str:
-    """The reason of a task whose check could not be trusted: ``hazards`` (:func:`guard_hazards`) were running."""
-    return (f"cannot be graded: your cells left {', '.join(hazards)} running that could alter the grader while "
-            "it checks. Restart the kernel (Kernel > Restart) and run your cells without it, then grade again")
+    """The reason of a task whose check could not be trusted: ``hazards`` (:func:`guard_hazards`) were there, in a
+    sentence per kind: what was left running (threads, hooks), and what was changed beyond repair."""
+    values = [h[len(LEFT_VALUE):-1] for h in hazards if h.startswith(LEFT_VALUE)]
+    started = [h for h in hazards if h.endswith(STARTED_IN_CHECK)]
+    running = [h for h in hazards if not h.startswith(LEFT_VALUE) and h not in started]
+    parts = []
+    if started:
+        parts.append(f"your code started {', '.join(started)}, so it could alter the grader while it checks")
+    if running:
+        parts.append(f"your cells left {', '.join(running)} running that could alter the grader while it checks")
+    if values:
+        parts.append(f"your cells changed {', '.join(values)}, which the grader could not put back")
+    return (f"cannot be graded: {'; and '.join(parts)}. Restart the kernel (Kernel > Restart) and run your cells "
+            "without it, then grade again")
 
 
 def altered(changes: list[str]) -> str:
@@ -1126,11 +1426,15 @@ def _reset_value(value) -> tuple[list[str] | None, list[str]]:
     return None, []
 
 
-def _verify_value(value) -> tuple[list[str] | None, list[str]]:
-    """``(changes, hazards)`` from a guard_verify reply; ``(None, [])`` when the guard could not run."""
+def _verify_value(value) -> tuple[list[str] | None, list[str], list[str] | None]:
+    """``(changes, hazards, ran)`` from a guard_verify reply (:func:`guard_verify`); ``(None, [], None)`` when the
+    guard could not run. A bare list of changes (a test's stand-in kernel) carries no pass record: ``ran`` None."""
+    if isinstance(value, tuple) and len(value) == 3 and all(isinstance(v, list) for v in value):
+        return value
     if isinstance(value, list):
-        return value, []
-    return _reset_value(value)
+        return value, [], None
+    changes, hazards = _reset_value(value)
+    return changes, hazards, None
 
 
 def guard_verdict(undone, hazards, changes, after_hazards) -> tuple[str | None, list[str]]:
@@ -1203,13 +1507,13 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
         for index, cell in enumerate(cells):
             if cell.cell_type != "code" or not cell.source.strip():
                 continue
-            undone, hazards, changes, after_hazards = [], [], [], []
+            undone, hazards, changes, after_hazards, ran = [], [], [], [], None
             if index in checks and modules:
                 undone, hazards = _reset_value(_guard(kernel, timeout, "guard_reset(shell)"))
             restarts = kernel.restarts
             run = kernel.run(cell.source, timeout)
             if index in checks and modules and kernel.restarts == restarts:
-                changes, after_hazards = _verify_value(_guard(kernel, timeout, "guard_verify(shell)"))
+                changes, after_hazards, ran = _verify_value(_guard(kernel, timeout, "guard_verify(shell)"))
             if kernel.restarts != restarts:  # a fresh kernel: bring it back to where it was
                 prepare()
                 for source in done:
@@ -1224,7 +1528,8 @@ def grade_one(notebook: Path, root: Path = ROOT, timeout: float = DEFAULT_TIMEOU
                 reason, guard_notes = guard_verdict(undone, hazards, changes, after_hazards) if modules else (
                     None, [])
                 notes += [f"{task}: {note}" for note in guard_notes]
-                reason = reason or output_problem(task, run.status, run.stdout, run.errors)
+                reason = reason or output_problem(task, run.status, run.stdout, run.errors,
+                                                  ran if modules else None)
                 if reason:
                     results.append(CheckResult(task, "failed", reason))
                 elif run.status == "ok":

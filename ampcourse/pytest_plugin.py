@@ -243,14 +243,16 @@ def _guard(item, call: str):
             return guard_value(msg["content"].get("user_expressions", {}).get("g", {}), nonce)
 
 
-def _with_guard(item, runtest, modules, first, checks=frozenset()):
+def _with_guard(item, runtest, modules, first, checks=None):
     """Before the notebook's first cell, remember the grader's state; before each check cell, undo what answer
     cells did to it (a patched check module, a rebound ``check``, an input transformer, torch's core namespaces:
     see ``ampcourse.grading.guard_reset``, sent as source) and say so. The check counts only as
     ``ampcourse.grading.guard_verdict`` rules, the rule ``grade`` applies: the guard answered before and after
     it, no hook or thread running the answers' code was there, nothing changed while it ran; and, as
-    ``ampcourse.grading.output_problem`` says, the kernel's reply was "ok" and the cell printed the check's ✓
-    line (an answer cell can hide an error from nbval, which reads only iopub, with ``set_custom_exc``)."""
+    ``ampcourse.grading.output_problem`` says, the kernel's reply was "ok", the cell printed the check's ✓
+    line (an answer cell can hide an error from nbval, which reads only iopub, with ``set_custom_exc``) and the
+    course's own check function recorded its pass (a check cell rewritten before it ran prints any line).
+    ``checks``: ``{check cell source: task title}`` from the template."""
     def run():
         if first:
             _guard(item, "__import__('ampcourse.checks') and None")
@@ -260,7 +262,7 @@ def _with_guard(item, runtest, modules, first, checks=frozenset()):
             return runtest()
         import warnings
 
-        from .grading import _reset_value, _verify_value, guard_verdict, output_problem, task_title
+        from .grading import _reset_value, _verify_value, guard_verdict, output_problem
 
         undone, hazards = _reset_value(_guard(item, "guard_reset(shell)"))
         kernel = item.parent.kernel
@@ -286,7 +288,7 @@ def _with_guard(item, runtest, modules, first, checks=frozenset()):
             error = err
         finally:
             kernel.await_reply = original
-        changes, after_hazards = _verify_value(_guard(item, "guard_verify(shell)"))
+        changes, after_hazards, ran = _verify_value(_guard(item, "guard_verify(shell)"))
         reason, notes = guard_verdict(undone, hazards, changes, after_hazards)
         for note in notes:
             warnings.warn(f"{item.name}: {note.replace('counted', 'counts')}", stacklevel=1)
@@ -298,10 +300,11 @@ def _with_guard(item, runtest, modules, first, checks=frozenset()):
                              if o.get("output_type") == "stream" and o.get("name") == "stdout")
             errors = [] if status == "ok" else [(replies[-1].get("ename", "") if replies else "",
                                                  replies[-1].get("evalue", "") if replies else "")]
-            cells = getattr(item.parent, "nb", None) and item.parent.nb.cells or []
-            task = next((task_title(cells, i) for i, c in enumerate(cells) if c is item.cell), "")
-            # A check cell that is not the course's (emptied, edited) is failed by its CheckCellItem already.
-            problem = output_problem(task, "ok", stdout, errors) if item.cell.source in checks else None
+            # The task as the course's template titles it (``grade`` does the same), never a heading of the
+            # learner's own above the cell (review rev25-r3 N6). A check cell that is not the course's (emptied,
+            # edited) is failed by its CheckCellItem already.
+            task = (checks or {}).get(item.cell.source)
+            problem = output_problem(task, "ok", stdout, errors, ran) if task is not None else None
             if problem:
                 item.raise_cell_error(f"✗ {problem}")
         if error is not None:
@@ -320,7 +323,7 @@ def in_exercises(path) -> bool:
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the first cell left is the one that runs first
 def pytest_collection_modifyitems(config, items):
     _sanitize_file_from_anywhere(config)
-    from .authoring import tags
+    from .authoring import tags, task_title
     from .grading import _guard_modules, exercise_template
 
     guarded: dict = {}
@@ -334,7 +337,8 @@ def pytest_collection_modifyitems(config, items):
                 except Exception:  # noqa: BLE001 - an unreadable solution: no guard, nbval still runs
                     template = None
                 guarded[path] = _guard_modules(template) if template is not None else {}
-                checks[path] = frozenset(c.source for c in template.cells if "check" in tags(c)) if template else ()
+                checks[path] = {c.source: task_title(template.cells, i) for i, c in enumerate(template.cells)
+                                if "check" in tags(c)} if template else {}
                 if guarded[path]:
                     item.runtest = _with_guard(item, item.runtest, guarded[path], first=True, checks=checks[path])
             elif guarded[path]:

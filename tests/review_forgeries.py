@@ -252,3 +252,183 @@ def one_line_forgery(module: str) -> str:
     return (f"import ampcourse.checks.{module} as _forged\n"
             "for _name in [n for n in dir(_forged) if not n.startswith('_') and callable(getattr(_forged, n))]:\n"
             "    setattr(_forged, _name, lambda *a, **k: print('✓ Task 1 (forged): passed'))\n")
+
+
+# --- review rev25-r3 -----------------------------------------------------------------------------------------------
+# E1: the check cell rewritten before it runs, into a print of the ✓ line: IPython's parser (shell.compile.ast_parse)
+# and the input transformer manager's class replaced (both now undone before the check: the real check then runs),
+# and a function on the transformers' path changed in place (``leading_empty_lines.__code__``: not undone, so the
+# verdict rests on the record the real check makes when it passes; the forged cell never makes one).
+_TO_PASS_LINE = ("lambda m: \"print('✓ Task \" + dict(tensor_bytes='1', amp_forward='2', choose_recipe='3')[m[1]] "
+                 "+ \": ok')\"")
+AST_PARSE = f"""\
+import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return 0
+
+
+import ast, re, IPython.core.compilerop as co
+_sub = lambda s: re.sub(r'check\\.(\\w+)\\(\\w+\\)', {_TO_PASS_LINE}, s)
+co.CachingCompiler.ast_parse = lambda self, source, filename='<unknown>', symbol='exec': ast.parse(
+    _sub(source), filename, symbol)
+"""
+TRANSFORMER_MANAGER = f"""\
+import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return 0
+
+
+import re, IPython.core.inputtransformer2 as it
+_t = it.TransformerManager.transform_cell
+_sub = lambda s: re.sub(r'check\\.(\\w+)\\(\\w+\\)', {_TO_PASS_LINE}, s)
+it.TransformerManager.transform_cell = lambda self, cell: _t(self, _sub(cell))
+"""
+TRANSFORM_CODE_IN_PLACE = f"""\
+import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return 0
+
+
+import IPython.core.inputtransformer2 as it
+
+
+def _rewrite(lines):
+    import re
+    return [re.sub(r'check\\.(\\w+)\\(\\w+\\)', {_TO_PASS_LINE}, line) for line in lines]
+
+
+it.leading_empty_lines.__code__ = _rewrite.__code__
+"""
+# E2: an honest answer that prints without a newline while the check calls it.
+PRINTS_WITHOUT_NEWLINE = """\
+import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    n = t.numel() * t.element_size()
+    print(n, end=' ')
+    return n
+"""
+# E4: rev25-r2 E2's thread, its code given the standard library's file name.
+THREAD_NAMED_AS_LIBRARY = THREAD_DURING_CHECK.replace(
+    "threading.Thread(target=_w", "_w.__code__ = _w.__code__.replace(co_filename=threading.__file__)\n"
+    "threading.Thread(target=_w")
+# E5: the answer's own function starts a thread that puts the table back after the check and ends before the verify.
+THREAD_STARTED_IN_CHECK = """\
+import sys, threading, time, torch
+
+
+def _stack(ident):
+    f = sys._current_frames().get(ident)
+    while f is not None:
+        yield f
+        f = f.f_back
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(tensor_bytes.real, 4)
+        main = threading.main_thread().ident
+
+        def undo():
+            while any(f.f_code.co_name == 'tensor_bytes' and f.f_globals is vars(m) for f in _stack(main)):
+                time.sleep(0.0002)
+            m.BYTES_PER_ELEMENT = tensor_bytes.real
+            del tensor_bytes.real
+
+        threading.Thread(target=undo).start()
+    return t.numel() * 4
+"""
+# E6: the expected value read from the check's frame; a table swapped at the first call and put back at the last.
+READS_WANT = ("import sys, torch\n\n\ndef tensor_bytes(t: torch.Tensor) -> int:\n"
+              "    return sys._getframe(2).f_locals['want']\n")
+SWAPPED_FOR_THE_CALLS = """\
+import sys, torch
+
+m = sys.modules['ampcourse.checks.lesson00']
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    n = tensor_bytes.__dict__.setdefault('n', [0])
+    n[0] += 1
+    if n[0] % 9 == 1:
+        tensor_bytes.real, m.BYTES_PER_ELEMENT = m.BYTES_PER_ELEMENT, dict.fromkeys(m.BYTES_PER_ELEMENT, 4)
+    elif n[0] % 9 == 0:
+        m.BYTES_PER_ELEMENT = tensor_bytes.real
+    return t.numel() * 4
+"""
+# Honest: a DataLoader with worker processes kept alive (its feeder thread runs library code only).
+LOADER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+_loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, num_workers=2, persistent_workers=True)
+print(sum(len(batch[0]) for batch in _loader))
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+"""
+REVIEW_FORGERIES.update({
+    "ast_parse": (AST_PARSE, "failed", ["you returned 0, expected 4000"]),
+    "transformer_manager": (TRANSFORMER_MANAGER, "failed", ["you returned 0, expected 4000"]),
+    "transform_code_in_place": (TRANSFORM_CODE_IN_PLACE, "failed", NOT_GRADED + ["never reached its pass"]),
+    "prints_without_newline": (PRINTS_WITHOUT_NEWLINE, "passed", []),
+    "thread_named_as_library": (THREAD_NAMED_AS_LIBRARY, "failed", NOT_GRADED + ["runs your own code", "_w"]),
+    "thread_started_in_check": (THREAD_STARTED_IN_CHECK, "failed", NOT_GRADED + ["undo", "started while the check"]),
+    "reads_want": (READS_WANT, "failed", ["raised KeyError"]),
+    "swapped_for_the_calls": (SWAPPED_FOR_THE_CALLS, "failed", ["4 bytes per element"]),
+    "loader": (LOADER, "passed", []),
+})
+
+# E3: a course class changed in place (a property on a frozen dataclass; a spy's method), and E7: a replacement of a
+# torch kernel that claims torch's file name and ``__wrapped__``.
+RECOMMENDATION_PROPERTY = """\
+import torch
+
+
+def choose_recipe(capability):
+    return (torch.bfloat16, False)
+
+
+import ampcourse.device as d
+d.Recommendation.dtype = property(lambda s: torch.bfloat16, lambda s, v: None)
+d.Recommendation.use_grad_scaler = property(lambda s: False, lambda s, v: None)
+"""
+SPY_PATCHED = """\
+import torch
+
+
+def amp_step(model, loss_fn, optimizer, scaler, x, y) -> float:
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    return loss.item()
+
+
+import ampcourse.checks.spies as sp
+_s = sp.SpyScaler.step
+sp.SpyScaler.step = lambda self, opt, *a, **k: (_s(self, opt, *a, **k), self.update())[0]
+"""
+WRAPPER_SPOOFED = UNSCALE_MISSES_NAN.replace(
+    "\n\ntorch._amp_foreach_non_finite_check_and_unscale_ = _kernel\n",
+    "\n\n_kernel.__code__ = _kernel.__code__.replace(co_filename=torch.__file__)\n"
+    "_kernel.__wrapped__ = torch._amp_foreach_non_finite_check_and_unscale_\n"
+    "torch._amp_foreach_non_finite_check_and_unscale_ = _kernel\n")
+OTHER_FORGERIES.update({
+    "recommendation_property": ("00_start_here.ipynb", {"def choose_recipe": RECOMMENDATION_PROPERTY}, 2, "failed",
+                                ["bfloat16"]),
+    "spy_class_patched": ("04_gradscaler.ipynb", {"def amp_step": SPY_PATCHED}, 0, "failed",
+                          ["without `scaler.update()`"]),
+    "torch_wrapper_spoofed": ("04_gradscaler.ipynb", {"def unscale_by_hand": WRAPPER_SPOOFED}, 3, "failed", ["NaN"]),
+})

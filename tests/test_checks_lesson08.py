@@ -29,7 +29,7 @@ def make_train(no_sync="right", order="right", divide=True, step_each=False, cli
             optimizer.zero_grad(set_to_none=True)
             for i, (x, y) in enumerate(window):
                 last = i == len(window) - 1
-                skip_sync = no_sync == "always" or (no_sync == "right" and not last)
+                skip_sync = no_sync == "always" or (no_sync == "right" and not last) or (no_sync == "last" and last)
                 with model.no_sync() if skip_sync else contextlib.nullcontext():
                     with torch.autocast(device_type=x.device.type, dtype=torch.float16):
                         loss = loss_fn(model(x), y)
@@ -156,6 +156,8 @@ def test_not_a_function_is_refused():
 ANALYSED = {
     "forgets no_sync": (make_train(no_sync="never"), r"you forgot `no_sync\(\)`"),
     "no_sync on every micro-batch": (make_train(no_sync="always"), r"only 0 gradient all-reduces"),
+    "no_sync on the last micro-batch only (review rev25-r3 M2)": (make_train(no_sync="last"),
+                                                                  r"the last one ran inside `no_sync\(\)`"),
     "clips before unscale_": (make_train(order="clip first"), r"you clipped before `unscale_`"),
     "forgets to divide by the window length": (make_train(divide=False), r"did not divide each micro-batch loss"),
     "steps every micro-batch": (make_train(step_each=True), r"stepped after every micro-batch"),
@@ -471,6 +473,22 @@ def train_clips_first(model, loss_fn, optimizer, scaler, batches, accum_steps, m
         scaler.update()
 
 
+def train_no_sync_on_the_last(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
+    """Review rev25-r3 M2: no_sync() on the last micro-batch of a window instead of the others."""
+    for start in range(0, len(batches), accum_steps):
+        window = batches[start:start + accum_steps]
+        optimizer.zero_grad(set_to_none=True)
+        for i, (x, y) in enumerate(window):
+            with model.no_sync() if i == len(window) - 1 else contextlib.nullcontext():
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    loss = loss_fn(model(x), y) / len(window)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+
 def train_no_sync_always(model, loss_fn, optimizer, scaler, batches, accum_steps, max_norm):
     for start in range(0, len(batches), accum_steps):
         window = batches[start:start + accum_steps]
@@ -607,6 +625,8 @@ WRONG = {
     ("08", "ddp_train"): {
         "forgets no_sync": (train_without_no_sync, "you forgot `no_sync()`"),
         "no_sync on every micro-batch": (train_no_sync_always, "only 0 gradient all-reduces"),
+        "no_sync on the last micro-batch instead (review rev25-r3 M2)": (train_no_sync_on_the_last,
+                                                                         "the last one ran inside `no_sync()`"),
         "no zero_grad (stale inf gradients)": (train_no_zero_grad,
                                                "first backward added its gradients to the previous window's"),
         "a second, manual all-reduce on top of DDP's": (train_manual_all_reduce,

@@ -538,6 +538,21 @@ def step_scaled_loss_thrown_away(model, loss_fn, optimizer, scaler, x, y):
     return loss.item()
 
 
+def _step_clipped(max_norm):
+    """Review rev25-r3 M1: the step, with the gradients clipped after unscale_ (it was told "you forgot zero_grad")."""
+    def amp_step(model, loss_fn, optimizer, scaler, x, y):
+        optimizer.zero_grad()
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.item()
+    return amp_step
+
+
 def island_float32_autocast(f, x):
     """Review rev25-r2 M2: a nested region in float32. The CPU disables it (with a warning); CUDA keeps it on in
     float32, which casts f's ops to float32: f runs in float32 on both, so it passes on both."""
@@ -616,6 +631,10 @@ WRONG = {
         "backward on the unscaled loss": (_step(backward="unscaled"), "`scaler.scale(loss)` was never called"),
         "scaler.scale(loss) thrown away (review rev25-r2 E11)": (step_scaled_loss_thrown_away,
                                                                  "backward ran on the unscaled loss"),
+        "clipped after unscale_, max_norm 0.5 (review rev25-r3 M1)": (_step_clipped(0.5),
+                                                                      "smaller gradients than backward produced"),
+        "clipped to 1/1024 of the norm, as small as the scale (M1)": (_step_clipped(0.001),
+                                                                      "did you clip or rescale them?"),
         "a new GradScaler inside the step": (_step(own_scaler=True), "the scaler you were given was never used"),
         "zero_grad between backward and step (review)": (step_zero_grad_before_step,
                                                          "`optimizer.zero_grad()` between backward and `scaler.step"),

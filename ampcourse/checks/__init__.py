@@ -28,6 +28,7 @@ import numbers
 import operator
 import re
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -144,8 +145,15 @@ def fail(task: str, message: str) -> CheckFailed:
 
 
 def passed(task: str, what: str) -> None:
-    """Print the one line a passing check shows."""
+    """Print the one line a passing check shows, and, when the grader's guard is in the kernel
+    (``ampcourse.grading.guard_reset``), record the pass for it: the reset's nonce, ``task``, and the code and
+    globals of the function that called this one. The grader counts a check cell as passed only with a record made
+    by a function of the real check module (``ampcourse.grading.guard_verify``), never by the printed line alone."""
     print(f"{PASS_MARK} {task}: {what}")
+    run = _guard_run()
+    if run is not None and isinstance(run.get("ran"), list):
+        caller = sys._getframe(1)
+        run["ran"].append((run.get("nonce"), task, caller.f_code, caller.f_globals))
 
 
 def require_callable(task: str, fn: object, name: str) -> Callable[..., Any]:
@@ -174,13 +182,33 @@ def exact_number(value: object) -> int | float | None:
 
 
 def call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
-    """Call the learner's ``fn``; turn a stub or any exception into a readable failure."""
+    """Call the learner's ``fn``; turn a stub or any exception into a readable failure. Under the grader's guard the
+    call's start and end are noted (a thread ``fn`` starts and joins before it returns is its own work:
+    ``ampcourse.grading.guard_hazards``)."""
+    began = time.monotonic()
+    try:
+        return _call(task, fn, name, *args, **kwargs)
+    finally:
+        run = _guard_run()
+        if run is not None and isinstance(run.get("calls"), list):
+            run["calls"].append((began, time.monotonic()))
+
+
+def _guard_run() -> dict | None:
+    """The grader's record of the check now running (``ampcourse.grading.guard_reset``), None outside the grader."""
+    guard = sys.modules.get("_ampcourse_grader_guard")
+    run = vars(guard).get("state", {}).get("run") if isinstance(guard, type(sys)) else None
+    return run if isinstance(run, dict) else None
+
+
+def _call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except NotImplementedError as err:
+        task_text = f" (the task: {err})" if str(err).strip() else ""  # a bare `raise NotImplementedError`
         raise NotStarted(
             f"{FAIL_MARK} {task}: not started — `{name}` still raises NotImplementedError. "
-            f"Replace the `raise NotImplementedError(...)` line with your code (the task: {err}). "
+            f"Replace the `raise NotImplementedError(...)` line with your code{task_text}. "
             "Hints appear after your first attempt."
         ) from None
     except CheckFailed:

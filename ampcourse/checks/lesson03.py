@@ -64,7 +64,8 @@ def predict_dtypes(fn) -> None:
         shown = wrong if last_tier_next(__name__, "predict_dtypes") else wrong[:1]
         said = " ".join(f"{name!r} (you said {_name(got[name])}): {WHY[name]}" for name in shown)
         more = "" if len(shown) == len(wrong) else " Find the other wrong ones by the same kind of rule."
-        raise fail(task, f"{len(wrong)} of {len(NAMES)} wrong. {'' if shown is wrong else 'One: '}{said}{more}")
+        one = "One: " if len(shown) < len(wrong) else ""  # not for a single wrong key (review rev25-r3 N3)
+        raise fail(task, f"{len(wrong)} of {len(NAMES)} wrong. {one}{said}{more}")
     passed(task, "all six dtypes right: matmuls in bfloat16, the loss in float32, weights and their "
                  "gradients float32.")
 
@@ -245,7 +246,7 @@ def predict_cuda_dtypes(fn) -> None:
     if wrong:
         shown = wrong if last_tier_next(__name__, "predict_cuda_dtypes") else wrong[:1]  # as in Task 1
         said = "; ".join(f"{CUDA_OPS[k][1]} (you said {_name(got[k])}): {_why_cuda(k)}" for k in shown)
-        one = "" if shown is wrong else "one: "
+        one = "one: " if len(shown) < len(wrong) else ""
         raise fail(task, f"{len(wrong)} of {len(CUDA_OPS)} wrong — {one}{said}. The lists are per op (a family is "
                          "a heuristic), but for these eight the relatives in lesson 03's rule all agree: "
                          f"{fp32_rule('cuda')}; matmuls and convolutions run in float16, most losses (mse_loss, "

@@ -99,6 +99,10 @@ def _cleared_after_backward(log: list[str]) -> bool:
     return "zero_grad" in after[:end]
 
 
+SHRUNK = ("the optimizer stepped with smaller gradients than backward produced (and not smaller by the scale): did "
+          "you clip or rescale them? This task's step is scale(loss).backward() → scaler.step(optimizer), which "
+          "unscales → scaler.update(), nothing else: clipping that changes the gradients is lesson 05's, "
+          "leave it out here.")
 CLEARED = ("you called `optimizer.zero_grad()` between backward and `scaler.step(optimizer)`, so the gradients "
            "backward had just computed were cleared before the step could use them. Clear them at the *start* of "
            "the step, before the forward pass.")
@@ -202,12 +206,19 @@ def _unscaled_update(task: str, run: _Run) -> None:
     if ratio > SCALE / 4:
         raise fail(task, "the optimizer stepped with gradients still multiplied by the scale. Let "
                          "`scaler.step(optimizer)` unscale them (do not call backward on a loss you scaled by hand).")
-    if 0 < ratio < 4 / SCALE:  # seen = true / scale: unscale_ divided gradients that were never scaled
-        raise fail(task, "the optimizer stepped with gradients the scale too small: backward ran on the unscaled "
-                         "loss (the result of `scaler.scale(loss)` was not used), and `scaler.step` then divided "
-                         "them by the scale. Call `scaler.scale(loss).backward()`.")
+    found = run.scaler.grads_at_unscale[0] if getattr(run.scaler, "grads_at_unscale", None) else None
+    # What unscale_ found: ×scale when backward ran on the scaled loss, ×1 when not (then step saw them / scale).
+    at_unscale = max((g.abs().max() / t.abs().max()).item() for g, t in zip(found, true, strict=False)
+                     if t.abs().max() > 0) if found and len(found) == len(true) else None
+    unscaled = at_unscale < 4 if at_unscale is not None else 0.5 / SCALE < ratio < 2 / SCALE
+    if 0 < ratio < 0.9 and unscaled:  # seen = true / scale: unscale_ divided gradients never scaled
+        raise fail(task, "the optimizer stepped with gradients too small by the scale (×1/scale): backward ran "
+                         "on the unscaled loss (the result of `scaler.scale(loss)` was not used), and `scaler.step` "
+                         "then divided them by the scale. Call `scaler.scale(loss).backward()`.")
     if _cleared_after_backward(run.log):
         raise fail(task, CLEARED)  # zero_grad(set_to_none=False): the step ran, on gradients of zero
+    if 0 < ratio < 0.9:  # smaller than backward's, but not by the scale: clipped or rescaled (review rev25-r3 M1)
+        raise fail(task, SHRUNK)
     if all(torch.equal(a, b.detach()) for a, b in zip(run.initial.parameters(), run.model.parameters(), strict=True)):
         raise fail(task, "the parameters did not change: make sure `scaler.step(optimizer)` runs after backward.")
 
@@ -230,6 +241,15 @@ def _fresh_gradients(task: str, fn, run: _Run) -> None:
             raise fail(task, "you clear the gradients at the *end* of the step, so gradients already in `.grad` when "
                              "the step starts (the check planted some) are added to this step's. The task clears "
                              "them first: move `optimizer.zero_grad()` to the start of the step.")
+        planted = any(((g - t) - 100.0).abs().max().item() < 1.0 for g, t in zip(seen, second, strict=True))
+        ratio = max((g.abs().max() / t.abs().max()).item() for g, t in zip(seen, second, strict=True)
+                    if t.abs().max() > 0)
+        if not planted and 0 < ratio < 0.9:
+            raise fail(task, SHRUNK)
+        if not planted:
+            raise fail(task, "in the second call the optimizer stepped with gradients other than this step's "
+                             "backward produced: the step is zero_grad → forward and loss under autocast → "
+                             "scaler.scale(loss).backward() → scaler.step(optimizer) → scaler.update(), nothing else.")
         raise fail(task, "in the second call the gradients were the sum of two steps: you forgot "
                          "`optimizer.zero_grad()` (set_to_none=True is the default) at the start of the step.")
 

@@ -61,21 +61,24 @@ CONFIG = RunConfig(windows=3, accum_steps=3, micro_batch_size=4, lr=0.2, max_nor
 
 # ------------------------------------------------------------------------------------------ in-process stand-in
 class LocalDDP(nn.Module):
-    """A one-process stand-in for ``DistributedDataParallel``: ``module``, ``no_sync()``, and a count of the
-    backward passes run outside ``no_sync`` (each would all-reduce under real DDP)."""
+    """A one-process stand-in for ``DistributedDataParallel``: ``module``, ``no_sync()``, a count of the
+    backward passes run outside ``no_sync`` (each would all-reduce under real DDP), and whether the latest backward
+    was one of them (``last_synced``: the last micro-batch of a window must be)."""
 
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self.module = module
         self.allreduces = 0
+        self.last_synced: bool | None = None
         self._sync = True
         for p in module.parameters():
             p.register_post_accumulate_grad_hook(self._grad_ready)
         self._first = next(iter(module.parameters()))
 
     def _grad_ready(self, param) -> None:
-        if param is self._first and self._sync:
-            self.allreduces += 1
+        if param is self._first:
+            self.last_synced = self._sync
+            self.allreduces += self._sync
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -89,7 +92,8 @@ class LocalDDP(nn.Module):
         return self.module(*args, **kwargs)
 
 
-def _step_spy(optimizer, model, counter: Callable[[], int]) -> list[dict[str, Any]]:
+def _step_spy(optimizer, model, counter: Callable[[], int],
+              last_synced: Callable[[], bool | None] | None = None) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
 
     def pre(opt, args, kwargs):
@@ -97,6 +101,8 @@ def _step_spy(optimizer, model, counter: Callable[[], int]) -> list[dict[str, An
         records.append({"params": flat_params(model).tolist(),
                         "grads": torch.cat([g.detach().reshape(-1).double() for g in grads]).tolist(),
                         "allreduces": counter()})
+        if last_synced is not None:  # the stand-in knows whether the window's last backward all-reduced
+            records[-1]["last_synced"] = last_synced()
 
     optimizer.register_step_pre_hook(pre)
     return records
@@ -107,7 +113,7 @@ def simulate(fn: Callable, config: RunConfig = CONFIG) -> dict[str, Any]:
     model = make_model(config)
     wrapped = LocalDDP(model)
     optimizer = torch.optim.SGD(wrapped.parameters(), lr=config.lr)
-    steps = _step_spy(optimizer, model, lambda: wrapped.allreduces)
+    steps = _step_spy(optimizer, model, lambda: wrapped.allreduces, lambda: wrapped.last_synced)
     scaler = make_scaler(config)
     fn(wrapped, F.mse_loss, optimizer, scaler, window_batches(config, None), config.accum_steps, config.max_norm)
     return {"steps": steps, "params": flat_params(model).tolist(), "hash": param_hash(model),
@@ -322,6 +328,11 @@ def analyse(task: str, config: RunConfig, done: dict[int, dict[str, Any]], refer
     if len(steps) != windows:
         raise fail(task, f"expected {windows} optimizer steps ({n_micro} micro-batches in windows of {s}), saw "
                          f"{len(steps)}.")
+    if records["allreduces"] and any(step.get("last_synced") is False for step in steps):
+        raise fail(task, "the all-reduce ran on a micro-batch before the last of a window, and the last one ran "
+                         "inside `no_sync()`: its gradients were never reduced, so the ranks would step on different "
+                         "gradients. The last backward of a window must run outside `no_sync()` (it reduces the "
+                         "whole window's gradients); run all the others inside `with model.no_sync():`.")
     if records["allreduces"] > windows:
         raise fail(task, f"DDP all-reduced the gradients {records['allreduces']} times for {windows} windows: you "
                          f"forgot `no_sync()`. Run forward and backward of all but the last micro-batch of a window "

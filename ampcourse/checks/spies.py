@@ -18,6 +18,8 @@ class SpyScaler(torch.amp.GradScaler):
         self.log = log
         self.scaled_dtypes: list[torch.dtype] = []  # the dtype of each loss given to scale() (a float16 loss
         # means the loss was computed outside autocast, on float16 outputs)
+        self.grads_at_unscale: list[list[torch.Tensor]] = []  # the gradients each unscale_ found (still scaled,
+        # if backward ran on the scaled loss); scaler.step calls unscale_ too when the answer did not
 
     def scale(self, outputs):
         self.log.append("scale")
@@ -27,6 +29,8 @@ class SpyScaler(torch.amp.GradScaler):
 
     def unscale_(self, optimizer):
         self.log.append("unscale_")
+        self.grads_at_unscale.append([p.grad.detach().clone() for group in optimizer.param_groups
+                                      for p in group["params"] if p.grad is not None])
         return super().unscale_(optimizer)
 
     def step(self, optimizer, *args, **kwargs):
