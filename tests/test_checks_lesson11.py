@@ -186,6 +186,15 @@ def applied_scale_read_before_scale(scaler, optimizer, loss):
     return scaler.get_scale() >= before
 
 
+def applied_weights_moved(scaler, optimizer, loss):  # review rev24-r4 finding 1: wrong at lr=0
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    before = [p.detach().clone() for p in params]
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return any(not torch.equal(a, p) for a, p in zip(before, params, strict=True))
+
+
 def applied_validates_its_input(scaler, optimizer, loss):
     if not isinstance(scaler, torch.amp.GradScaler):
         raise TypeError(f"scaler must be a torch.amp.GradScaler (got {type(scaler).__name__})")
@@ -321,6 +330,23 @@ def plan_one_bit(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= LIMIT / 2])
 
 
+def plan_three_bits(peaks, bf16):  # review rev24-r4 finding 2: each too-low threshold was blamed on >=
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= LIMIT / 8])
+
+
+def plan_round_ten_thousand(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= 10000])
+
+
+def plan_natural_log(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items()
+                                                      if not math.isfinite(p) or math.log(LIMIT / p) < 2])
+
+
+def plan_fifth_of_the_limit(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p / LIMIT <= 0.2])
+
+
 def plan_nothing(peaks, bf16):
     return ("bfloat16" if bf16 else "float16"), []
 
@@ -387,6 +413,7 @@ WRONG = {
         "finite gradients when the scaler is disabled": (applied_grads_finite_or_scale,
                                                          "a disabled scaler skips nothing"),
         "scale read before scaler.scale(loss)": (applied_scale_read_before_scale, "before scaler.scale(loss)"),
+        "the weights moved": (applied_weights_moved, "a weight change is not the test"),
     },
     ("11", "finetune_plan"): {
         "only peaks above 65504": (plan_only_overflowed, "not only those already above 65504"),
@@ -403,6 +430,10 @@ WRONG = {
         "a 1-bit threshold (peak > 65504 / 2)": (plan_one_bit, "b at 16392.4 (1.9986 bits below 65504)"),
         "2**14 for 65504 / 4": (plan_two_to_the_14, "d at 16380 (1.9996 bits below 65504)"),
         "nothing kept": (plan_nothing, "240000 (above 65504)"),
+        "a 3-bit threshold (peak > 65504 / 8)": (plan_three_bits, "'p' at 14000: log2(65504 / 14000) = 2.23 bits"),
+        "a round 10000": (plan_round_ten_thousand, "the threshold is too low"),
+        "the natural log, not log2": (plan_natural_log, "2.23 bits of headroom, 2 or more"),
+        "0.2 of the limit for a quarter": (plan_fifth_of_the_limit, "peak > 65504 / 4 = 16376"),
     },
 }
 
@@ -479,10 +510,12 @@ def test_the_private_name_detector_reads_code_not_comments():
 def test_a_message_blames_only_the_mistake_the_answer_made():
     from ampcourse.checks import CheckFailed
 
-    for answer in (plan_one_bit, plan_nothing):
+    for answer in (plan_one_bit, plan_nothing, plan_three_bits, plan_round_ten_thousand, plan_natural_log,
+                   plan_fifth_of_the_limit):
         try:
             check.finetune_plan(answer)
         except CheckFailed as failed:
             assert "not only those already above 65504" not in str(failed), answer.__name__
+            assert "exactly 65504 / 4" not in str(failed), answer.__name__  # only the >= slip is told that
         else:
             raise AssertionError(f"{answer.__name__} passed")

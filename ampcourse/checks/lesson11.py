@@ -3,12 +3,13 @@
 ``diagnose(trace)`` names the finding kind, where and the fix of five recorder traces from runs lesson 11 did
 not show (:data:`TRACES`, printed by :func:`show_traces`); the answers come from a fixed list of kinds (the
 recorder's :data:`~ampcourse.recorder.KINDS`) and fixes (:data:`FIXES`), so the check compares them strictly.
-``applied_step(scaler, optimizer, loss)`` is run on a tiny model with real GradScalers: a clean step, an
-overflowing one (with plain SGD and with a fused one, whose ``step()`` GradScaler calls even on a skipped step), a
-clean step at a non-exact ``init_scale`` (0.7), a growth step, a used scaler and a disabled one (with a clean step
-and with an overflowing one: a disabled scaler skips nothing).
+``applied_step(scaler, optimizer, loss)`` is run on a tiny model with real GradScalers: a clean step, a clean
+step with ``AdamW(lr=0)`` (applied, though no weight moves), an overflowing one (with plain SGD and with a fused
+one, whose ``step()`` GradScaler calls even on a skipped step), a clean step at a non-exact ``init_scale`` (0.7),
+a growth step, a used scaler and a disabled one (with a clean step and with an overflowing one: a disabled scaler
+skips nothing).
 ``finetune_plan(peaks, bf16)`` is compared with the rule of lesson 11 on cases at its boundaries (a peak exactly
-2 bits below 65504, inf, NaN, no bf16, bf16 with inf/NaN/above-65504 peaks).
+2 bits below 65504, one at 14000, 2.23 bits below, inf, NaN, no bf16, bf16 with inf/NaN/above-65504 peaks).
 """
 
 from __future__ import annotations
@@ -189,10 +190,11 @@ def diagnose(fn) -> None:
 
 # --- Task 2: applied_step ------------------------------------------------------------------------------------
 
-def _tiny(seed: int = 0, fused: bool = False):
+def _tiny(seed: int = 0, fused: bool = False, optimizer=None):
     torch.manual_seed(seed)
     model = torch.nn.Linear(4, 2)
-    return model, torch.optim.SGD(model.parameters(), lr=0.1, fused=fused), torch.randn(8, 4)
+    make = optimizer or (lambda params: torch.optim.SGD(params, lr=0.1, fused=fused))
+    return model, make(model.parameters()), torch.randn(8, 4)
 
 
 def _loss(model, x):
@@ -200,8 +202,10 @@ def _loss(model, x):
         return model(x).float().pow(2).mean()
 
 
-def _one(task, fn, scaler, *, seed=0, fused=False, x_factor=1.0):
-    model, optimizer, x = _tiny(seed, fused)
+def _one(task, fn, scaler, *, seed=0, fused=False, x_factor=1.0, optimizer=None, state=None):
+    model, optimizer, x = _tiny(seed, fused, optimizer)
+    if state is not None:
+        state.append(optimizer)
     x = x * x_factor
     before = [p.detach().clone() for p in model.parameters()]
     steps = []
@@ -275,6 +279,15 @@ def applied_step(fn) -> None:
                              "Compare scaler.get_scale() before and after update().")
         raise fail(task, "a clean step (weights updated, scale unchanged) was reported as skipped: the scale stays the "
                          "same on an applied step, so compare with >= (or: not smaller), not >.")
+    warmup, optimizers = _Spy("cpu", init_scale=2.0**10, growth_interval=1000), []
+    result, _, moved = _one(task, fn, warmup, optimizer=lambda params: torch.optim.AdamW(params, lr=0.0),
+                            state=optimizers)
+    applied = all(int(s["step"]) == 1 for s in optimizers[0].state.values()) and warmup.get_scale() == 2.0**10
+    if applied and not moved and not result:
+        raise fail(task, "a clean step with AdamW(lr=0), a warmup's first step, was reported as skipped, yet it was "
+                         "applied: the scale stayed 1024 and AdamW's step count went from 0 to 1. Weights can stay "
+                         "put on an applied step (lr 0, a warmup, zero gradients), so a weight change is not the "
+                         "test: read the scaler's state, scaler.get_scale() before and after update().")
     overflow = _Spy("cpu", init_scale=2.0**40)
     result, stepped, moved = _one(task, fn, overflow)
     calls = list(overflow.calls)  # what the answer called, before this check reads the scale itself
@@ -326,8 +339,8 @@ def applied_step(fn) -> None:
                          "reported as skipped, but a disabled scaler skips nothing: scaler.step just calls "
                          "optimizer.step(), which ran even with inf gradients (the weights moved, to inf/NaN). "
                          "Finite gradients are not the test: compare scaler.get_scale() before and after update().")
-    passed(task, "clean, overflowing (plain and fused SGD), init_scale 0.7, growing, used and disabled scalers "
-                 "(clean and overflowing): applied steps True, skipped ones False")
+    passed(task, "clean (SGD, and AdamW at lr=0), overflowing (plain and fused SGD), init_scale 0.7, growing, "
+                 "used and disabled scalers (clean and overflowing): applied steps True, skipped ones False")
 
 
 def fused_text() -> str:
@@ -363,6 +376,8 @@ def plan_rule(peaks: Mapping[str, float], bf16: bool) -> tuple[str, list[str]]:
 CASES: list[tuple[dict[str, float], bool]] = [
     ({"blocks.0.mlp.out": 3.0, "blocks.1.mlp.out": 2.4e5, "head": 30.0}, True),
     ({"blocks.0.mlp.out": 3.0, "blocks.1.mlp.out": 2.4e5, "head": 30.0}, False),
+    # p: 2.23 bits below (not low), before the boundary case, so that a too-low threshold is named as such
+    ({"p": 14000.0, "q": 4e4, "r": 5.0}, False),
     # a: exactly 2 bits below (not low); d: between 65504 / 4 = 16376 and 2**14 = 16384 (a threshold of 2**14 misses it)
     ({"a": FP16_MAX / 4, "b": FP16_MAX / 4 * 1.001, "c": FP16_MAX, "d": 16380.0}, False),
     ({"x": math.inf, "y": 1.0, "z": math.nan}, False),
@@ -405,9 +420,16 @@ def finetune_plan(fn) -> None:
             why = "in bf16 no module needs FP32: return an empty list."
         elif any(not math.isfinite(peaks.get(n, 0.0)) for n in missing):
             why = "a peak of inf or NaN has already overflowed: keep that module in FP32."
-        elif any(peaks.get(n, 0.0) == FP16_MAX / 4 for n in extra):
+        elif extra and all(peaks.get(n) == FP16_MAX / 4 for n in extra):  # nothing below the boundary kept
             why = ("a peak of exactly 65504 / 4 is 2 bits below the limit, not less: the rule keeps modules with "
                    "less than 2 bits of headroom (peak > 65504 / 4).")
+        elif extra and set(keep) >= set(peaks):
+            why = "keep only the modules with less than 2 bits of headroom, not every module."
+        elif low := [n for n in extra if n in peaks and 0 < peaks[n] < FP16_MAX / 4]:
+            shown = ", ".join(f"{n!r} at {peaks[n]:g}: log2(65504 / {peaks[n]:g}) = "
+                              f"{math.log2(FP16_MAX / peaks[n]):.2f} bits of headroom" for n in low)
+            why = (f"kept {shown}, 2 or more: the threshold is too low. The rule keeps modules with less than 2 bits "
+                   "of headroom, peak > 65504 / 4 = 16376.")
         elif missing and (all(peaks.get(n, 0.0) > FP16_MAX for n in keep) if keep
                           else all(peaks[n] <= FP16_MAX for n in missing)):
             why = ("a module within 2 bits of 65504 (peak > 65504 / 4 = 16376) overflows with a little growth: keep "
