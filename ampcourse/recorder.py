@@ -33,6 +33,7 @@ the uncompiled model to find *where*.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import struct
 import warnings
@@ -56,7 +57,8 @@ FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
-SAMPLE = 4096  # gradient fractions are counted on at most this many evenly strided entries of each tensor
+SAMPLE = 4096  # gradient fractions are counted on at most this many strided entries of each tensor (a stride
+# coprime with its last dimension, so that every channel of a [B, T, W] activation is read: _stride)
 
 MIN_FREQUENT_SKIPS = 3  # frequent_skips: at least this many skips after the first applied step (1 or 2: settling)
 TRAILING_SKIPS = 3  # never healthy when the last this-many steps (or more) were all skipped
@@ -105,7 +107,7 @@ class Finding:
     message: str
 
     def __str__(self) -> str:
-        where = ("" if self.kind == "healthy" or self.where in ("scaler", "scheduler", "loss", "optimizer")
+        where = ("" if self.kind == "healthy" or self.where in ("scaler", "scheduler", "loss", "optimizer", "input")
                  else f" in {_label(self.where)}")
         return f"[{self.kind}] step {self.step}{where}: {self.message}"
 
@@ -257,10 +259,24 @@ def _inputs(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)
 
 
+@functools.lru_cache(maxsize=1024)
+def _stride(n: int, last: int) -> int:
+    """The stride of the sample of a tensor of ``n`` entries whose last dimension is ``last``: about
+    ``n // SAMPLE``, lowered until it is coprime with ``last``, so that the sample walks through every index of
+    the last dimension (a stride that is a multiple of the hidden width, as ``n // SAMPLE`` is for ``[B, T, W]``
+    with ``B·T`` a multiple of :data:`SAMPLE`, would read one channel only)."""
+    s = max(n // SAMPLE, 1)
+    while s > 1 and math.gcd(s, last) > 1:
+        s -= 1
+    return s
+
+
 def _sample(t: torch.Tensor) -> torch.Tensor:
-    """At most :data:`SAMPLE` evenly strided entries of ``t`` (all of them when it is that small)."""
+    """At most :data:`SAMPLE` evenly strided entries of ``t`` (all of them when it is that small), with a stride
+    coprime with its last dimension (:func:`_stride`)."""
     flat = t.reshape(-1)
-    return flat if flat.numel() <= SAMPLE else flat[:: flat.numel() // SAMPLE][:SAMPLE]
+    n = flat.numel()
+    return flat if n <= SAMPLE else flat[:: _stride(n, t.shape[-1])][:SAMPLE]
 
 
 def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,10 +287,13 @@ def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _input_ok(values: list[float], i: int) -> bool:
-    """An input measured at ``i`` (its max |x|; its max at ``i + 1``) holds no NaN and no +inf. A -inf is left
-    out on purpose: an additive attention mask (``nn.Transformer.generate_square_subsequent_mask``) is -inf by
-    design, and softmax turns it into 0."""
-    return not math.isnan(values[i]) and values[i + 1] != math.inf
+    """An input measured at ``i`` (its max |x|; its max at ``i + 1``) holds no NaN and no +inf, and a -inf only
+    where it looks like an additive mask: a tensor whose largest value is at most 0 (0 where attended, -inf where
+    masked, as ``nn.Transformer.generate_square_subsequent_mask`` gives; softmax turns -inf into 0). A -inf in a
+    tensor that also holds positive values (log-features with log(0), say) is broken data. (A data tensor whose
+    values are all <= 0 and hold -inf, the log of probabilities with a 0 among them, reads as a mask.)"""
+    top, high = values[i], values[i + 1]
+    return not math.isnan(top) and high != math.inf and (top != math.inf or high <= 0)
 
 
 def _abs_max_of(low: float, high: float) -> float:
@@ -380,7 +399,7 @@ class _Probe:
         flat = g.reshape(-1)
         n = flat.numel()
         if n > SAMPLE:
-            flat = flat[:: n // SAMPLE][:SAMPLE]
+            flat = flat[:: _stride(n, g.shape[-1])][:SAMPLE]
             n = SAMPLE
         self.samples.append((flat.clone(), flat.dtype))  # a plain copy: _magnitudes runs once per group later
         return -len(self.samples), n
@@ -1158,9 +1177,9 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         later = (f" (The forward overflow in {_label(overflow.where)} from step {overflow.step} on came later: "
                  "see the overflow finding.)")
         sampled = [r for r in sampled if r.step < overflow.step]
-    bad_input = kinds.get("nonfinite_input")
-    if bad_input is not None and (first_skip is None or bad_input.step <= first_skip):
-        return "input", (f"the batch holds inf/NaN (step {bad_input.step}, see the nonfinite_input finding): no loss "
+    bad_input = _input_cause(records, sampled, kinds.get("nonfinite_input"))
+    if bad_input is not None:
+        return "input", (f"the batch holds inf/NaN (step {bad_input}, see the nonfinite_input finding): no loss "
                          "scale can fix broken data — fix the data." + later)
     if "nonfinite_loss" in kinds and (overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
@@ -1191,6 +1210,27 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         return name, f"the first non-finite gradient is that of {name}, even at scale {r.scale_before:g}." + later
     return "scaler", ("no sampled step saw where the inf/NaN starts: record with every=1, or run "
                       "troubleshoot.find_nonfinite on a failing batch." + later)
+
+
+def _input_cause(records: list[StepRecord], sampled: list[StepRecord], bad_input: Finding | None) -> int | None:
+    """The sampled step whose batch held inf/NaN when that explains the recent skips, else None. The skips looked
+    at are the last :data:`COLLAPSE_WINDOW` skipped steps (the collapse window, or the latest of skips that keep
+    coming back), not the run's first skip: skips before the bad batches (a large init_scale backing off) do not
+    hide it. They are explained by the batch when most of them have a non-finite loss and the first sampled step
+    of that run of non-finite losses (which may start on an unsampled step) had a non-finite batch."""
+    if bad_input is None:
+        return None
+    window = [r for r in records if r.skipped][-COLLAPSE_WINDOW:]
+    bad = [r for r in window if not math.isfinite(r.loss)]
+    if not window or 2 * len(bad) <= len(window):
+        return None
+    position = {r.step: k for k, r in enumerate(records)}
+    k = position[bad[0].step]
+    while k > 0 and not math.isfinite(records[k - 1].loss):  # back to the start of that run of non-finite losses
+        k -= 1
+    start = records[k].step
+    first = next((r for r in sampled if r.step >= start and not math.isfinite(r.loss)), None)
+    return first.step if first is not None and first.input_finite is False else None
 
 
 def _scale_findings(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> list[Finding]:

@@ -1172,3 +1172,77 @@ def test_r3_n1_the_fused_optimizer_list_is_read_from_torch():
     for name in FUSED_OPTIMIZERS:
         optimizer = getattr(torch.optim, name)([nn.Parameter(torch.zeros(1))], lr=0.1, fused=True)
         assert optimizer._step_supports_amp_scaling
+
+
+def _nan_from(first: int):
+    """Batches of the review's harness with a NaN in every batch from step ``first`` on."""
+    def x_fn(i: int) -> torch.Tensor:
+        x = torch.randn(4, 5, 8)
+        if i >= first:
+            x[0, 0, 0] = math.nan
+        return x
+    return x_fn
+
+
+@pytest.mark.parametrize(("first", "every", "init_scale"), [
+    (13, 10, 2.0**16),  # the bad batches begin on an unsampled step (9 of 10 start positions with every=10)
+    (4, 1, 2.0**24),  # steps 0-3 are skipped first, the scale backing off from a large init_scale
+])
+def test_r4_m3_nan_batches_after_early_skips_or_from_an_unsampled_step_blame_the_batch(first, every, init_scale):
+    """Review rev24-r4 finding 3: scale_collapse named "the loss itself ... compute it in FP32" when the NaN
+    batches began on an unsampled step or after earlier skips, contradicting nonfinite_input and nonfinite_loss."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    rec = loop(model, first + COLLAPSE_WINDOW + 4, every=every, x_fn=_nan_from(first), init_scale=init_scale)
+    assert {"nonfinite_input", "nonfinite_loss", "scale_collapse"} <= set(kinds(rec)), rec.findings()
+    assert any(r.skipped for r in rec.records[:first]) == (init_scale > 2.0**16)  # the early skips are there
+    f = finding(rec, "scale_collapse")
+    assert f.where == "input" and "fix the data" in f.message, f
+    assert "the loss itself" not in f.message and "FP32" not in f.message
+    assert " in input" not in str(f) and " in input" not in str(finding(rec, "nonfinite_input"))  # nit 8
+
+
+def test_r4_m4_minus_inf_in_log_features_is_broken_data_not_an_overflow_of_the_first_linear():
+    """Review rev24-r4 finding 4: -inf counts as a mask only in a tensor whose largest value is at most 0;
+    log-features with log(0) = -inf among positive values are nonfinite_input."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    rec = loop(model, 4, x_fn=lambda i: torch.log(torch.randn(4, 5, 8).abs() * 3).index_fill(0, torch.tensor([0]),
+                                                                                             -math.inf))
+    assert "nonfinite_input" in kinds(rec) and "overflow" not in kinds(rec), rec.findings()
+    assert "the forward pass overflow" not in finding(rec, "nonfinite_loss").message
+
+
+def test_r4_m5_the_sample_reads_every_channel_of_a_power_of_two_activation():
+    """Review rev24-r4 finding 5: n // SAMPLE is a multiple of W for [B, T, W] with B·T a multiple of SAMPLE, so the
+    strided sample read channel 0 only; its stride is now coprime with the last dimension."""
+    from ampcourse.recorder import SAMPLE, _sample
+
+    for shape in [(8, 512, 768), (4, 1024, 1024), (4096, 1024), (16, 128, 4096), (8, 512, 760), (8, 32, 64)]:
+        t = torch.arange(math.prod(shape)).reshape(shape)
+        picked = _sample(t)
+        assert picked.numel() == SAMPLE and len(set(picked.tolist())) == SAMPLE
+        assert len(set((picked % shape[-1]).tolist())) == min(shape[-1], SAMPLE), shape
+
+
+def test_r4_m5_grad_lost_of_a_one_channel_gradient_is_near_the_true_fraction():
+    """The review's case: [8, 512, W] activations whose gradient lives in channel 0 (the rest 1e-5 times smaller,
+    below float16's normal range at this scale): `grad lost` must be near the true fraction, not 0."""
+    from ampcourse.recorder import FP16_NORMAL_MIN
+
+    torch.manual_seed(0)
+    width = 96
+    model = nn.Sequential(nn.Linear(16, width), nn.Linear(width, width))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    rec = AmpRecorder(model, optimizer, scaler)
+    truth = []
+    model[1].register_full_backward_hook(
+        lambda mod, gi, go: truth.append((go[0].abs() < FP16_NORMAL_MIN).float().mean().item()))
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = model(torch.randn(8, 512, 16)).float()
+        loss = out[..., 0].mean() + 1e-5 * out[..., 1:].mean()
+    optimizer_step(loss, optimizer, scaler)
+    rec.step(loss)
+    rec.detach()
+    lost = next(m for m in rec.records[0].modules if m.name == "1").grad_lost
+    assert truth[0] > 0.9 and abs(lost - truth[0]) < 0.05, (lost, truth)
