@@ -126,7 +126,8 @@ class ModuleStats:
             runs autocast's low-precision ops (a Linear, a convolution) receives it and returns the autocast dtype.
         grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
             holds it: multiplied by the loss scale) that is 0 or below fp16's normal range, counted on at most
-            :data:`SAMPLE` evenly strided entries of each tensor; None if no gradient reached it.
+            :data:`SAMPLE` strided entries of each tensor (a stride coprime with its last dimension); None if no
+            gradient reached it.
         grad_subnormal: the fraction of its *non-zero* output-gradient entries below fp16's normal range.
         grad_finite: whether that gradient was finite (None if none reached it).
         dtype: its (first floating-point) output's dtype.
@@ -1020,8 +1021,8 @@ def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: in
         finding = _unneeded_scaler(sampled)
         if finding is not None:
             found.append(finding)
-    for rule in (_underflow, _low_headroom):
-        finding = rule(records, sampled)
+    overflowed = frozenset(f.where for f in found if f.kind == "overflow")
+    for finding in (_underflow(records, sampled), _low_headroom(records, sampled, overflowed)):
         if finding is not None:
             found.append(finding)
     if scheduler is not None:
@@ -1066,7 +1067,7 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
                 "module only inherits it)")
     invalid = "0/0, or sqrt or log of a negative number: an eps, a clamp or a mask fixes that"
     if cast_down:
-        fix = _cast_down_fix(cast, cast.cast_by or output)
+        fix = _cast_down_fix(cast, cast.cast_by or output, said=True)
     elif r.autocast_dtype == torch.float16 and math.isnan(nan):
         fix = (f"its output holds NaN, not inf: either a value passed float16's largest value, {FP16_MAX:g}, and "
                "the inf became NaN (inf - inf or 0 × inf, as in a softmax over an inf score), or an invalid "
@@ -1321,21 +1322,24 @@ def _lost_activation(module: ModuleStats | None) -> bool:
     return module.grad_lost >= 1.0 or (module.grad_subnormal or 0.0) > UNDERFLOW_FRACTION
 
 
-def _cast_down_fix(m: ModuleStats, consumer: str | None) -> str:
+def _cast_down_fix(m: ModuleStats, consumer: str | None, *, said: bool = False) -> str:
     """The fix for a module whose float32 output is cast down to the autocast dtype by the next module: it runs
-    in FP32 already, so "run it in FP32" is no fix."""
+    in FP32 already, so "run it in FP32" is no fix. ``said``: the finding has already said who casts it down (the
+    overflow's text), so the fix does not repeat it. A smaller weight is offered for a norm layer only."""
     by = _label(consumer or m.cast_by or "the next module")
-    return (f"it already runs in float32; its float32 output is cast to {_limit_name(m.limit)} by {by}, which "
-            f"receives it: extend the FP32 region over {by} too (one FP32Island around both), keep its values "
-            "smaller (a smaller norm weight, normalise what feeds it), or train in bf16.")
+    cast = "" if said else f"; its float32 output is cast to {_limit_name(m.limit)} by {by}, which receives it"
+    smaller = "a smaller norm weight, normalise what feeds it" if m.kind.endswith("Norm") else "normalise what feeds it"
+    return (f"it already runs in float32{cast}: extend the FP32 region over {by} too (one FP32Island around both), "
+            f"keep its values smaller ({smaller}), or train in bf16.")
 
 
-def _low_headroom(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
-    """A finite peak with less than LOW_HEADROOM_BITS of headroom. A peak above the limit (a float32 output too
-    large for the dtype the next module casts it to) is below 0 bits: the overflow finding names it when the cast
-    made inf; this one says 'above'."""
+def _low_headroom(records: list[StepRecord], sampled: list[StepRecord],
+                  named: frozenset[str] = frozenset()) -> Finding | None:
+    """A finite peak with less than LOW_HEADROOM_BITS of headroom, in a module the overflow finding does not
+    already name (``named``). A peak above the limit (a float32 output too large for the dtype the next module
+    casts it to) is below 0 bits: the overflow finding names it when the cast made inf; this one says 'above'."""
     for r in sampled:
-        low = [m for m in r.modules if m.finite and m.headroom_bits < LOW_HEADROOM_BITS]
+        low = [m for m in r.modules if m.finite and m.headroom_bits < LOW_HEADROOM_BITS and m.name not in named]
         if low:
             m = low[0]
             others = ", ".join(_label(x.name) for x in low[1:4]) + (", ..." if len(low) > 4 else "")

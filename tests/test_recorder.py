@@ -1158,11 +1158,24 @@ def test_r3_m2_a_float32_module_near_65504_is_not_told_to_run_in_fp32():
 
 def test_r3_m2_an_overflowing_float32_output_reads_above_the_limit_and_gets_the_cast_down_fix():
     rec = _fp32_norm_run(1e5)
-    low = finding(rec, "low_headroom")
-    assert low.where == "1" and "bits above the largest value 65504" in low.message and "-" not in low.message.split(
-        "bits")[0]
     over = finding(rec, "overflow")
     assert over.where == "1" and "already runs in float32" in over.message and "run it in FP32" not in over.message
+    # review rev24-r4 finding 10: said once (not "... casts them down ...; cast to float16 by '2', which receives
+    # it"), a norm weight offered for the norm layer, and no low_headroom for the module the overflow names
+    assert "which receives it" not in over.message and "a smaller norm weight" in over.message
+    assert "low_headroom" not in kinds(rec), rec.findings()
+    from ampcourse.recorder import _low_headroom
+
+    low = _low_headroom(rec.records, [r for r in rec.records if r.sampled])  # what it would say: 'above', not -1.0
+    assert low.where == "1" and "bits above the largest value 65504" in low.message and "-" not in low.message.split(
+        "bits")[0]
+
+
+def test_r4_nit10_a_non_norm_module_is_not_told_to_use_a_smaller_norm_weight():
+    from ampcourse.recorder import ModuleStats, _cast_down_fix
+
+    relu = ModuleStats("2", "ReLU", 2.6e4, 65504.0)
+    assert "norm weight" not in _cast_down_fix(relu, "3") and "normalise what feeds it" in _cast_down_fix(relu, "3")
 
 
 def test_r3_n1_the_fused_optimizer_list_is_read_from_torch():
