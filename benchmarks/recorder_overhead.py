@@ -13,10 +13,11 @@ True only if the highest is within 5 %, False only if the lowest is above it, el
     python benchmarks/recorder_overhead.py --device cuda
     OMP_NUM_THREADS=1 python benchmarks/recorder_overhead.py --clock cpu   # CPU time of this process
 
-``--clock cpu`` (CPU only) times the blocks by this process's CPU time instead of the wall clock: with one
-thread that is the compute the steps cost, which other processes on a shared machine disturb much less than
-the wall clock (they still slow it somewhat, through shared caches); on an idle machine the two agree. The
-verdict names the clock it was made on.
+``--clock cpu`` (CPU only, and one thread only: it refuses more) times the blocks by this process's CPU time
+instead of the wall clock: with one thread that is the compute the steps cost (with N threads ``process_time``
+would count the steps' compute up to N times and the recorder's Python once, and understate the overhead),
+which other processes on a shared machine disturb much less than the wall clock (they still slow it somewhat,
+through shared caches); on an idle machine the two agree. The verdict names the clock it was made on.
 
 Not a timed test: a measurement, noisy on a busy machine (the numbers print with the block spread).
 """
@@ -87,6 +88,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.clock == "cpu" and args.device != "cpu":
         parser.error("--clock cpu times CPU work: use it with --device cpu")
+    if args.clock == "cpu" and torch.get_num_threads() > 1:
+        parser.error(f"--clock cpu needs one thread (this process has {torch.get_num_threads()}): process_time() sums "
+                     "the CPU time of all threads, so with N intra-op threads the steps' compute counts up to N "
+                     "times and the recorder's Python once, and the overhead reads too low. Run with "
+                     "OMP_NUM_THREADS=1.")
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.blocks < 3:
         parser.error("--blocks must be >= 3: the verdict needs a spread of per-block ratios")
