@@ -519,3 +519,26 @@ def test_a_message_blames_only_the_mistake_the_answer_made():
             assert "exactly 65504 / 4" not in str(failed), answer.__name__  # only the >= slip is told that
         else:
             raise AssertionError(f"{answer.__name__} passed")
+
+
+def test_the_where_list_names_every_kind_not_only_the_answers():
+    """Review rev24-r4 finding 6: the list printed with the traces named exactly the five answer kinds."""
+    assert set(check.WHERE) == set(check.KINDS) - {"healthy"}
+    assert {kind for kind, _, _ in check.ANSWERS.values()} < set(check.WHERE)
+
+
+def test_the_wrong_where_message_reads_as_a_sentence():
+    """Review rev24-r4 finding 9: no "for a overflow"; an object's where is not "as the trace spells it"."""
+    from ampcourse.checks import CheckFailed
+
+    for trace, where in (("A", "encoder.layers.5"), ("B", "GradScaler"), ("E", "embed")):
+        kind = check.ANSWERS[trace][0]
+        try:
+            check.diagnose(_with(trace, (kind, where, check.ANSWERS[trace][2])))
+        except CheckFailed as failed:
+            text = str(failed)
+            assert f"for {kind}, where is" in text and "for a " not in text, text
+            assert ("spelt exactly as the trace spells it" in text) == (trace != "B"), text
+        else:
+            raise AssertionError(f"trace {trace}: where={where!r} passed")
+    assert "'loss'" not in check.HINTS["diagnose"][2]

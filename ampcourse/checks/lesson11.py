@@ -92,12 +92,26 @@ ALSO_FIXES: dict[str, frozenset[str]] = {"E": frozenset({"bf16_or_fp32_island"})
 
 WHERE: dict[str, str] = {
     "overflow": "the module in the `first inf/NaN output` column",
+    "nonfinite_input": "'input'",
+    "nonfinite_loss": "'loss'",
+    "nonfinite_grad": "the parameter in the `first inf/NaN grad` column",
     "scale_collapse": "the parameter in the `first inf/NaN grad` column",
+    "frequent_skips": "the parameter in the `first inf/NaN grad` column",
     "underflow": "the parameter in the `grad lost > 50%` column",
+    "low_headroom": "the module whose output peaks within 2 bits of 65504",
     "unneeded_scaler": "'scaler'",
     "scheduler_on_skipped_step": "'scheduler'",
+    "optimizer_not_stepped": "'optimizer'",
 }
-"""What ``where`` is for each kind the traces need: the task text, hint 2 and the wrong-``where`` message read it."""
+"""What ``where`` is for every finding kind that names one (all of :data:`~ampcourse.recorder.KINDS` but
+``healthy``), so that the list printed with the traces does not give away which kinds the answers are: the task
+text, hint 2 and the wrong-``where`` message read it."""
+
+
+def _spelt(kind: str) -> str:
+    """How ``where`` of ``kind`` is spelt: as the trace's column spells it, or the name of the object."""
+    return " of the trace, spelt exactly as the trace spells it" if "column" in WHERE[kind] else (
+        ", the name of the object" if WHERE[kind].startswith("'") else "")
 
 
 def where_rule() -> str:
@@ -171,8 +185,8 @@ def _judge(task: str, trace: str, got: tuple[str, str, str]) -> None:
                  ("D", "frequent_skips"): " Four skips at the start are the scale backing off; look at the lr."}
         raise fail(task, f"trace {trace}: not {got[0]!r} — {_WHY[trace]}.{extra.get((trace, got[0]), '')}")
     if got[1] != where:
-        raise fail(task, f"trace {trace}: the kind {kind!r} is right, but where is not {got[1]!r}: for a {kind}, "
-                         f"where is {WHERE[kind]} of the trace, spelt exactly as the trace spells it.")
+        raise fail(task, f"trace {trace}: the kind {kind!r} is right, but where is not {got[1]!r}: for {kind}, "
+                         f"where is {WHERE[kind]}{_spelt(kind)}.")
     if got[2] != fix and got[2] not in ALSO_FIXES.get(trace, ()):
         raise fail(task, f"trace {trace}: {got[0]!r} at {got[1]!r} is right, but {got[2]!r} ({FIXES[got[2]]}) does not "
                          f"remove the cause: {_WHY[trace]}.{_FIX_EXTRA.get((trace, got[2]), '')}")
@@ -452,8 +466,8 @@ HINTS = {
         "First the cause: the earliest thing in a step that goes wrong (a forward output, the size of the loss, a "
         "gradient, the dtype, the lr); what follows is a symptom. Then name where as the recorder's finding does: "
         + where_rule() + ".",
-        "Return (kind, where, fix): kind from recorder.KINDS, where as the trace spells it (or 'scaler', "
-        "'scheduler', 'loss'), fix a key of FIXES.",
+        "Return (kind, where, fix): kind from recorder.KINDS, where as the list 'where, per kind' says for that "
+        "kind (a name from a column of the trace, spelt as it spells it, or an object's name), fix a key of FIXES.",
     ],
     "applied_step": [
         "Which public number of the GradScaler changes when a step is skipped, and when does it change?",
