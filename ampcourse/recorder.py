@@ -1325,10 +1325,11 @@ def _lost_activation(module: ModuleStats | None) -> bool:
 def _cast_down_fix(m: ModuleStats, consumer: str | None, *, said: bool = False) -> str:
     """The fix for a module whose float32 output is cast down to the autocast dtype by the next module: it runs
     in FP32 already, so "run it in FP32" is no fix. ``said``: the finding has already said who casts it down (the
-    overflow's text), so the fix does not repeat it. A smaller weight is offered for a norm layer only."""
+    overflow's text), so the fix does not repeat it. A smaller weight is offered for a norm layer only (a
+    kind with "norm" in its name: LayerNorm, RMSNorm, BatchNorm2d)."""
     by = _label(consumer or m.cast_by or "the next module")
     cast = "" if said else f"; its float32 output is cast to {_limit_name(m.limit)} by {by}, which receives it"
-    smaller = "a smaller norm weight, normalise what feeds it" if m.kind.endswith("Norm") else "normalise what feeds it"
+    smaller = ("a smaller norm weight, " if "norm" in m.kind.lower() else "") + "normalise what feeds it"
     return (f"it already runs in float32{cast}: extend the FP32 region over {by} too (one FP32Island around both), "
             f"keep its values smaller ({smaller}), or train in bf16.")
 

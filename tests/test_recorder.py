@@ -1176,6 +1176,8 @@ def test_r4_nit10_a_non_norm_module_is_not_told_to_use_a_smaller_norm_weight():
 
     relu = ModuleStats("2", "ReLU", 2.6e4, 65504.0)
     assert "norm weight" not in _cast_down_fix(relu, "3") and "normalise what feeds it" in _cast_down_fix(relu, "3")
+    for kind in ("LayerNorm", "RMSNorm", "BatchNorm2d"):
+        assert "a smaller norm weight" in _cast_down_fix(ModuleStats("1", kind, 2.6e4, 65504.0), "2"), kind
 
 
 def test_r3_n1_the_fused_optimizer_list_is_read_from_torch():
