@@ -1378,9 +1378,11 @@ CELL_THREAD = "a thread that runs your own code ("
 #: How :func:`guard_hazards` names a value an answer changed that the reset could not put back (a course table, the
 #: guard's own thread-start recorder): the check cannot be graded.
 LEFT_VALUE = "a changed value the grader could not put back ("
-#: How :func:`guard_hazards` ends the name of a thread of the learner's code that started while the check ran (and
-#: was not joined by the answer's function before it returned): the check cannot be graded.
-STARTED_IN_CHECK = ", started while the check ran and still running after your function returned)"
+#: How :func:`guard_hazards` ends the name of a thread of the learner's code that started while the check ran and
+#: did not both start and end inside one call of the answer's function (``ampcourse.checks.call``/``noted_call``):
+#: the check cannot be graded. (Review rev25-r4 E5: "still running after your function returned" was false of a
+#: joined thread when a check called the answer without noting the call.)
+STARTED_IN_CHECK = ", started while the check ran and not ended (joined or finished) before your function returned)"
 
 
 def split_hazards(hazards: list[str]) -> tuple[list[str], list[str]]:

@@ -432,3 +432,37 @@ OTHER_FORGERIES.update({
                           ["without `scaler.update()`"]),
     "torch_wrapper_spoofed": ("04_gradscaler.ipynb", {"def unscale_by_hand": WRAPPER_SPOOFED}, 3, "failed", ["NaN"]),
 })
+
+
+# --- review rev25-r4 -----------------------------------------------------------------------------------------------
+# E5: a right answer of exercise 07 Task 1 that prints a log line from a thread it joins; the check called it
+# without ``checks.call`` (no interval noted), so the thread was "still running after your function returned".
+JOINED_LOG_THREAD_07 = """\
+import threading
+
+import torch
+
+
+def first_nonfinite_module(model, x):
+    log = threading.Thread(target=lambda: print(f"checking {type(model).__name__}"))
+    log.start()
+    log.join()  # a log line from a worker thread, joined before going on
+    names = {module: name for name, module in model.named_modules()}
+    found = []
+
+    def hook(module, inputs, output):
+        if isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
+            found.append(names[module])
+
+    handles = [module.register_forward_hook(hook) for module in model.modules()]
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+"""
+OTHER_FORGERIES.update({
+    "joined_log_thread_07": ("07_troubleshooting.ipynb", {"def first_nonfinite_module": JOINED_LOG_THREAD_07}, 0,
+                             "passed", []),
+})

@@ -194,3 +194,39 @@ def test_dynamos_own_patch_of_a_course_module_class_is_not_a_change(guard):
     assert grading._class_changes("m.Model", saved, restore=False) == []
     Model.__setattr__ = lambda self, k, v: None  # anything else still is
     assert grading._class_changes("m.Model", saved, restore=False) == ["m.Model.__setattr__"]
+
+
+def test_every_check_calls_the_learners_function_through_call():
+    """Review rev25-r4 E5: a check that calls the learner's ``fn`` itself notes no call interval, so a thread the
+    answer joins before it returns was judged "still running after your function returned". Every call of a check
+    function's ``fn`` goes through ``call`` or ``noted_call`` (an AST scan of every check module)."""
+    import ast
+    from pathlib import Path
+
+    direct = []
+    for path in sorted((Path(grading.ROOT) / "ampcourse" / "checks").glob("lesson*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef) or "fn" not in [a.arg for a in function.args.args]:
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "fn":
+                    direct.append(f"{path.name}:{node.lineno}")
+    assert direct == [], direct
+
+
+def test_noted_call_notes_the_interval_and_raises_what_the_answer_raises(monkeypatch):
+    """E5: ``noted_call`` is ``call`` without the readable failure (a check that requires a ValueError)."""
+    from ampcourse.checks import noted_call
+
+    module = types.ModuleType("_ampcourse_grader_guard")
+    module.state = {"run": {"nonce": "n", "ran": [], "calls": []}}
+    monkeypatch.setitem(sys.modules, "_ampcourse_grader_guard", module)
+
+    def refuses(x):
+        raise ValueError("x")
+
+    with pytest.raises(ValueError):
+        noted_call(refuses, 1)
+    assert noted_call(abs, -2) == 2
+    assert len(module.state["run"]["calls"]) == 2
