@@ -466,3 +466,19 @@ OTHER_FORGERIES.update({
     "joined_log_thread_07": ("07_troubleshooting.ipynb", {"def first_nonfinite_module": JOINED_LOG_THREAD_07}, 0,
                              "passed", []),
 })
+# W1: lesson 04 Task 2's expected pair read from the check's frame (the review's `sys._getframe(3)`, written as a walk
+# up the stack so that it does not depend on how many frames `checks.call` adds).
+READS_WANT_04 = """\
+import sys
+
+
+def update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    f = sys._getframe(1)
+    while f is not None and 'want' not in f.f_locals:
+        f = f.f_back
+    return f.f_locals['want'] if f is not None else (scale, tracker)
+"""
+OTHER_FORGERIES.update({
+    "reads_want_04": ("04_gradscaler.ipynb", {"def update_scale": READS_WANT_04}, 1, "failed",
+                      ["torch.amp.GradScaler gives"]),
+})

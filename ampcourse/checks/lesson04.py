@@ -400,11 +400,29 @@ def update_scale(fn) -> None:
     """
     task = "Task 2 (update_scale)"
     require_callable(task, fn, "update_scale")
+    # Every step of every pattern is called first (each from the answer's own previous result) and judged afterwards
+    # against torch (review rev25-r4 W1: no expected value exists while the answer runs, as in lesson00._answers).
+    runs = []
+    for _, found, g, b, n, init in PATTERNS:
+        scale, tracker, answers = init, 0, []
+        for inf in found:
+            try:
+                got = call(task, fn, "update_scale", scale, tracker, inf, g, b, n)
+            except CheckFailed as error:
+                answers.append((scale, tracker, None, error))
+                break
+            pair = _as_pair(got) if isinstance(got, tuple) and len(got) == 2 else None
+            answers.append((scale, tracker, got, None))
+            if pair is None:
+                break
+            scale, tracker = pair
+        runs.append(answers)
     steps = 0
-    for what, found, g, b, n, init in PATTERNS:
-        scale, tracker = init, 0
-        for i, (inf, want) in enumerate(zip(found, torch_updates(found, g, b, n, init), strict=True)):
-            got = call(task, fn, "update_scale", scale, tracker, inf, g, b, n)
+    for (what, found, g, b, n, init), answers in zip(PATTERNS, runs, strict=True):
+        for i, (inf, want, (scale, tracker, got, error)) in enumerate(
+                zip(found, torch_updates(found, g, b, n, init), answers, strict=False)):
+            if error is not None:
+                raise error
             if not isinstance(got, tuple) or len(got) != 2 or _as_pair(got) is None:
                 raise fail(task, f"return a tuple (new_scale, new_tracker); you returned {got!r}.")
             pair = _as_pair(got)
@@ -418,7 +436,6 @@ def update_scale(fn) -> None:
                 raise fail(task, f"{context}. The rule: on inf, scale × backoff_factor and tracker 0; otherwise "
                                  "tracker + 1, and when it reaches growth_interval, scale × growth_factor and tracker "
                                  "0 — each new scale rounded to float32, and never grown into inf.")
-            scale, tracker = pair
             steps += 1
     passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns, "
                  "float32 rounding of a 1.1 growth factor and a 0.3 back-off, and the refusal to grow into inf "
