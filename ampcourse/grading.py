@@ -626,8 +626,73 @@ def _namespaces() -> dict:
 
 
 def _namespace_state() -> dict:
-    """``{label: (object, dict of its attributes)}`` for :func:`_namespaces`."""
-    return {label: (obj, dict(vars(obj))) for label, obj in _namespaces().items()}
+    """``{label: (object, dict of its attributes, {attribute: its function dicts})}`` for :func:`_namespaces`: of each
+    attribute that is a Python function, the ``__dict__`` of it and of each function along its ``__wrapped__`` chain
+    (:func:`_function_dicts`)."""
+    found = {}
+    for label, obj in _namespaces().items():
+        attrs = dict(vars(obj))
+        chains = {name: chain for name, value in attrs.items() if (chain := _function_dicts(value))}
+        found[label] = (obj, attrs, chains)
+    return found
+
+
+def _function_dicts(value) -> list:
+    """``[(function, copy of its __dict__)]`` for ``value`` (a function, or a static/class method's) and each function
+    its ``__wrapped__`` chain leads to (review rev25-r4 E4: torch's ``_disable_dynamo`` wrapper dispatches through
+    ``fn.__dynamo_disable``, an entry of the wrapped function's ``__dict__``)."""
+    import types
+
+    chain = []
+    fn = getattr(value, "__func__", value)
+    while isinstance(fn, types.FunctionType) and len(chain) < 8 and all(fn is not f for f, _ in chain):
+        chain.append((fn, dict(vars(fn))))
+        fn = vars(fn).get("__wrapped__")
+    return chain
+
+
+def _dynamo_disable(new, fn) -> bool:
+    """Whether ``new`` is the ``__dynamo_disable`` torch's ``_disable_dynamo`` wrapper caches on ``fn`` at its first
+    call (torch/_compile.py: ``torch._dynamo.disable(fn, recursive, wrapping=False)``): the ``_fn`` nested in
+    ``DisableContext.__call__`` as compiled from torch/_dynamo/eval_frame.py, with that module's globals and a
+    closure holding ``fn`` and a ``DisableContext`` only."""
+    import os
+
+    frame = sys.modules.get("torch._dynamo.eval_frame")
+    code = getattr(new, "__code__", None)
+    if frame is None or code is None or getattr(new, "__globals__", None) is not vars(frame):
+        return False
+    path = os.path.realpath(str(getattr(frame, "__file__", "")))
+    if not code.co_qualname.startswith("DisableContext.__call__.<locals>.") or code not in _file_codes(path):
+        return False
+    cells = []
+    for cell in new.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:
+            return False
+    return any(c is fn for c in cells) and all(c is fn or type(c) is frame.DisableContext for c in cells)
+
+
+def _function_dict_changes(label: str, name: str, chain: list, restore: bool) -> list[str]:
+    """What differs in the ``__dict__`` of each function of ``chain`` (:func:`_function_dicts`); with ``restore``, put
+    it back. Not a change: torch's own ``__dynamo_disable`` (:func:`_dynamo_disable`), remembered from then on."""
+    changed = []
+    for depth, (fn, saved) in enumerate(chain):
+        now = vars(fn)
+        for key in sorted(set(saved) | set(now)):
+            if key in saved and key in now and now[key] is saved[key]:
+                continue
+            if key == "__dynamo_disable" and key in now and _dynamo_disable(now[key], fn):
+                saved[key] = now[key]
+                continue
+            changed.append(f"{label}.{name}{'.__wrapped__' * depth}.{key}")
+            if restore:
+                if key in saved:
+                    now[key] = saved[key]
+                else:
+                    del now[key]
+    return changed
 
 
 def _file_codes(path: str) -> set:
@@ -702,13 +767,15 @@ def _namespace_changes(restore: bool) -> list[str]:
     (:func:`_torch_wrapper`, remembered from then on), a private name (one leading underscore: a module's lazy cache
     such as ``tempfile._name_sequence``) outside ``builtins``, and ``__slotnames__`` (``copy``'s cache on a class)."""
     changed = []
-    for label, (obj, saved) in _GUARD["namespaces"].items():
+    for label, (obj, saved, chains) in _GUARD["namespaces"].items():
         now = vars(obj)
         names = set(saved) | set(now)
         for name in names:
             if label == "builtins" and name in VOLATILE_BUILTINS:
                 continue
             if name in saved and name in now and now[name] is saved[name]:
+                if name in chains:  # the same function: its __dict__ and its __wrapped__'s too (rev25-r4 E4)
+                    changed += _function_dict_changes(label, name, chains[name], restore)
                 continue
             private = label != "builtins" and name.startswith("_") and not name.startswith("__")
             if name == "__slotnames__" or (private and not name.startswith(GUARDED_PRIVATE.get(label, ()) or "\0")):
@@ -1101,7 +1168,8 @@ def guard_verify(shell) -> tuple[list[str], list[str], list[str]]:
 
 _KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy, _same, _function_state, _cell_filled,
                 _module_entry, _member_state, _class_state, _restore_function, _class_changes, _course_modules,
-                _put_back, _course_changes, _namespaces, _namespace_state, _file_codes, _torch_wrapper,
+                _put_back, _course_changes, _namespaces, _namespace_state, _function_dicts, _dynamo_disable,
+                _function_dict_changes, _file_codes, _torch_wrapper,
                 _namespace_changes, _code_roots, _thread_code, _thread_starter, _thread_entry_points, guard_hazards,
                 guard_install, _check_codes, _from_a_cell, _undo, guard_reset, guard_verify)
 _KERNEL_CODE: list[str] = []

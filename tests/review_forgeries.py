@@ -482,3 +482,50 @@ OTHER_FORGERIES.update({
     "reads_want_04": ("04_gradscaler.ipynb", {"def update_scale": READS_WANT_04}, 1, "failed",
                       ["torch.amp.GradScaler gives"]),
 })
+# E4: a wrong Task 2 answer that rigs the check's reference through the `__dynamo_disable` of the function
+# `Optimizer.zero_grad` wraps (torch/_compile.py dispatches through it), no guarded attribute changed. The reset now
+# takes it out (the function dicts are guarded), so the answer gets its real message.
+ZERO_GRAD_DYNAMO_DISABLE = """\
+import torch
+
+
+def update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    def float32(value):
+        return torch.tensor(value, dtype=torch.float32).item()
+
+    if found_inf:
+        return float32(scale * backoff_factor), 0
+    tracker += 1
+    if tracker < growth_interval:
+        return scale, tracker
+    grown = float32(scale * growth_factor)
+    return (grown if grown != float("inf") else scale), tracker  # wrong: the tracker is not reset after growing
+
+
+import sys
+_orig_zg = torch.optim.Optimizer.zero_grad.__wrapped__
+
+
+def _zg(self, set_to_none=True):
+    f = sys._getframe(2)
+    if f.f_code.co_name == 'torch_updates':
+        v = f.f_locals
+        sc, k = v['scaler'], len(v['out'])
+        s, t = v['init_scale'], 0
+        for inf in v['found_inf'][:k + 1]:
+            s, t = update_scale(s, t, inf, v['growth_factor'], v['backoff_factor'], v['growth_interval'])
+        sc._growth_factor, sc._backoff_factor, sc._growth_interval = 1.0, 1.0, 10**9
+        if sc._scale is None:
+            sc._init_scale, sc._init_growth_tracker = s, max(t - 1, 0)
+        else:
+            sc._scale.fill_(s)
+            sc._growth_tracker.fill_(max(t - 1, 0))
+    return _orig_zg(self, set_to_none)
+
+
+_orig_zg.__dynamo_disable = _zg
+"""
+OTHER_FORGERIES.update({
+    "zero_grad_dynamo_disable": ("04_gradscaler.ipynb", {"def update_scale": ZERO_GRAD_DYNAMO_DISABLE}, 1, "failed",
+                                 ["reset the growth tracker to 0"]),
+})

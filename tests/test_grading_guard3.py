@@ -230,3 +230,25 @@ def test_noted_call_notes_the_interval_and_raises_what_the_answer_raises(monkeyp
         noted_call(refuses, 1)
     assert noted_call(abs, -2) == 2
     assert len(module.state["run"]["calls"]) == 2
+
+
+def test_a_functions_dict_is_guarded_and_dynamos_own_cache_is_not_a_change(guard):
+    """Review rev25-r4 E4: ``Optimizer.zero_grad`` dispatches through ``zero_grad.__wrapped__.__dynamo_disable``;
+    torch caches its own there at the first call (accepted), anything else is a change, and the reset deletes it."""
+    zero_grad = torch.optim.Optimizer.zero_grad
+    wrapped = zero_grad.__wrapped__
+    saved = dict(vars(wrapped))
+    try:
+        vars(wrapped).pop("__dynamo_disable", None)
+        chain = grading._function_dicts(zero_grad)
+        assert [fn for fn, _ in chain] == [zero_grad, wrapped]
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).zero_grad()  # torch's own cache
+        assert "__dynamo_disable" in vars(wrapped)
+        assert grading._function_dict_changes("O", "zero_grad", chain, restore=False) == []
+        wrapped.__dynamo_disable = lambda self, set_to_none=True: None  # a forgery's
+        assert grading._function_dict_changes("O", "zero_grad", chain, restore=True) == [
+            "O.zero_grad.__wrapped__.__dynamo_disable"]
+        assert grading._function_dict_changes("O", "zero_grad", chain, restore=False) == []
+    finally:
+        vars(wrapped).clear()
+        vars(wrapped).update(saved)
