@@ -529,3 +529,130 @@ OTHER_FORGERIES.update({
     "zero_grad_dynamo_disable": ("04_gradscaler.ipynb", {"def update_scale": ZERO_GRAD_DYNAMO_DISABLE}, 1, "failed",
                                  ["reset the growth tracker to 0"]),
 })
+# E1: a wrong answer whose swap is undone by code it left in sys.stdout (inside the check's own ✓ print), or in
+# IPython's display_trap.hook (after the check returned): passed() now takes the guard's comparison before it prints.
+UNDONE_IN_STDOUT = """\
+import sys, torch
+
+
+class _Out:
+    def __init__(self, s):
+        self.s = s
+
+    def write(self, x):
+        real = getattr(tensor_bytes, 'real', None)
+        if '✓ Task 1' in x and real is not None:
+            sys.modules['ampcourse.checks.lesson00'].BYTES_PER_ELEMENT = real
+            del tensor_bytes.real
+        return self.s.write(x)
+
+    def __getattr__(self, a):
+        return getattr(self.s, a)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(m.BYTES_PER_ELEMENT, 4)
+        if not isinstance(sys.stdout, _Out):
+            sys.stdout = _Out(sys.stdout)
+    return t.numel() * 4
+"""
+UNDONE_IN_DISPLAY_HOOK = """\
+import sys, torch
+
+
+class _Hook:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, value):
+        real = getattr(tensor_bytes, 'real', None)
+        if real is not None:
+            sys.modules['ampcourse.checks.lesson00'].BYTES_PER_ELEMENT = real
+            del tensor_bytes.real
+        return self.inner(value)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(m.BYTES_PER_ELEMENT, 4)
+    return t.numel() * 4
+
+
+_trap = get_ipython().display_trap
+if not isinstance(_trap.hook, _Hook):
+    _trap.hook = _Hook(_trap.hook)
+"""
+# E2: rev25-r3 E5's undo run by a ThreadPoolExecutor (its target is the standard library's _worker), and by threading's
+# own code object with the answer's globals.
+UNDONE_BY_POOL = """\
+import sys, time, threading, torch
+from concurrent.futures import ThreadPoolExecutor
+
+
+def _stack(ident):
+    f = sys._current_frames().get(ident)
+    while f is not None:
+        yield f
+        f = f.f_back
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(tensor_bytes.real, 4)
+        main = threading.main_thread().ident
+
+        def undo():
+            while any(f.f_code.co_name == 'tensor_bytes' and f.f_globals is vars(m) for f in _stack(main)):
+                time.sleep(0.0002)
+            m.BYTES_PER_ELEMENT = tensor_bytes.real
+            del tensor_bytes.real
+
+        pool = ThreadPoolExecutor(1)
+        pool.submit(undo)
+        pool.shutdown(wait=False)
+    return t.numel() * 4
+"""
+LIBRARY_CODE_OTHER_GLOBALS = """\
+import sys, time, threading, types, torch
+
+
+def _stack(ident):
+    f = sys._current_frames().get(ident)
+    while f is not None:
+        yield f
+        f = f.f_back
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(tensor_bytes.real, 4)
+        main = threading.main_thread().ident
+
+        def undo():
+            while any(f.f_code.co_name == 'tensor_bytes' and f.f_globals is vars(m) for f in _stack(main)):
+                time.sleep(0.0002)
+            m.BYTES_PER_ELEMENT = tensor_bytes.real
+            del tensor_bytes.real
+            return 0
+
+        # threading's own code object (threading._newname: `return name_template % _counter()`), other globals
+        target = types.FunctionType(threading._newname.__code__, {'_counter': undo, '__builtins__': __builtins__})
+        threading.Thread(target=target, args=('%d',)).start()
+    return t.numel() * 4
+"""
+ALTERED_TABLE = ["altered the grader while this check ran", "ampcourse.checks.lesson00.BYTES_PER_ELEMENT"]
+REVIEW_FORGERIES.update({
+    "undone_in_stdout": (UNDONE_IN_STDOUT, "failed", ALTERED_TABLE),
+    "undone_in_display_hook": (UNDONE_IN_DISPLAY_HOOK, "failed", ALTERED_TABLE),
+    "undone_by_pool": (UNDONE_BY_POOL, "failed", ALTERED_TABLE),
+    "library_code_other_globals": (LIBRARY_CODE_OTHER_GLOBALS, "failed", NOT_GRADED + ["run with other globals"]),
+})
