@@ -252,3 +252,29 @@ def test_a_functions_dict_is_guarded_and_dynamos_own_cache_is_not_a_change(guard
     finally:
         vars(wrapped).clear()
         vars(wrapped).update(saved)
+
+
+def test_library_code_run_with_other_globals_is_the_learners_and_a_claimed_file_is_named_as_claimed(guard):
+    """Review rev25-r4 E2: threading's own ``_newname`` code made into a function with the answer's globals runs the
+    answer's ``_counter``; N2: a code object claiming a library file is named as claiming it."""
+    forged = types.FunctionType(threading._newname.__code__, {"_counter": lambda: 0, "__builtins__": __builtins__})
+    assert grading._thread_code(function=forged, args=("%d",)) == (
+        "cell", "_newname (code of threading.py run with other globals)")
+    assert grading._thread_code(function=threading._newname, args=("%d",)) == ("library", "")
+
+    def _w():
+        return None
+
+    spoof = types.FunctionType(_w.__code__.replace(co_filename=threading.__file__), globals())
+    assert grading._thread_code(function=spoof) == ("cell", "_w (code claiming threading.py, not that file's)")
+
+
+def test_a_library_thread_the_answer_started_during_the_check_is_a_note():
+    """Review rev25-r4 E2: a ThreadPoolExecutor's worker started from the answer's code while the check ran: what it
+    was handed is not seen, so it is said, never silently passed; a thread of the answer's own code still blocks."""
+    started = f"{grading.STARTED_NOTE}ThreadPoolExecutor-0_0, from tensor_bytes in 1.py)"
+    reason, notes = grading.guard_verdict([], [], [], [started])
+    assert reason is None and any(n.startswith(started) and "is not seen" in n for n in notes), notes
+    own = f"{grading.CELL_THREAD}Thread-1: undo in 1.py{grading.STARTED_IN_CHECK}"
+    reason, _ = grading.guard_verdict([], [], [], [started, own])
+    assert reason.startswith("cannot be graded") and "undo in 1.py" in reason
