@@ -31,10 +31,11 @@ the guard's thread-start recorder (:func:`_thread_starter`); and every public at
 core namespaces (:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``, ``torch.nn.Module``,
 ``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``, ``torch.optim`` and its
 ``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``; each class with its MRO; the
-private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``, GradScaler's; and the ``__dict__`` of
-each of their Python functions and of each function along its ``__wrapped__`` chain, :func:`_function_dicts`, where
-``_disable_dynamo``'s wrapper finds ``__dynamo_disable``: torch's own is recognised, :func:`_dynamo_disable`), of
-IPython's ``ExecutionResult``/``ExecutionInfo`` (:data:`IPYTHON_NAMESPACES`), of ``builtins`` (``isinstance``,
+private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``, GradScaler's; and the
+code and ``__dict__`` of each of their Python functions and of each function along its ``__wrapped__`` chain,
+:func:`_function_dicts`, where ``_disable_dynamo``'s wrapper finds ``__dynamo_disable``: torch's own is recognised,
+:func:`_dynamo_disable`), of IPython's ``ExecutionResult``/``ExecutionInfo``, ``compilerop`` and
+``inputtransformer2`` (:data:`IPYTHON_NAMESPACES`), of ``builtins`` (``isinstance``,
 ``abs``, ...) and of each module or class a check module names at top level (``math``, ``numbers``, ``copy``,
 ``statistics``, ``warnings``, ``mock`` ...), remembered before the first answer cell (:func:`_namespace_changes`).
 Not a change: the wrappers torch itself installs (:data:`TORCH_WRAPPERS`, recognised by their code as compiled from
@@ -73,11 +74,13 @@ before computing what they expect, so there such a swap must last until the chec
 ``passed()``'s comparison, unless something racing it, a thread, undoes it between the two; other checks still
 compute their expected values first), ``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
 there runs after ``passed()``'s comparison), which function a check cell hands the check, and what the check cell
-runs: the guard covers the compiler's and transformer manager's methods and the transformer lists' items, but not
-the module global ``compile`` of ``IPython.core.compilerop`` (which ``ast_parse`` calls) nor the ``__code__`` of a
-transformer function replaced in place (review rev25-r4 E3), so a rewritten cell can run the *real* check inside a
-temporary patch of its own, which makes a genuine pass record (the record proves the real check ran, not that it ran
-unpatched). Nor a thread started with the original ``_thread.start_new_thread`` taken from the guard's recorder, nor
+runs: the guard covers the compiler's and transformer manager's methods, the transformer lists' items, and the
+public names of ``IPython.core.compilerop`` and ``IPython.core.inputtransformer2`` with their functions' code and
+``__dict__`` (review rev25-r4 E3: a module global ``compile``, a cleanup transform's ``__code__``), but a check cell
+rewritten by another object on IPython's path (another module's function, ``codeop``, a C-level hook) can run the
+*real* check inside a temporary patch of its own, which makes a genuine pass record (the record proves the real check
+ran, not that it ran unpatched; ``passed()``'s comparison sees a patch still in place then). Nor a thread started
+with the original ``_thread.start_new_thread`` taken from the guard's recorder, nor
 the guard's own state in the kernel beyond its answering at all (``sys.modules['_ampcourse_grader_guard']``: its
 pass records, thread starts and ``passed()``'s comparison can be written there). It is not a sandbox: one cell
 written to forge a pass can still get one (README).
@@ -570,7 +573,10 @@ TORCH_NAMESPACES = ("torch", "torch.Tensor", "torch.nn", "torch.nn.Module", "tor
                     "torch.amp.grad_scaler")
 # IPython's classes whose attributes decide a cell's reply: ipykernel sets the reply's status from
 # ``ExecutionResult.success`` (ipykernel/ipkernel.py), so a property patched there turns every error into "ok".
-IPYTHON_NAMESPACES = ("IPython.core.interactiveshell.ExecutionResult", "IPython.core.interactiveshell.ExecutionInfo")
+IPYTHON_NAMESPACES = ("IPython.core.interactiveshell.ExecutionResult", "IPython.core.interactiveshell.ExecutionInfo",
+                      # the modules a check cell's text passes through (review rev25-r4 E3: a module global
+                      # ``compile`` in compilerop, the ``__code__`` of a cleanup transform replaced in place)
+                      "IPython.core.compilerop", "IPython.core.inputtransformer2")
 # Private names guarded as well, per namespace label (a prefix of the name): the checks' truth runs through them
 # (lesson 04's real GradScaler calls ``torch._amp_foreach_non_finite_check_and_unscale_`` and
 # ``torch._amp_update_scale_``, ``torch/amp/grad_scaler.py``); every private name of GradScaler and its module.
@@ -592,6 +598,8 @@ TORCH_WRAPPERS = {"manual_seed": ("torch._compile", "_disable_dynamo"),
 # Public module attributes that are lazy caches, None until first used (``tempfile.gettempdir()`` fills
 # ``tempfile.tempdir``): filled since the snapshot, they are remembered from then on, not reported.
 LAZY_CACHES = {"tempfile": ("tempdir",)}
+# The key under which :func:`_function_dicts` keeps a function's ``__code__`` beside its ``__dict__`` (not a name)
+CODE_KEY = " __code__"
 # builtins that IPython itself rebinds between cells (the last results): not the grader's
 VOLATILE_BUILTINS = ("_", "__", "___")
 # builtins IPython's and ipykernel's traps install while a cell runs (and take out after it): not a change when the
@@ -662,7 +670,7 @@ def _function_dicts(value) -> list:
     chain = []
     fn = getattr(value, "__func__", value)
     while isinstance(fn, types.FunctionType) and len(chain) < 8 and all(fn is not f for f, _ in chain):
-        chain.append((fn, dict(vars(fn))))
+        chain.append((fn, {**vars(fn), CODE_KEY: fn.__code__}))  # its code too (replaced in place: rev25-r4 E3)
         fn = vars(fn).get("__wrapped__")
     return chain
 
@@ -695,8 +703,12 @@ def _function_dict_changes(label: str, name: str, chain: list, restore: bool) ->
     it back. Not a change: torch's own ``__dynamo_disable`` (:func:`_dynamo_disable`), remembered from then on."""
     changed = []
     for depth, (fn, saved) in enumerate(chain):
+        if fn.__code__ is not saved.get(CODE_KEY, fn.__code__):
+            changed.append(f"{label}.{name}{'.__wrapped__' * depth}.__code__")
+            if restore:
+                fn.__code__ = saved[CODE_KEY]
         now = vars(fn)
-        for key in sorted(set(saved) | set(now)):
+        for key in sorted((set(saved) | set(now)) - {CODE_KEY}):
             if key in saved and key in now and now[key] is saved[key]:
                 continue
             if key == "__dynamo_disable" and key in now and _dynamo_disable(now[key], fn):
@@ -1247,7 +1259,7 @@ def guard_expression(call: str, nonce: str) -> str:
              f"TORCH_WRAPPERS = {TORCH_WRAPPERS!r}",
              f"GUARDED_PRIVATE = {GUARDED_PRIVATE!r}", f"LAZY_CACHES = {LAZY_CACHES!r}",
              f"TORCH_NAMESPACES = {TORCH_NAMESPACES!r}", f"VOLATILE_BUILTINS = {VOLATILE_BUILTINS!r}",
-             f"CELL_BUILTINS = {CELL_BUILTINS!r}"]
+             f"CELL_BUILTINS = {CELL_BUILTINS!r}", f"CODE_KEY = {CODE_KEY!r}"]
             + [inspect.getsource(f) for f in _KERNEL_SIDE]))
     code = _KERNEL_CODE[0] + f"\n_result = (__import__('hashlib').sha256(_nonce.encode()).hexdigest(), {call})\n"
     return (f"(lambda ns: (__import__('builtins').exec({code!r}, ns), ns['_result'])[1])"

@@ -380,7 +380,8 @@ def tensor_bytes(t: torch.Tensor) -> int:
 REVIEW_FORGERIES.update({
     "ast_parse": (AST_PARSE, "failed", ["you returned 0, expected 4000"]),
     "transformer_manager": (TRANSFORMER_MANAGER, "failed", ["you returned 0, expected 4000"]),
-    "transform_code_in_place": (TRANSFORM_CODE_IN_PLACE, "failed", NOT_GRADED + ["never reached its pass"]),
+    # rev25-r4 E3: the transform's __code__ is now guarded and put back, so the real check runs on the answer
+    "transform_code_in_place": (TRANSFORM_CODE_IN_PLACE, "failed", ["you returned 0, expected 4000"]),
     "prints_without_newline": (PRINTS_WITHOUT_NEWLINE, "passed", []),
     "thread_named_as_library": (THREAD_NAMED_AS_LIBRARY, "failed", NOT_GRADED + ["runs your own code", "_w"]),
     "thread_started_in_check": (THREAD_STARTED_IN_CHECK, "failed", NOT_GRADED + ["undo", "started while the check"]),
@@ -655,4 +656,43 @@ REVIEW_FORGERIES.update({
     "undone_in_display_hook": (UNDONE_IN_DISPLAY_HOOK, "failed", ALTERED_TABLE),
     "undone_by_pool": (UNDONE_BY_POOL, "failed", ALTERED_TABLE),
     "library_code_other_globals": (LIBRARY_CODE_OTHER_GLOBALS, "failed", NOT_GRADED + ["run with other globals"]),
+})
+# E3: the check cell rewritten through compilerop's module global `compile`, or a cleanup transform's `__code__`,
+# to run the real check inside a temporary swap of its own (a genuine pass record): both are now put back at the reset.
+REWRITE_BY_COMPILE = r"""import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * 4
+
+
+import builtins, IPython.core.compilerop as co
+_W = ("_m = __import__('sys').modules['ampcourse.checks.lesson00']; _r = _m.BYTES_PER_ELEMENT; "
+      "_m.BYTES_PER_ELEMENT = dict.fromkeys(_r, 4)\ntry:\n    check.tensor_bytes(tensor_bytes)\nfinally:\n"
+      "    _m.BYTES_PER_ELEMENT = _r\n")
+co.compile = lambda s, *a, **k: builtins.compile(
+    s.replace('check.tensor_bytes(tensor_bytes)', _W) if isinstance(s, str) else s, *a, **k)
+"""
+REWRITE_BY_TRANSFORM_CODE = r"""import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * 4
+
+
+import IPython.core.inputtransformer2 as it
+_W = ("_m = __import__('sys').modules['ampcourse.checks.lesson00']; _r = _m.BYTES_PER_ELEMENT; "
+      "_m.BYTES_PER_ELEMENT = dict.fromkeys(_r, 4)\ntry:\n    check.tensor_bytes(tensor_bytes)\nfinally:\n"
+      "    _m.BYTES_PER_ELEMENT = _r\n")
+_li = it.leading_indent.__code__
+def _lead(lines, _W=_W, _li=_li):
+    import types
+    lines = types.FunctionType(_li, globals())(lines)
+    return [l.replace('check.tensor_bytes(tensor_bytes)', _W) for l in lines]
+it.leading_indent.__code__ = _lead.__code__
+it.leading_indent.__defaults__ = _lead.__defaults__
+"""
+REVIEW_FORGERIES.update({
+    "rewrite_by_compile": (REWRITE_BY_COMPILE, "failed", ["4 bytes per element"]),
+    "rewrite_by_transform_code": (REWRITE_BY_TRANSFORM_CODE, "failed", ["4 bytes per element"]),
 })
