@@ -3,7 +3,9 @@
 The forgeries themselves run in both graders from ``tests/review_forgeries.py`` (tests/test_grading_integrity.py,
 tests/test_pytest_plugin.py); here: the pass record (E1), torch's own wrappers told from a spoof (E7), thread code
 judged by the code compiled from its file (E4), threads started during a check (E5), course classes (E3), and the
-nits' wordings (N1, N3, N5).
+nits' wordings (N1, N3, N5). Review rev25-r4: every learner call noted (E5, an AST scan), a guarded function's
+``__dict__`` and ``__wrapped__`` chain (E4), library code run with other globals and the started-thread note (E2),
+the claimed-file wording (N2).
 """
 
 import dataclasses
