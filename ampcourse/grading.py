@@ -31,12 +31,15 @@ the guard's thread-start recorder (:func:`_thread_starter`); and every public at
 core namespaces (:data:`TORCH_NAMESPACES`: ``torch``, ``torch.Tensor``, ``torch.nn``, ``torch.nn.Module``,
 ``torch.nn.functional``, ``torch.amp``, ``torch.autocast``, ``torch.amp.GradScaler``, ``torch.optim`` and its
 ``Optimizer``/``SGD``/``AdamW``, ``torch.cuda(.amp)``, ``torch.finfo``, ``torch.dtype``; each class with its MRO; the
-private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``, GradScaler's), of IPython's
-``ExecutionResult``/``ExecutionInfo`` (:data:`IPYTHON_NAMESPACES`), of ``builtins`` (``isinstance``, ``abs``, ...)
-and of each module or class a check module names at top level (``math``, ``numbers``, ``copy``, ``statistics``,
-``warnings``, ``mock`` ...), remembered before the first answer cell (:func:`_namespace_changes`). Not a change: the
-wrappers torch itself installs (:data:`TORCH_WRAPPERS`, recognised by their code as compiled from torch's own file,
-never by the file name or ``__wrapped__`` they claim: :func:`_torch_wrapper`). Right after each check
+private names of :data:`GUARDED_PRIVATE`: ``torch._amp_*``, ``torch._foreach_*``, GradScaler's; and the
+code and ``__dict__`` of each of their Python functions and of each function along its ``__wrapped__`` chain,
+:func:`_function_dicts`, where ``_disable_dynamo``'s wrapper finds ``__dynamo_disable``: torch's own is recognised,
+:func:`_dynamo_disable`), of IPython's ``ExecutionResult``/``ExecutionInfo``, ``compilerop`` and
+``inputtransformer2`` (:data:`IPYTHON_NAMESPACES`), of ``builtins`` (``isinstance``,
+``abs``, ...) and of each module or class a check module names at top level (``math``, ``numbers``, ``copy``,
+``statistics``, ``warnings``, ``mock`` ...), remembered before the first answer cell (:func:`_namespace_changes`).
+Not a change: the wrappers torch itself installs (:data:`TORCH_WRAPPERS`, recognised by their code as compiled from
+torch's own file, never by the file name or ``__wrapped__`` they claim: :func:`_torch_wrapper`). Right after each check
 :func:`guard_verify` compares all of the above with what the reset left.
 
 The verdict (:func:`guard_verdict`, the same in ``pytest --nbval``). A task fails as "cannot be graded" when the guard
@@ -45,29 +48,42 @@ could not answer before or after its check (:data:`UNVERIFIED`: an answer replac
 started with ``_thread`` that ``threading`` does not list, or a Python thread started after the guard was installed
 that runs the learner's code (:func:`_thread_code`: its target, or a frame on its stack, is not code compiled from a
 file of the standard library, site-packages or the course, as that file is on disk: a claimed ``co_filename`` is not
-enough) was there (:func:`guard_hazards`); so does a thread of the learner's code *started while the check ran*
-(finished or not: the guard notes every thread start, :func:`_thread_starter`), unless the answer's function joined
-it before it returned (``ampcourse.checks.call`` notes when each call began and ended). It fails as altered when
-something changed while the check ran. A thread that runs library code only (torch.compile's workers, a
-DataLoader's, an open ThreadPoolExecutor waiting for work) earns a note: it is judged at both ends, and work it is
-given between them is not seen. And a check cell counts as passed only when its reply is "ok", it published no error
-on iopub, it printed its check's own ``✓ Task N`` line, and the course's own check function recorded its pass
-(:func:`output_problem`; ``ampcourse.checks.passed`` records the reset's nonce, the task and its caller's code and
-globals, which :func:`guard_verify` requires to be a function of a guarded check module as the reset re-executed it):
-a check cell rewritten before it runs (by whatever object on IPython's path) prints any line it likes but never makes
-that record. Only a check verified so gets the note "only the real check counted".
+enough; or is such code run with globals other than its own module's) was there (:func:`guard_hazards`); so does a
+thread of the learner's code *started while the check ran* (finished or not: the guard notes every thread start,
+:func:`_thread_starter`), unless it ended (joined or finished) inside one call of the answer's function
+(``ampcourse.checks.call``/``noted_call`` note when each call began and ended; every check calls the learner through
+one of them). It fails as altered when something changed while the check ran, or when ``ampcourse.checks.passed``,
+which runs the guard's comparison *before* it prints the ✓ line, found a change then (a change undone after the
+check's last judgement, by code left in ``sys.stdout``, in a display hook or in a thread, is seen there). A thread
+that runs library code only (torch.compile's workers, a DataLoader's, an open ThreadPoolExecutor waiting for work)
+earns a note: it is judged at both ends, and work it is given between them is not seen; so does a library thread the
+learner's code started while the check ran (:data:`STARTED_NOTE`: a ThreadPoolExecutor's worker). And a check cell
+counts as passed only when its reply is "ok", it published no error on iopub, it printed its check's own ``✓ Task
+N`` line, and the course's own check function recorded its pass (:func:`output_problem`; ``ampcourse.checks.passed``
+records the reset's nonce, the task and its caller's code and globals, which :func:`guard_verify` requires to be a
+function of a guarded check module as the reset re-executed it): a check cell rewritten to print a ✓ line without
+running the real check makes no record. Only a check verified so gets the note "only the real check counted".
 
 What is not guarded: other private names (one leading underscore) of those namespaces, other torch submodules and
 classes (a torch module replaced in ``sys.modules`` included), other third-party libraries (numpy, IPython beyond the
 above), C extensions and C-level state (``torch._C`` types can be changed from C; a C extension can do anything), the
 values inside objects other than the course modules' public tables (a tensor a check reads, mutated in place), a
 change the answer's own function makes during the check and undoes before it returns (frames, ``sys._getframe``
-tricks, a module global swapped and put back; lesson 00's checks call the answer on every case before computing
-what they expect, so there such a swap must outlive the check), which function a check cell hands the check (a
-rewritten cell can pass the real check a right function of its own), a thread started with the original
-``_thread.start_new_thread`` taken from the guard's recorder, and the guard's own state in the kernel beyond its
-answering at all (``sys.modules['_ampcourse_grader_guard']``: its pass records and thread starts can be written
-there). It is not a sandbox: one cell written to forge a pass can still get one (README).
+tricks, a module global swapped and put back; lesson 00's checks and lesson 04's Task 2 call the answer on every case
+before computing what they expect, so there such a swap must last until the check's last judgement and is seen by
+``passed()``'s comparison, unless something racing it, a thread, undoes it between the two; other checks still
+compute their expected values first), ``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
+there runs after ``passed()``'s comparison), which function a check cell hands the check, and what the check cell
+runs: the guard covers the compiler's and transformer manager's methods, the transformer lists' items, and the
+public names of ``IPython.core.compilerop`` and ``IPython.core.inputtransformer2`` with their functions' code and
+``__dict__`` (review rev25-r4 E3: a module global ``compile``, a cleanup transform's ``__code__``), but a check cell
+rewritten by another object on IPython's path (another module's function, ``codeop``, a C-level hook) can run the
+*real* check inside a temporary patch of its own, which makes a genuine pass record (the record proves the real check
+ran, not that it ran unpatched; ``passed()``'s comparison sees a patch still in place then). Nor a thread started
+with the original ``_thread.start_new_thread`` taken from the guard's recorder, nor
+the guard's own state in the kernel beyond its answering at all (``sys.modules['_ampcourse_grader_guard']``: its
+pass records, thread starts and ``passed()``'s comparison can be written there). It is not a sandbox: one cell
+written to forge a pass can still get one (README).
 
 Only a notebook that cannot be read is "unreadable"; a broken environment is reported as such (``./course
 doctor``). A notebook in ``exercises/`` without a solution is the learner's own and is not graded.
@@ -557,7 +573,10 @@ TORCH_NAMESPACES = ("torch", "torch.Tensor", "torch.nn", "torch.nn.Module", "tor
                     "torch.amp.grad_scaler")
 # IPython's classes whose attributes decide a cell's reply: ipykernel sets the reply's status from
 # ``ExecutionResult.success`` (ipykernel/ipkernel.py), so a property patched there turns every error into "ok".
-IPYTHON_NAMESPACES = ("IPython.core.interactiveshell.ExecutionResult", "IPython.core.interactiveshell.ExecutionInfo")
+IPYTHON_NAMESPACES = ("IPython.core.interactiveshell.ExecutionResult", "IPython.core.interactiveshell.ExecutionInfo",
+                      # the modules a check cell's text passes through (review rev25-r4 E3: a module global
+                      # ``compile`` in compilerop, the ``__code__`` of a cleanup transform replaced in place)
+                      "IPython.core.compilerop", "IPython.core.inputtransformer2")
 # Private names guarded as well, per namespace label (a prefix of the name): the checks' truth runs through them
 # (lesson 04's real GradScaler calls ``torch._amp_foreach_non_finite_check_and_unscale_`` and
 # ``torch._amp_update_scale_``, ``torch/amp/grad_scaler.py``); every private name of GradScaler and its module.
@@ -579,8 +598,13 @@ TORCH_WRAPPERS = {"manual_seed": ("torch._compile", "_disable_dynamo"),
 # Public module attributes that are lazy caches, None until first used (``tempfile.gettempdir()`` fills
 # ``tempfile.tempdir``): filled since the snapshot, they are remembered from then on, not reported.
 LAZY_CACHES = {"tempfile": ("tempdir",)}
+# The key under which :func:`_function_dicts` keeps a function's ``__code__`` beside its ``__dict__`` (not a name)
+CODE_KEY = " __code__"
 # builtins that IPython itself rebinds between cells (the last results): not the grader's
 VOLATILE_BUILTINS = ("_", "__", "___")
+# builtins IPython's and ipykernel's traps install while a cell runs (and take out after it): not a change when the
+# comparison runs inside the check cell (``ampcourse.checks.passed``)
+CELL_BUILTINS = ("builtins.exit", "builtins.quit", "builtins.get_ipython", "builtins.input", "builtins.getpass")
 
 
 def _namespaces() -> dict:
@@ -626,8 +650,77 @@ def _namespaces() -> dict:
 
 
 def _namespace_state() -> dict:
-    """``{label: (object, dict of its attributes)}`` for :func:`_namespaces`."""
-    return {label: (obj, dict(vars(obj))) for label, obj in _namespaces().items()}
+    """``{label: (object, dict of its attributes, {attribute: its function dicts})}`` for :func:`_namespaces`: of each
+    attribute that is a Python function, the ``__dict__`` of it and of each function along its ``__wrapped__`` chain
+    (:func:`_function_dicts`)."""
+    found = {}
+    for label, obj in _namespaces().items():
+        attrs = dict(vars(obj))
+        chains = {name: chain for name, value in attrs.items() if (chain := _function_dicts(value))}
+        found[label] = (obj, attrs, chains)
+    return found
+
+
+def _function_dicts(value) -> list:
+    """``[(function, copy of its __dict__)]`` for ``value`` (a function, or a static/class method's) and each function
+    its ``__wrapped__`` chain leads to (review rev25-r4 E4: torch's ``_disable_dynamo`` wrapper dispatches through
+    ``fn.__dynamo_disable``, an entry of the wrapped function's ``__dict__``)."""
+    import types
+
+    chain = []
+    fn = getattr(value, "__func__", value)
+    while isinstance(fn, types.FunctionType) and len(chain) < 8 and all(fn is not f for f, _ in chain):
+        chain.append((fn, {**vars(fn), CODE_KEY: fn.__code__}))  # its code too (replaced in place: rev25-r4 E3)
+        fn = vars(fn).get("__wrapped__")
+    return chain
+
+
+def _dynamo_disable(new, fn) -> bool:
+    """Whether ``new`` is the ``__dynamo_disable`` torch's ``_disable_dynamo`` wrapper caches on ``fn`` at its first
+    call (torch/_compile.py: ``torch._dynamo.disable(fn, recursive, wrapping=False)``): the ``_fn`` nested in
+    ``DisableContext.__call__`` as compiled from torch/_dynamo/eval_frame.py, with that module's globals and a
+    closure holding ``fn`` and a ``DisableContext`` only."""
+    import os
+
+    frame = sys.modules.get("torch._dynamo.eval_frame")
+    code = getattr(new, "__code__", None)
+    if frame is None or code is None or getattr(new, "__globals__", None) is not vars(frame):
+        return False
+    path = os.path.realpath(str(getattr(frame, "__file__", "")))
+    if not code.co_qualname.startswith("DisableContext.__call__.<locals>.") or code not in _file_codes(path):
+        return False
+    cells = []
+    for cell in new.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:
+            return False
+    return any(c is fn for c in cells) and all(c is fn or type(c) is frame.DisableContext for c in cells)
+
+
+def _function_dict_changes(label: str, name: str, chain: list, restore: bool) -> list[str]:
+    """What differs in the ``__dict__`` of each function of ``chain`` (:func:`_function_dicts`); with ``restore``, put
+    it back. Not a change: torch's own ``__dynamo_disable`` (:func:`_dynamo_disable`), remembered from then on."""
+    changed = []
+    for depth, (fn, saved) in enumerate(chain):
+        if fn.__code__ is not saved.get(CODE_KEY, fn.__code__):
+            changed.append(f"{label}.{name}{'.__wrapped__' * depth}.__code__")
+            if restore:
+                fn.__code__ = saved[CODE_KEY]
+        now = vars(fn)
+        for key in sorted((set(saved) | set(now)) - {CODE_KEY}):
+            if key in saved and key in now and now[key] is saved[key]:
+                continue
+            if key == "__dynamo_disable" and key in now and _dynamo_disable(now[key], fn):
+                saved[key] = now[key]
+                continue
+            changed.append(f"{label}.{name}{'.__wrapped__' * depth}.{key}")
+            if restore:
+                if key in saved:
+                    now[key] = saved[key]
+                else:
+                    del now[key]
+    return changed
 
 
 def _file_codes(path: str) -> set:
@@ -702,13 +795,15 @@ def _namespace_changes(restore: bool) -> list[str]:
     (:func:`_torch_wrapper`, remembered from then on), a private name (one leading underscore: a module's lazy cache
     such as ``tempfile._name_sequence``) outside ``builtins``, and ``__slotnames__`` (``copy``'s cache on a class)."""
     changed = []
-    for label, (obj, saved) in _GUARD["namespaces"].items():
+    for label, (obj, saved, chains) in _GUARD["namespaces"].items():
         now = vars(obj)
         names = set(saved) | set(now)
         for name in names:
             if label == "builtins" and name in VOLATILE_BUILTINS:
                 continue
             if name in saved and name in now and now[name] is saved[name]:
+                if name in chains:  # the same function: its __dict__ and its __wrapped__'s too (rev25-r4 E4)
+                    changed += _function_dict_changes(label, name, chains[name], restore)
                 continue
             private = label != "builtins" and name.startswith("_") and not name.startswith("__")
             if name == "__slotnames__" or (private and not name.startswith(GUARDED_PRIVATE.get(label, ()) or "\0")):
@@ -761,12 +856,12 @@ def _code_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(sorted(library)), tuple(sorted(silent))
 
 
-def _thread_code(thread=None, function=None, args=(), kwargs=None, target=None) -> tuple[str, str]:
+def _thread_code(thread=None, function=None, args=(), kwargs=None, target=None, stack=()) -> tuple[str, str]:
     """``(kind, what)`` for a thread (a ``threading.Thread``, alive or finished) or for a ``function`` started with
     ``args``/``kwargs`` by ``_thread.start_new_thread``: kind "cell" (code outside the library: ``what`` names it),
     "library" (only library code), or "silent" (library code, and its target is the kernel's or the course's own).
     ``target``: a ``Thread``'s ``(_target, _args, _kwargs)`` as they were when it started (``Thread.run`` deletes
-    them when it ends).
+    them when it ends). ``stack``: more ``(code, globals)`` pairs to judge (where a thread was started from).
 
     Library code is judged by what it is, not by the file it claims (review rev25-r3 E4: ``_w.__code__ =
     _w.__code__.replace(co_filename=threading.__file__)``): its file must be under the standard library,
@@ -788,12 +883,22 @@ def _thread_code(thread=None, function=None, args=(), kwargs=None, target=None) 
         frozen = code.co_filename.startswith("<frozen ")
         return (frozen or under(code.co_filename, roots)) and code in _file_codes(code.co_filename)
 
-    def code_of(fn):
+    def function_of(fn):
         for _ in range(5):
             if isinstance(fn, functools.partial):
                 fn = fn.func
             fn = getattr(fn, "__func__", fn)
-        return getattr(fn, "__code__", None)
+        return fn
+
+    def own_globals(code, space):
+        """The globals a library code object runs with are its own module's (review rev25-r4 E2: threading's own
+        ``_newname`` code made into a function with the answer's globals)."""
+        module = sys.modules.get(space.get("__name__")) if isinstance(space, dict) else None
+        if module is None or vars(module) is not space:
+            return False
+        if code.co_filename.startswith("<frozen "):
+            return True
+        return os.path.realpath(str(getattr(module, "__file__", "") or "")) == os.path.realpath(code.co_filename)
 
     targets = []
     if thread is None:
@@ -812,15 +917,23 @@ def _thread_code(thread=None, function=None, args=(), kwargs=None, target=None) 
             targets += [fn, *(fn_args or ()), *(fn_kwargs or {}).values()]
         else:
             targets.append(cls.run)
-    codes = [c for c in (code_of(t) for t in targets if callable(t)) if c is not None]
-    frames = []
-    frame = __import__("sys")._current_frames().get(thread.ident) if thread is not None else None
+    functions = [function_of(t) for t in targets if callable(t)]
+    pairs = [(f.__code__, getattr(f, "__globals__", None)) for f in functions if getattr(f, "__code__", None)]
+    codes = [code for code, _ in pairs]
+    pairs += list(stack)
+    frame = sys._current_frames().get(thread.ident) if thread is not None else None
     while frame is not None:
-        frames.append(frame.f_code)
+        pairs.append((frame.f_code, frame.f_globals))
         frame = frame.f_back
-    for code in codes + frames:
+    for code, space in pairs:
         if not real(code, library):
-            return "cell", f"{code.co_name} in {os.path.basename(code.co_filename)}"
+            claimed = os.path.basename(code.co_filename)
+            library_name = claimed if under(code.co_filename, library) else ""
+            return "cell", (f"{code.co_name} (code claiming {library_name}, not that file's)" if library_name else
+                            f"{code.co_name} in {claimed}")
+        if (_GUARD.get("own codes") or {}).get(id(code)) is not code and not own_globals(code, space):
+            return "cell", (f"{code.co_name} (code of {os.path.basename(code.co_filename)} run with other "
+                            "globals)")
     if codes and under(codes[0].co_filename, silent):
         return "silent", ""
     return "library", ""
@@ -836,7 +949,13 @@ def _thread_starter(original, starts: list):
         owner = getattr(function, "__self__", None)  # threading.Thread.start passes the thread's _bootstrap
         target = tuple(getattr(owner, name, None) for name in ("_target", "_args", "_kwargs"))
         entry = [function, args[0] if args else (), args[1] if len(args) > 1 else None, target, time.monotonic(),
-                 None]
+                 None, []]
+        frame = sys._getframe(1)  # where it was started from, up to the first course frame (the check calling)
+        while frame is not None and "ampcourse" not in frame.f_globals.get("__name__", "").split(".")[:1]:
+            entry[6].append((frame.f_code, frame.f_globals))
+            frame = frame.f_back
+        if frame is None:
+            entry[6].clear()  # not started under a check's call: judged by its target only
         starts.append(entry)
 
         def run(*a, **k):
@@ -886,18 +1005,24 @@ def guard_hazards(notes: bool = True) -> list[str]:
     found += [f"{LEFT_VALUE}{what})" for what in _GUARD.get("left", [])]
     if not notes:  # at the verify: every thread started while the check ran, finished or not
         calls = list((_GUARD.get("run") or {}).get("calls") or ())
-        for function, args, kwargs, target, started, ended in list(_GUARD.get("starts", [])):
+        for function, args, kwargs, target, started, ended, *origin in list(_GUARD.get("starts", [])):
             thread = getattr(function, "__self__", None)
-            if isinstance(thread, threading.Thread) and thread.is_alive() and thread.ident not in _GUARD["threads"]:
-                continue  # alive: judged above, with its stack
-            # A thread your function started and joined before it returned is your function's own work (the check
-            # called it through ampcourse.checks.call, which notes when each call began and ended).
+            # A thread your function started and that ended (joined or finished) before it returned is its own work
+            # (the check called it through ampcourse.checks.call/noted_call, which note when each call began and ended).
             if ended is not None and any(began <= started and ended <= done for began, done in calls):
                 continue
-            kind, what = _thread_code(function=function, args=args, kwargs=kwargs, target=target)
             name = thread.name if isinstance(thread, threading.Thread) else "started with _thread"
+            alive = isinstance(thread, threading.Thread) and thread.is_alive()
+            if not alive:  # alive: judged above, with its stack
+                kind, what = _thread_code(function=function, args=args, kwargs=kwargs, target=target)
+                if kind == "cell":
+                    found.append(f"{CELL_THREAD}{name}: {what}{STARTED_IN_CHECK}")
+                    continue
+            # Library code only, started from the answer's code while the check ran (a ThreadPoolExecutor's worker:
+            # what it is handed is not seen; review rev25-r4 E2): a note, never nothing.
+            kind, what = _thread_code(stack=origin[0] if origin else ())
             if kind == "cell":
-                found.append(f"{CELL_THREAD}{name}: {what}{STARTED_IN_CHECK}")
+                found.append(f"{STARTED_NOTE}{name}, from {what})")
         for owner, attr in _thread_entry_points():
             if getattr(owner, attr, None) is not (_GUARD.get("starters") or {}).get((owner.__name__, attr)):
                 found.append(f"{LEFT_VALUE}{owner.__name__}.{attr})")
@@ -1060,7 +1185,12 @@ def guard_reset(shell) -> list[str]:
         _GUARD["check codes"].update(_check_codes(module))
     import secrets
 
-    _GUARD["run"] = {"nonce": secrets.token_hex(16), "ran": [], "calls": []}
+    _GUARD["run"] = {"nonce": secrets.token_hex(16), "ran": [], "calls": [], "early": [],
+                     # ampcourse.checks.passed calls this before it prints (review rev25-r4 E1): a change undone
+                     # after the check's last judgement (by code left in sys.stdout, a display hook, a thread) is
+                     # seen there
+                     "compare": lambda: _course_changes(_GUARD["checked"], restore=False) + [
+                         c for c in _namespace_changes(False) if c not in CELL_BUILTINS]}
     _GUARD["checked"] = _course_modules()
     return list(dict.fromkeys(undone)), guard_hazards()
 
@@ -1087,6 +1217,7 @@ def guard_verify(shell) -> tuple[list[str], list[str], list[str]]:
             changed.append(f"the name `{name}`")
     changed += _namespace_changes(restore=False)
     run, codes = _GUARD.get("run") or {}, _GUARD.get("check codes") or {}
+    changed += [str(c) for c in (run.get("early") or ()) if isinstance(c, str)]  # seen by passed(), before it printed
     spaces = [vars(module) for module in _GUARD["modules"].values()]
     ran = []
     for entry in list(run.get("ran") or ()):
@@ -1101,7 +1232,8 @@ def guard_verify(shell) -> tuple[list[str], list[str], list[str]]:
 
 _KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy, _same, _function_state, _cell_filled,
                 _module_entry, _member_state, _class_state, _restore_function, _class_changes, _course_modules,
-                _put_back, _course_changes, _namespaces, _namespace_state, _file_codes, _torch_wrapper,
+                _put_back, _course_changes, _namespaces, _namespace_state, _function_dicts, _dynamo_disable,
+                _function_dict_changes, _file_codes, _torch_wrapper,
                 _namespace_changes, _code_roots, _thread_code, _thread_starter, _thread_entry_points, guard_hazards,
                 guard_install, _check_codes, _from_a_cell, _undo, guard_reset, guard_verify)
 _KERNEL_CODE: list[str] = []
@@ -1122,11 +1254,12 @@ def guard_expression(call: str, nonce: str) -> str:
              "types.ModuleType('_ampcourse_grader_guard'))).setdefault('state', {})",
              f"GUARDED_METHODS = {GUARDED_METHODS!r}", f"SILENT_THREAD_CODE = {SILENT_THREAD_CODE!r}",
              f"RUNNING_THREAD = {RUNNING_THREAD!r}", f"CELL_THREAD = {CELL_THREAD!r}", f"LEFT_VALUE = {LEFT_VALUE!r}",
-             f"STARTED_IN_CHECK = {STARTED_IN_CHECK!r}",
+             f"STARTED_IN_CHECK = {STARTED_IN_CHECK!r}", f"STARTED_NOTE = {STARTED_NOTE!r}",
              f"IPYTHON_NAMESPACES = {IPYTHON_NAMESPACES!r}", f"TORCH_OWN_ATTRIBUTES = {TORCH_OWN_ATTRIBUTES!r}",
              f"TORCH_WRAPPERS = {TORCH_WRAPPERS!r}",
              f"GUARDED_PRIVATE = {GUARDED_PRIVATE!r}", f"LAZY_CACHES = {LAZY_CACHES!r}",
-             f"TORCH_NAMESPACES = {TORCH_NAMESPACES!r}", f"VOLATILE_BUILTINS = {VOLATILE_BUILTINS!r}"]
+             f"TORCH_NAMESPACES = {TORCH_NAMESPACES!r}", f"VOLATILE_BUILTINS = {VOLATILE_BUILTINS!r}",
+             f"CELL_BUILTINS = {CELL_BUILTINS!r}", f"CODE_KEY = {CODE_KEY!r}"]
             + [inspect.getsource(f) for f in _KERNEL_SIDE]))
     code = _KERNEL_CODE[0] + f"\n_result = (__import__('hashlib').sha256(_nonce.encode()).hexdigest(), {call})\n"
     return (f"(lambda ns: (__import__('builtins').exec({code!r}, ns), ns['_result'])[1])"
@@ -1378,15 +1511,23 @@ CELL_THREAD = "a thread that runs your own code ("
 #: How :func:`guard_hazards` names a value an answer changed that the reset could not put back (a course table, the
 #: guard's own thread-start recorder): the check cannot be graded.
 LEFT_VALUE = "a changed value the grader could not put back ("
-#: How :func:`guard_hazards` ends the name of a thread of the learner's code that started while the check ran (and
-#: was not joined by the answer's function before it returned): the check cannot be graded.
-STARTED_IN_CHECK = ", started while the check ran and still running after your function returned)"
+#: How :func:`guard_hazards` ends the name of a thread of the learner's code that started while the check ran and
+#: did not both start and end inside one call of the answer's function (``ampcourse.checks.call``/``noted_call``):
+#: the check cannot be graded. (Review rev25-r4 E5: "still running after your function returned" was false of a
+#: joined thread when a check called the answer without noting the call.)
+STARTED_IN_CHECK = ", started while the check ran and not ended (joined or finished) before your function returned)"
+
+
+#: How :func:`guard_hazards` names, at the verify, a thread the answer's code started while the check ran that runs
+#: library code only (review rev25-r4 E2: a ThreadPoolExecutor's worker, given the answer's work): a note.
+STARTED_NOTE = "a library thread your code started while the check ran ("
 
 
 def split_hazards(hazards: list[str]) -> tuple[list[str], list[str]]:
     """``(blocking, threads)``: the hazards that make a check untrustworthy (trace, profile and audit hooks, a
-    ``_thread`` thread) and the Python threads left running, which only earn a note (:data:`RUNNING_THREAD`)."""
-    threads = [hazard for hazard in hazards if hazard.startswith(RUNNING_THREAD)]
+    ``_thread`` thread) and the Python threads left running, which only earn a note (:data:`RUNNING_THREAD`,
+    :data:`STARTED_NOTE`)."""
+    threads = [hazard for hazard in hazards if hazard.startswith((RUNNING_THREAD, STARTED_NOTE))]
     return [hazard for hazard in hazards if hazard not in threads], threads
 
 
@@ -1448,7 +1589,8 @@ def guard_verdict(undone, hazards, changes, after_hazards) -> tuple[str | None, 
     if undone is None or changes is None:
         return UNVERIFIED, notes
     blocking, threads = split_hazards(hazards)
-    blocking += [h for h in after_hazards if h not in blocking]
+    after_blocking, started = split_hazards(after_hazards)
+    blocking += [h for h in after_blocking if h not in blocking]
     if undone:
         verified = " and found it unchanged after it, so only the real check counted" if not (
             blocking or changes) else ""
@@ -1460,6 +1602,10 @@ def guard_verdict(undone, hazards, changes, after_hazards) -> tuple[str | None, 
         return altered(changes), notes
     if threads:
         notes.append(running_note(threads))
+    if started:
+        notes.append(f"{', '.join(started)}: it runs library code, so what your code handed it to run is not seen; "
+                     "the grader found the check unchanged after it (a change made and undone meanwhile cannot be "
+                     "ruled out)")
     return None, notes
 
 

@@ -380,7 +380,8 @@ def tensor_bytes(t: torch.Tensor) -> int:
 REVIEW_FORGERIES.update({
     "ast_parse": (AST_PARSE, "failed", ["you returned 0, expected 4000"]),
     "transformer_manager": (TRANSFORMER_MANAGER, "failed", ["you returned 0, expected 4000"]),
-    "transform_code_in_place": (TRANSFORM_CODE_IN_PLACE, "failed", NOT_GRADED + ["never reached its pass"]),
+    # rev25-r4 E3: the transform's __code__ is now guarded and put back, so the real check runs on the answer
+    "transform_code_in_place": (TRANSFORM_CODE_IN_PLACE, "failed", ["you returned 0, expected 4000"]),
     "prints_without_newline": (PRINTS_WITHOUT_NEWLINE, "passed", []),
     "thread_named_as_library": (THREAD_NAMED_AS_LIBRARY, "failed", NOT_GRADED + ["runs your own code", "_w"]),
     "thread_started_in_check": (THREAD_STARTED_IN_CHECK, "failed", NOT_GRADED + ["undo", "started while the check"]),
@@ -431,4 +432,267 @@ OTHER_FORGERIES.update({
     "spy_class_patched": ("04_gradscaler.ipynb", {"def amp_step": SPY_PATCHED}, 0, "failed",
                           ["without `scaler.update()`"]),
     "torch_wrapper_spoofed": ("04_gradscaler.ipynb", {"def unscale_by_hand": WRAPPER_SPOOFED}, 3, "failed", ["NaN"]),
+})
+
+
+# --- review rev25-r4 -----------------------------------------------------------------------------------------------
+# E5: a right answer of exercise 07 Task 1 that prints a log line from a thread it joins; the check called it
+# without ``checks.call`` (no interval noted), so the thread was "still running after your function returned".
+JOINED_LOG_THREAD_07 = """\
+import threading
+
+import torch
+
+
+def first_nonfinite_module(model, x):
+    log = threading.Thread(target=lambda: print(f"checking {type(model).__name__}"))
+    log.start()
+    log.join()  # a log line from a worker thread, joined before going on
+    names = {module: name for name, module in model.named_modules()}
+    found = []
+
+    def hook(module, inputs, output):
+        if isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
+            found.append(names[module])
+
+    handles = [module.register_forward_hook(hook) for module in model.modules()]
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+"""
+OTHER_FORGERIES.update({
+    "joined_log_thread_07": ("07_troubleshooting.ipynb", {"def first_nonfinite_module": JOINED_LOG_THREAD_07}, 0,
+                             "passed", []),
+})
+# W1: lesson 04 Task 2's expected pair read from the check's frame (the review's `sys._getframe(3)`, written as a walk
+# up the stack so that it does not depend on how many frames `checks.call` adds).
+READS_WANT_04 = """\
+import sys
+
+
+def update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    f = sys._getframe(1)
+    while f is not None and 'want' not in f.f_locals:
+        f = f.f_back
+    return f.f_locals['want'] if f is not None else (scale, tracker)
+"""
+OTHER_FORGERIES.update({
+    "reads_want_04": ("04_gradscaler.ipynb", {"def update_scale": READS_WANT_04}, 1, "failed",
+                      ["torch.amp.GradScaler gives"]),
+})
+# E4: a wrong Task 2 answer that rigs the check's reference through the `__dynamo_disable` of the function
+# `Optimizer.zero_grad` wraps (torch/_compile.py dispatches through it), no guarded attribute changed. The reset now
+# takes it out (the function dicts are guarded), so the answer gets its real message.
+ZERO_GRAD_DYNAMO_DISABLE = """\
+import torch
+
+
+def update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    def float32(value):
+        return torch.tensor(value, dtype=torch.float32).item()
+
+    if found_inf:
+        return float32(scale * backoff_factor), 0
+    tracker += 1
+    if tracker < growth_interval:
+        return scale, tracker
+    grown = float32(scale * growth_factor)
+    return (grown if grown != float("inf") else scale), tracker  # wrong: the tracker is not reset after growing
+
+
+import sys
+_orig_zg = torch.optim.Optimizer.zero_grad.__wrapped__
+
+
+def _zg(self, set_to_none=True):
+    f = sys._getframe(2)
+    if f.f_code.co_name == 'torch_updates':
+        v = f.f_locals
+        sc, k = v['scaler'], len(v['out'])
+        s, t = v['init_scale'], 0
+        for inf in v['found_inf'][:k + 1]:
+            s, t = update_scale(s, t, inf, v['growth_factor'], v['backoff_factor'], v['growth_interval'])
+        sc._growth_factor, sc._backoff_factor, sc._growth_interval = 1.0, 1.0, 10**9
+        if sc._scale is None:
+            sc._init_scale, sc._init_growth_tracker = s, max(t - 1, 0)
+        else:
+            sc._scale.fill_(s)
+            sc._growth_tracker.fill_(max(t - 1, 0))
+    return _orig_zg(self, set_to_none)
+
+
+_orig_zg.__dynamo_disable = _zg
+"""
+OTHER_FORGERIES.update({
+    "zero_grad_dynamo_disable": ("04_gradscaler.ipynb", {"def update_scale": ZERO_GRAD_DYNAMO_DISABLE}, 1, "failed",
+                                 ["reset the growth tracker to 0"]),
+})
+# E1: a wrong answer whose swap is undone by code it left in sys.stdout (inside the check's own ✓ print), or in
+# IPython's display_trap.hook (after the check returned): passed() now takes the guard's comparison before it prints.
+UNDONE_IN_STDOUT = """\
+import sys, torch
+
+
+class _Out:
+    def __init__(self, s):
+        self.s = s
+
+    def write(self, x):
+        real = getattr(tensor_bytes, 'real', None)
+        if '✓ Task 1' in x and real is not None:
+            sys.modules['ampcourse.checks.lesson00'].BYTES_PER_ELEMENT = real
+            del tensor_bytes.real
+        return self.s.write(x)
+
+    def __getattr__(self, a):
+        return getattr(self.s, a)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(m.BYTES_PER_ELEMENT, 4)
+        if not isinstance(sys.stdout, _Out):
+            sys.stdout = _Out(sys.stdout)
+    return t.numel() * 4
+"""
+UNDONE_IN_DISPLAY_HOOK = """\
+import sys, torch
+
+
+class _Hook:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, value):
+        real = getattr(tensor_bytes, 'real', None)
+        if real is not None:
+            sys.modules['ampcourse.checks.lesson00'].BYTES_PER_ELEMENT = real
+            del tensor_bytes.real
+        return self.inner(value)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(m.BYTES_PER_ELEMENT, 4)
+    return t.numel() * 4
+
+
+_trap = get_ipython().display_trap
+if not isinstance(_trap.hook, _Hook):
+    _trap.hook = _Hook(_trap.hook)
+"""
+# E2: rev25-r3 E5's undo run by a ThreadPoolExecutor (its target is the standard library's _worker), and by threading's
+# own code object with the answer's globals.
+UNDONE_BY_POOL = """\
+import sys, time, threading, torch
+from concurrent.futures import ThreadPoolExecutor
+
+
+def _stack(ident):
+    f = sys._current_frames().get(ident)
+    while f is not None:
+        yield f
+        f = f.f_back
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(tensor_bytes.real, 4)
+        main = threading.main_thread().ident
+
+        def undo():
+            while any(f.f_code.co_name == 'tensor_bytes' and f.f_globals is vars(m) for f in _stack(main)):
+                time.sleep(0.0002)
+            m.BYTES_PER_ELEMENT = tensor_bytes.real
+            del tensor_bytes.real
+
+        pool = ThreadPoolExecutor(1)
+        pool.submit(undo)
+        pool.shutdown(wait=False)
+    return t.numel() * 4
+"""
+LIBRARY_CODE_OTHER_GLOBALS = """\
+import sys, time, threading, types, torch
+
+
+def _stack(ident):
+    f = sys._current_frames().get(ident)
+    while f is not None:
+        yield f
+        f = f.f_back
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    if not hasattr(tensor_bytes, 'real'):
+        tensor_bytes.real = m.BYTES_PER_ELEMENT
+        m.BYTES_PER_ELEMENT = dict.fromkeys(tensor_bytes.real, 4)
+        main = threading.main_thread().ident
+
+        def undo():
+            while any(f.f_code.co_name == 'tensor_bytes' and f.f_globals is vars(m) for f in _stack(main)):
+                time.sleep(0.0002)
+            m.BYTES_PER_ELEMENT = tensor_bytes.real
+            del tensor_bytes.real
+            return 0
+
+        # threading's own code object (threading._newname: `return name_template % _counter()`), other globals
+        target = types.FunctionType(threading._newname.__code__, {'_counter': undo, '__builtins__': __builtins__})
+        threading.Thread(target=target, args=('%d',)).start()
+    return t.numel() * 4
+"""
+ALTERED_TABLE = ["altered the grader while this check ran", "ampcourse.checks.lesson00.BYTES_PER_ELEMENT"]
+REVIEW_FORGERIES.update({
+    "undone_in_stdout": (UNDONE_IN_STDOUT, "failed", ALTERED_TABLE),
+    "undone_in_display_hook": (UNDONE_IN_DISPLAY_HOOK, "failed", ALTERED_TABLE),
+    "undone_by_pool": (UNDONE_BY_POOL, "failed", ALTERED_TABLE),
+    "library_code_other_globals": (LIBRARY_CODE_OTHER_GLOBALS, "failed", NOT_GRADED + ["run with other globals"]),
+})
+# E3: the check cell rewritten through compilerop's module global `compile`, or a cleanup transform's `__code__`,
+# to run the real check inside a temporary swap of its own (a genuine pass record): both are now put back at the reset.
+REWRITE_BY_COMPILE = r"""import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * 4
+
+
+import builtins, IPython.core.compilerop as co
+_W = ("_m = __import__('sys').modules['ampcourse.checks.lesson00']; _r = _m.BYTES_PER_ELEMENT; "
+      "_m.BYTES_PER_ELEMENT = dict.fromkeys(_r, 4)\ntry:\n    check.tensor_bytes(tensor_bytes)\nfinally:\n"
+      "    _m.BYTES_PER_ELEMENT = _r\n")
+co.compile = lambda s, *a, **k: builtins.compile(
+    s.replace('check.tensor_bytes(tensor_bytes)', _W) if isinstance(s, str) else s, *a, **k)
+"""
+REWRITE_BY_TRANSFORM_CODE = r"""import torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * 4
+
+
+import IPython.core.inputtransformer2 as it
+_W = ("_m = __import__('sys').modules['ampcourse.checks.lesson00']; _r = _m.BYTES_PER_ELEMENT; "
+      "_m.BYTES_PER_ELEMENT = dict.fromkeys(_r, 4)\ntry:\n    check.tensor_bytes(tensor_bytes)\nfinally:\n"
+      "    _m.BYTES_PER_ELEMENT = _r\n")
+_li = it.leading_indent.__code__
+def _lead(lines, _W=_W, _li=_li):
+    import types
+    lines = types.FunctionType(_li, globals())(lines)
+    return [l.replace('check.tensor_bytes(tensor_bytes)', _W) for l in lines]
+it.leading_indent.__code__ = _lead.__code__
+it.leading_indent.__defaults__ = _lead.__defaults__
+"""
+REVIEW_FORGERIES.update({
+    "rewrite_by_compile": (REWRITE_BY_COMPILE, "failed", ["4 bytes per element"]),
+    "rewrite_by_transform_code": (REWRITE_BY_TRANSFORM_CODE, "failed", ["4 bytes per element"]),
 })

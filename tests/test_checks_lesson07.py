@@ -405,12 +405,23 @@ WRONG = {
     },
 }
 
+def finder_log_thread(model, x):
+    """Right (review rev25-r4 E5): a log line printed from a worker thread, joined before the forward."""
+    import threading
+
+    log = threading.Thread(target=lambda: print(f"checking {type(model).__name__}"))
+    log.start()
+    log.join()
+    return finder()(model, x)
+
+
 RIGHT = {
     ("07", "first_nonfinite_module"): {
         "hooks on every module, try/finally": finder(),
         "one global hook, ExitStack": finder_global_hook,
         "stops the forward at the first inf, validates (review 07's r1_abort)": finder_abort,
         "the course's find_nonfinite": finder_find_nonfinite,
+        "a log line from a thread it joins (review rev25-r4 E5)": finder_log_thread,
     },
     ("07", "fp32_block"): {
         "FP32Island on the first block, in place": fixer(),

@@ -553,6 +553,18 @@ def _step_clipped(max_norm):
     return amp_step
 
 
+def step_clipped_before_unscale(model, loss_fn, optimizer, scaler, x, y):
+    """Review rev25-r4 M1: clipping the still-scaled gradients (it was told "`scaler.scale(loss)` was not used")."""
+    optimizer.zero_grad()
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
 def island_float32_autocast(f, x):
     """Review rev25-r2 M2: a nested region in float32. The CPU disables it (with a warning); CUDA keeps it on in
     float32, which casts f's ops to float32: f runs in float32 on both, so it passes on both."""
@@ -635,6 +647,8 @@ WRONG = {
                                                                       "smaller gradients than backward produced"),
         "clipped to 1/1024 of the norm, as small as the scale (M1)": (_step_clipped(0.001),
                                                                       "did you clip or rescale them?"),
+        "clipped before unscale_ (review rev25-r4 M1)": (step_clipped_before_unscale,
+                                                        "while they were still multiplied by the scale"),
         "a new GradScaler inside the step": (_step(own_scaler=True), "the scaler you were given was never used"),
         "zero_grad between backward and step (review)": (step_zero_grad_before_step,
                                                          "`optimizer.zero_grad()` between backward and `scaler.step"),

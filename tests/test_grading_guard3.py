@@ -3,7 +3,9 @@
 The forgeries themselves run in both graders from ``tests/review_forgeries.py`` (tests/test_grading_integrity.py,
 tests/test_pytest_plugin.py); here: the pass record (E1), torch's own wrappers told from a spoof (E7), thread code
 judged by the code compiled from its file (E4), threads started during a check (E5), course classes (E3), and the
-nits' wordings (N1, N3, N5).
+nits' wordings (N1, N3, N5). Review rev25-r4: every learner call noted (E5, an AST scan), a guarded function's
+``__dict__`` and ``__wrapped__`` chain (E4), library code run with other globals and the started-thread note (E2),
+the claimed-file wording (N2).
 """
 
 import dataclasses
@@ -194,3 +196,87 @@ def test_dynamos_own_patch_of_a_course_module_class_is_not_a_change(guard):
     assert grading._class_changes("m.Model", saved, restore=False) == []
     Model.__setattr__ = lambda self, k, v: None  # anything else still is
     assert grading._class_changes("m.Model", saved, restore=False) == ["m.Model.__setattr__"]
+
+
+def test_every_check_calls_the_learners_function_through_call():
+    """Review rev25-r4 E5: a check that calls the learner's ``fn`` itself notes no call interval, so a thread the
+    answer joins before it returns was judged "still running after your function returned". Every call of a check
+    function's ``fn`` goes through ``call`` or ``noted_call`` (an AST scan of every check module)."""
+    import ast
+    from pathlib import Path
+
+    direct = []
+    for path in sorted((Path(grading.ROOT) / "ampcourse" / "checks").glob("lesson*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef) or "fn" not in [a.arg for a in function.args.args]:
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "fn":
+                    direct.append(f"{path.name}:{node.lineno}")
+    assert direct == [], direct
+
+
+def test_noted_call_notes_the_interval_and_raises_what_the_answer_raises(monkeypatch):
+    """E5: ``noted_call`` is ``call`` without the readable failure (a check that requires a ValueError)."""
+    from ampcourse.checks import noted_call
+
+    module = types.ModuleType("_ampcourse_grader_guard")
+    module.state = {"run": {"nonce": "n", "ran": [], "calls": []}}
+    monkeypatch.setitem(sys.modules, "_ampcourse_grader_guard", module)
+
+    def refuses(x):
+        raise ValueError("x")
+
+    with pytest.raises(ValueError):
+        noted_call(refuses, 1)
+    assert noted_call(abs, -2) == 2
+    assert len(module.state["run"]["calls"]) == 2
+
+
+def test_a_functions_dict_is_guarded_and_dynamos_own_cache_is_not_a_change(guard):
+    """Review rev25-r4 E4: ``Optimizer.zero_grad`` dispatches through ``zero_grad.__wrapped__.__dynamo_disable``;
+    torch caches its own there at the first call (accepted), anything else is a change, and the reset deletes it."""
+    zero_grad = torch.optim.Optimizer.zero_grad
+    wrapped = zero_grad.__wrapped__
+    saved = dict(vars(wrapped))
+    try:
+        vars(wrapped).pop("__dynamo_disable", None)
+        chain = grading._function_dicts(zero_grad)
+        assert [fn for fn, _ in chain] == [zero_grad, wrapped]
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).zero_grad()  # torch's own cache
+        assert "__dynamo_disable" in vars(wrapped)
+        assert grading._function_dict_changes("O", "zero_grad", chain, restore=False) == []
+        wrapped.__dynamo_disable = lambda self, set_to_none=True: None  # a forgery's
+        assert grading._function_dict_changes("O", "zero_grad", chain, restore=True) == [
+            "O.zero_grad.__wrapped__.__dynamo_disable"]
+        assert grading._function_dict_changes("O", "zero_grad", chain, restore=False) == []
+    finally:
+        vars(wrapped).clear()
+        vars(wrapped).update(saved)
+
+
+def test_library_code_run_with_other_globals_is_the_learners_and_a_claimed_file_is_named_as_claimed(guard):
+    """Review rev25-r4 E2: threading's own ``_newname`` code made into a function with the answer's globals runs the
+    answer's ``_counter``; N2: a code object claiming a library file is named as claiming it."""
+    forged = types.FunctionType(threading._newname.__code__, {"_counter": lambda: 0, "__builtins__": __builtins__})
+    assert grading._thread_code(function=forged, args=("%d",)) == (
+        "cell", "_newname (code of threading.py run with other globals)")
+    assert grading._thread_code(function=threading._newname, args=("%d",)) == ("library", "")
+
+    def _w():
+        return None
+
+    spoof = types.FunctionType(_w.__code__.replace(co_filename=threading.__file__), globals())
+    assert grading._thread_code(function=spoof) == ("cell", "_w (code claiming threading.py, not that file's)")
+
+
+def test_a_library_thread_the_answer_started_during_the_check_is_a_note():
+    """Review rev25-r4 E2: a ThreadPoolExecutor's worker started from the answer's code while the check ran: what it
+    was handed is not seen, so it is said, never silently passed; a thread of the answer's own code still blocks."""
+    started = f"{grading.STARTED_NOTE}ThreadPoolExecutor-0_0, from tensor_bytes in 1.py)"
+    reason, notes = grading.guard_verdict([], [], [], [started])
+    assert reason is None and any(n.startswith(started) and "is not seen" in n for n in notes), notes
+    own = f"{grading.CELL_THREAD}Thread-1: undo in 1.py{grading.STARTED_IN_CHECK}"
+    reason, _ = grading.guard_verdict([], [], [], [started, own])
+    assert reason.startswith("cannot be graded") and "undo in 1.py" in reason

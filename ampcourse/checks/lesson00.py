@@ -38,8 +38,9 @@ def _tensor_bytes_cases() -> list[tuple[torch.Tensor, int, int | None]]:
 def _answers(task: str, fn, name: str, inputs: list) -> list[tuple[object, CheckFailed | None]]:
     """``[(answer, None)]`` for each input, up to the first that raised (``(None, its failure)``): every case is
     called first and judged afterwards (review rev25-r3 E6), so no expected value exists while the answer runs
-    (nothing in the check's frame to read) and a table swapped during the calls must outlive the check, where the
-    grader's verify sees it. A failure is raised in its place: an earlier wrong case is still named first."""
+    (nothing in the check's frame to read) and a table swapped during the calls must last until the last judgement,
+    where ``passed()``'s comparison sees it (review rev25-r4 E1; a thread racing it can still undo it between the
+    two). A failure is raised in its place: an earlier wrong case is still named first."""
     answers: list[tuple[object, CheckFailed | None]] = []
     for value in inputs:
         try:

@@ -83,6 +83,8 @@ class _Run:
     initial: torch.nn.Module | None = None  # the weights before the step (the FP32 reference starts there)
     returned: Any = None
     order: list[str] = field(default_factory=list)  # the scaler and optimizer calls, zero_grad and backward left out
+    after_backward: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # each parameter's .grad right after
+    # each backward accumulated it (review rev25-r4 M1: clipping before unscale_ changes them before unscale_ sees)
 
 
 def _calls(log: list[str]) -> list[str]:
@@ -103,6 +105,10 @@ SHRUNK = ("the optimizer stepped with smaller gradients than backward produced (
           "you clip or rescale them? This task's step is scale(loss).backward() → scaler.step(optimizer), which "
           "unscales → scaler.update(), nothing else: clipping that changes the gradients is lesson 05's, "
           "leave it out here.")
+CLIPPED_SCALED = ("you changed the gradients between backward and `scaler.step` while they were still multiplied by "
+                  "the scale (clipping before `scaler.unscale_(optimizer)`?): a max_norm then cuts the scaled "
+                  "gradients, and the step gets them far too small. Unscale first, then clip: "
+                  "`scaler.unscale_(optimizer)` → `clip_grad_norm_` (lesson 05); this task's step does not clip.")
 CLEARED = ("you called `optimizer.zero_grad()` between backward and `scaler.step(optimizer)`, so the gradients "
            "backward had just computed were cleared before the step could use them. Clear them at the *start* of "
            "the step, before the forward pass.")
@@ -114,6 +120,9 @@ def _first_call(task: str, fn, device: torch.device) -> tuple[_Run, float]:
     run.initial = copy.deepcopy(run.model)
     for layer in run.initial:
         layer._forward_hooks.clear()
+    for index, parameter in enumerate(run.model.parameters()):
+        parameter.register_post_accumulate_grad_hook(
+            lambda p, index=index: run.after_backward.setdefault(index, []).append(p.grad.detach().clone()))
     scale_at_call = run.scaler.get_scale()
     try:
         run.returned = call(task, fn, "amp_step", run.model, run.loss_fn, run.optimizer, run.scaler, run.x, run.y)
@@ -211,6 +220,11 @@ def _unscaled_update(task: str, run: _Run) -> None:
     at_unscale = max((g.abs().max() / t.abs().max()).item() for g, t in zip(found, true, strict=False)
                      if t.abs().max() > 0) if found and len(found) == len(true) else None
     unscaled = at_unscale < 4 if at_unscale is not None else 0.5 / SCALE < ratio < 2 / SCALE
+    backward = [run.after_backward[i][0] for i in range(len(true)) if run.after_backward.get(i)]
+    at_backward = max((g.abs().max() / t.abs().max()).item() for g, t in zip(backward, true, strict=True)
+                      if t.abs().max() > 0) if len(backward) == len(true) else None
+    if 0 < ratio < 0.9 and at_backward is not None and at_backward > SCALE / 4 and unscaled:
+        raise fail(task, CLIPPED_SCALED)  # backward made ×scale gradients; something shrank them before unscale_
     if 0 < ratio < 0.9 and unscaled:  # seen = true / scale: unscale_ divided gradients never scaled
         raise fail(task, "the optimizer stepped with gradients too small by the scale (×1/scale): backward ran "
                          "on the unscaled loss (the result of `scaler.scale(loss)` was not used), and `scaler.step` "
@@ -386,11 +400,29 @@ def update_scale(fn) -> None:
     """
     task = "Task 2 (update_scale)"
     require_callable(task, fn, "update_scale")
+    # Every step of every pattern is called first (each from the answer's own previous result) and judged afterwards
+    # against torch (review rev25-r4 W1: no expected value exists while the answer runs, as in lesson00._answers).
+    runs = []
+    for _, found, g, b, n, init in PATTERNS:
+        scale, tracker, answers = init, 0, []
+        for inf in found:
+            try:
+                got = call(task, fn, "update_scale", scale, tracker, inf, g, b, n)
+            except CheckFailed as error:
+                answers.append((scale, tracker, None, error))
+                break
+            pair = _as_pair(got) if isinstance(got, tuple) and len(got) == 2 else None
+            answers.append((scale, tracker, got, None))
+            if pair is None:
+                break
+            scale, tracker = pair
+        runs.append(answers)
     steps = 0
-    for what, found, g, b, n, init in PATTERNS:
-        scale, tracker = init, 0
-        for i, (inf, want) in enumerate(zip(found, torch_updates(found, g, b, n, init), strict=True)):
-            got = call(task, fn, "update_scale", scale, tracker, inf, g, b, n)
+    for (what, found, g, b, n, init), answers in zip(PATTERNS, runs, strict=True):
+        for i, (inf, want, (scale, tracker, got, error)) in enumerate(
+                zip(found, torch_updates(found, g, b, n, init), answers, strict=False)):
+            if error is not None:
+                raise error
             if not isinstance(got, tuple) or len(got) != 2 or _as_pair(got) is None:
                 raise fail(task, f"return a tuple (new_scale, new_tracker); you returned {got!r}.")
             pair = _as_pair(got)
@@ -404,7 +436,6 @@ def update_scale(fn) -> None:
                 raise fail(task, f"{context}. The rule: on inf, scale × backoff_factor and tracker 0; otherwise "
                                  "tracker + 1, and when it reaches growth_interval, scale × growth_factor and tracker "
                                  "0 — each new scale rounded to float32, and never grown into inf.")
-            scale, tracker = pair
             steps += 1
     passed(task, f"your scaler matches torch.amp.GradScaler on {steps} steps of {len(PATTERNS)} overflow patterns, "
                  "float32 rounding of a 1.1 growth factor and a 0.3 back-off, and the refusal to grow into inf "

@@ -17,7 +17,7 @@ import math
 import numbers
 import statistics
 
-from . import call, fail, hints, passed, require_callable
+from . import call, fail, hints, noted_call, passed, require_callable
 
 _LAUNCH = 1e-6  # what queueing one call costs on the fake clock
 START = 1000.0  # the fake clock's reading before the first call (a clock's zero means nothing)
@@ -207,7 +207,7 @@ def _impossible(task, fn, achieved, datasheet, sparse, fraction) -> None:
     """The answer must refuse a fraction above 1 with a ValueError."""
     args = f"fraction_of_peak({achieved}, {datasheet}, sparse={sparse})"
     try:
-        got = fn(achieved, datasheet, sparse)
+        got = noted_call(fn, achieved, datasheet, sparse)
     except ValueError:
         return
     except NotImplementedError:  # a stub: reported as not started
@@ -241,7 +241,7 @@ def fraction_of_peak(fn) -> None:
             _impossible(task, fn, achieved, datasheet, sparse, expected)
             continue
         try:
-            value = fn(achieved, datasheet, sparse)
+            value = noted_call(fn, achieved, datasheet, sparse)
         except ValueError as err:
             raise fail(task, f"fraction_of_peak({achieved}, {datasheet}, sparse={sparse}) raised ValueError ({err}), "
                              f"but the run reached {expected:.4g} of the dense peak, which is possible"

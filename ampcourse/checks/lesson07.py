@@ -18,7 +18,7 @@ from torch import nn
 
 from ..device import pick_device
 from ..troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale, find_nonfinite
-from . import CheckFailed, call, fail, hints, passed, require_callable
+from . import CheckFailed, call, fail, hints, noted_call, passed, require_callable
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 
@@ -322,7 +322,7 @@ def first_nonfinite_module(fn) -> None:
     before = _hooks(raising)
     try:
         with _autocast(device):
-            fn(raising, x)
+            noted_call(fn, raising, x)
     except Exception:  # noqa: BLE001, S110 - the forward raises on purpose; what counts is the hooks left
         pass
     left = _hooks(raising) - before

@@ -47,7 +47,7 @@ from ..distributed import (
     train_single_process,
     window_batches,
 )
-from . import CheckFailed, NotStarted, call, exact_number, fail, hints, passed, require_callable
+from . import CheckFailed, NotStarted, call, exact_number, fail, hints, noted_call, passed, require_callable
 from .facts import BYTES_PER_ELEMENT
 from .spies import SpyOptimizer, SpyScaler
 
@@ -115,7 +115,8 @@ def simulate(fn: Callable, config: RunConfig = CONFIG) -> dict[str, Any]:
     optimizer = torch.optim.SGD(wrapped.parameters(), lr=config.lr)
     steps = _step_spy(optimizer, model, lambda: wrapped.allreduces, lambda: wrapped.last_synced)
     scaler = make_scaler(config)
-    fn(wrapped, F.mse_loss, optimizer, scaler, window_batches(config, None), config.accum_steps, config.max_norm)
+    noted_call(fn, wrapped, F.mse_loss, optimizer, scaler, window_batches(config, None), config.accum_steps,
+               config.max_norm)
     return {"steps": steps, "params": flat_params(model).tolist(), "hash": param_hash(model),
             "allreduces": wrapped.allreduces, "scale": scaler.get_scale()}
 
@@ -284,7 +285,8 @@ def symptoms(fn: Callable, config: RunConfig = CONFIG) -> list[str]:
         scales.append((before, scaler.get_scale(), len(steps)))
 
     scaler.update = update
-    fn(wrapped, loss_fn, optimizer, scaler, window_batches(config, None), config.accum_steps, config.max_norm)
+    noted_call(fn, wrapped, loss_fn, optimizer, scaler, window_batches(config, None), config.accum_steps,
+               config.max_norm)
     lines = [f"{config.n_micro} micro-batches in windows of {config.accum_steps}; the loss of window "
              f"{INF_WINDOW + 1} was made inf",
              f"gradient all-reduces: {wrapped.allreduces} for {config.windows} windows"]
@@ -672,7 +674,7 @@ def bf16_hook(fn) -> None:
     def guarded(state, bucket):
         """Runs the learner's hook; anything that would break DDP's C++ reducer is recorded instead."""
         try:
-            result = fn(state, bucket)
+            result = noted_call(fn, state, bucket)
         except Exception as error:  # noqa: BLE001 - reported after backward, never inside the reducer
             problems.append(error)
             result = None

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..capstone import VERDICT_RULE
 from ..device import pick_device
-from . import CheckFailed, call, fail, hints, passed, require_callable
+from . import CheckFailed, call, fail, hints, noted_call, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 from .tiny import grad_norm, micro_batches, require_clipped, tiny_model, window_mean_grads
 
@@ -399,7 +399,7 @@ def _empty_window(fn, device) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            fn(model, optimizer, scaler, scheduler, [], 1.0, torch.float16)
+            noted_call(fn, model, optimizer, scaler, scheduler, [], 1.0, torch.float16)
     except ValueError as err:
         if "micro_batches" not in str(err):
             raise fail(TASK, f"an empty window raised ValueError({str(err)!r}): good, but name the argument — "
