@@ -57,8 +57,8 @@ FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
-SAMPLE = 4096  # gradient fractions are counted on at most this many strided entries of each tensor (a stride
-# coprime with its last dimension, so that every channel of a [B, T, W] activation is read: _stride)
+SAMPLE = 4096  # gradient fractions are counted on at most this many entries of each tensor, spread over all of it
+# and over every channel of its last dimension when that is at most SAMPLE wide (_sample_index)
 
 MIN_FREQUENT_SKIPS = 3  # frequent_skips: at least this many skips after the first applied step (1 or 2: settling)
 TRAILING_SKIPS = 3  # never healthy when the last this-many steps (or more) were all skipped
@@ -126,7 +126,7 @@ class ModuleStats:
             runs autocast's low-precision ops (a Linear, a convolution) receives it and returns the autocast dtype.
         grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
             holds it: multiplied by the loss scale) that is 0 or below fp16's normal range, counted on at most
-            :data:`SAMPLE` strided entries of each tensor (a stride coprime with its last dimension); None if no
+            :data:`SAMPLE` entries of each tensor spread over all of it (:func:`_sample_index`); None if no
             gradient reached it.
         grad_subnormal: the fraction of its *non-zero* output-gradient entries below fp16's normal range.
         grad_finite: whether that gradient was finite (None if none reached it).
@@ -194,7 +194,7 @@ class StepRecord:
         input_finite: the model's floating-point inputs were finite (None if not sampled).
         modules: one :class:`ModuleStats` per module that ran, in execution order (first call).
         param_grad_lost: parameter name → fraction of its gradient 0 or below fp16's normal range at the
-            current scale, in backward order (on a strided sample of at most :data:`SAMPLE` entries; for an
+            current scale, in backward order (on a sample of at most :data:`SAMPLE` entries; for an
             ``nn.Embedding``: over all the rows that got a gradient).
     """
 
@@ -260,24 +260,58 @@ def _inputs(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)
 
 
-@functools.lru_cache(maxsize=1024)
-def _stride(n: int, last: int) -> int:
-    """The stride of the sample of a tensor of ``n`` entries whose last dimension is ``last``: about
-    ``n // SAMPLE``, lowered until it is coprime with ``last``, so that the sample walks through every index of
-    the last dimension (a stride that is a multiple of the hidden width, as ``n // SAMPLE`` is for ``[B, T, W]``
-    with ``B·T`` a multiple of :data:`SAMPLE`, would read one channel only)."""
-    s = max(n // SAMPLE, 1)
-    while s > 1 and math.gcd(s, last) > 1:
-        s -= 1
-    return s
+def _widest_gap(step: int, last: int) -> int:
+    """The widest gap between the channels ``k · step % last`` (``k < SAMPLE``) read, around the circle."""
+    channels = torch.sort((torch.arange(SAMPLE, dtype=torch.int64) * step) % last).values
+    return max(int((channels[1:] - channels[:-1]).max()), int(channels[0] + last - channels[-1]))
+
+
+@functools.lru_cache(maxsize=256)
+def _channel_step(last: int) -> int:
+    """The step between the channels (last-dimension indices) of consecutive sample entries: coprime with
+    ``last`` and near ``last`` times the golden ratio's fraction 0.618..., so that :data:`SAMPLE` consecutive
+    entries read every channel when ``last <= SAMPLE``. For a wider last dimension (a 32000-word vocabulary) it is
+    the candidate within 64 of that point whose channels leave the narrowest widest gap (at most
+    ``2.5 · last / SAMPLE + 1`` ends the search; measured at most about ``3.1 · last / SAMPLE``): channels spread
+    over the whole dimension, not a contiguous block (a stride near a multiple of ``last`` reads one)."""
+    if last <= 2:
+        return 1
+    mid = round(last * (math.sqrt(5) - 1) / 2)
+    best: tuple[int, int] | None = None
+    for d in range(last):
+        for c in (mid - d, mid + d):
+            if not (0 < c < last and math.gcd(c, last) == 1):
+                continue
+            if last <= SAMPLE:
+                return c
+            gap = _widest_gap(c, last)
+            if best is None or gap < best[0]:
+                best = (gap, c)
+            if gap <= 2.5 * last / SAMPLE + 1:
+                return c
+        if d >= 64 and best is not None:
+            break
+    return best[1] if best is not None else 1
+
+
+@functools.lru_cache(maxsize=256)
+def _sample_index(n: int, last: int, device: torch.device) -> torch.Tensor:
+    """The flat indices of the sample of a tensor of ``n > SAMPLE`` entries whose last dimension is ``last``:
+    entry ``k`` (of :data:`SAMPLE`) lies in the row (the flat index // ``last``) of the evenly spaced position
+    ``k · n / SAMPLE``, so the sample spans the whole tensor (every batch item and, when there are at most
+    ``SAMPLE`` rows, every row), at channel ``k · _channel_step(last) % last`` (every channel when ``last <=
+    SAMPLE``). The ``SAMPLE`` indices are distinct. Kept per shape and device (one small int64 tensor)."""
+    k = torch.arange(SAMPLE, dtype=torch.int64)
+    rows = torch.div(k * n, SAMPLE, rounding_mode="floor") // last
+    return (rows * last + (k * _channel_step(last)) % last).to(device)
 
 
 def _sample(t: torch.Tensor) -> torch.Tensor:
-    """At most :data:`SAMPLE` evenly strided entries of ``t`` (all of them when it is that small), with a stride
-    coprime with its last dimension (:func:`_stride`)."""
+    """The :data:`SAMPLE` entries of ``t`` at :func:`_sample_index` (all of ``t``, flat, when it is that small):
+    spread over the whole tensor and over every channel of its last dimension."""
     flat = t.reshape(-1)
     n = flat.numel()
-    return flat if n <= SAMPLE else flat[:: _stride(n, t.shape[-1])][:SAMPLE]
+    return flat if n <= SAMPLE else flat[_sample_index(n, t.shape[-1], flat.device)]
 
 
 def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -333,8 +367,8 @@ class _Probe:
     Each tensor is measured once, however many modules share it (a container's output is its last child's; a
     residual stream feeds several modules): one forward reduction (``aminmax``: max |x| is inf/NaN exactly when
     the tensor holds one) and one gradient hook. Inputs passed by keyword (``model(**batch)``,
-    ``self.attn(hidden_states=h)``) are seen like positional ones. The gradient fractions are counted on an evenly
-    strided sample of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
+    ``self.attn(hidden_states=h)``) are seen like positional ones. The gradient fractions are counted on a sample
+    spread over the whole tensor of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
                  root: nn.Module) -> None:
@@ -345,7 +379,7 @@ class _Probe:
         # below hold indices into it (a peak: the index of its min, its max at the next index)
         self.flat: list[torch.Tensor] = []
         self.pairs: list[int] = []
-        # a small copy of each counted gradient's strided sample (never a view: it would keep the whole gradient
+        # a small copy of each counted gradient's sample (never a view: it would keep the whole gradient
         # alive, and unscale_ / zero_grad change a parameter's gradient in place later); collect() counts them
         # all at once. A count below is -1 - k for sample k until collect() turns it into an index of values.
         self.samples: list[tuple[torch.Tensor, torch.dtype]] = []
@@ -395,14 +429,16 @@ class _Probe:
         return len(self.flat) - 1
 
     def _keep_sample(self, g: torch.Tensor) -> tuple[int, int]:
-        """Keep a copy of ``g``'s strided sample (:func:`_sample`) for collect() (one kernel); (-1 - its number,
+        """Keep a copy of ``g``'s sample (:func:`_sample`) for collect() (one kernel); (-1 - its number,
         its size)."""
         flat = g.reshape(-1)
         n = flat.numel()
         if n > SAMPLE:
-            flat = flat[:: _stride(n, g.shape[-1])][:SAMPLE]
+            flat = flat[_sample_index(n, g.shape[-1], flat.device)]  # a gather: already a copy
             n = SAMPLE
-        self.samples.append((flat.clone(), flat.dtype))  # a plain copy: _magnitudes runs once per group later
+        else:
+            flat = flat.clone()
+        self.samples.append((flat, flat.dtype))  # a plain copy: _magnitudes runs once per group later
         return -len(self.samples), n
 
     def _peak(self, t: torch.Tensor) -> int:

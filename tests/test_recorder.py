@@ -970,10 +970,10 @@ def test_r2_e22_a_nan_output_gradient_reads_inf_nan_in_the_report_not_0_percent(
 
 def _old_counts(g: torch.Tensor) -> tuple[int, int, int]:
     """The per-tensor counts the recorder made in each hook before they were batched: (lost, non-zero, size) of
-    the strided sample, lost = |x| < fp16's smallest normal."""
-    from ampcourse.recorder import FP16_NORMAL_MIN, SAMPLE
+    the sample (its indices: _sample_index), lost = |x| < fp16's smallest normal."""
+    from ampcourse.recorder import FP16_NORMAL_MIN, SAMPLE, _sample_index
     flat = g.reshape(-1)
-    a = flat if flat.numel() <= SAMPLE else flat[:: flat.numel() // SAMPLE][:SAMPLE]
+    a = flat if flat.numel() <= SAMPLE else flat[_sample_index(flat.numel(), g.shape[-1], flat.device)]
     return int((a.abs() < FP16_NORMAL_MIN).sum()), int(torch.count_nonzero(a)), a.numel()
 
 
@@ -1236,6 +1236,85 @@ def test_r4_m5_the_sample_reads_every_channel_of_a_power_of_two_activation():
         picked = _sample(t)
         assert picked.numel() == SAMPLE and len(set(picked.tolist())) == SAMPLE
         assert len(set((picked % shape[-1]).tolist())) == min(shape[-1], SAMPLE), shape
+
+
+def test_r5_m7_the_sample_spans_the_whole_tensor_every_batch_item_and_every_channel():
+    """Review rev24-r5 findings 7 and 8: a stride lowered to be coprime with W made the sample a prefix (the last
+    batch items of (8, 32, 64) never read), and for 32000-wide logits a stride of W + 1 read 4096 adjacent
+    channels. The sample now spans the tensor, reads every batch item, every channel when W <= SAMPLE, and
+    channels spread over all of a wider W (no gap above 3.2 W / SAMPLE)."""
+    from ampcourse.recorder import SAMPLE, _sample, _sample_index
+
+    assert torch.equal(_sample(torch.arange(8 * 32 * 64).reshape(8, 32, 64)),
+                       _sample_index(8 * 32 * 64, 64, torch.device("cpu")))
+    for shape in [(8, 32, 64), (4, 32, 64), (2, 64, 64), (8, 512, 96), (2, 4096), (16384,), (256, 64),
+                  (8, 512, 32000), (4, 1024, 8192), (2, 64, 6613), (1, 8, 128256)]:
+        n = math.prod(shape)
+        picked = _sample_index(n, shape[-1], torch.device("cpu"))  # what _sample(arange(n).reshape(shape)) is
+        assert picked.numel() == SAMPLE and len(set(picked.tolist())) == SAMPLE, shape
+        assert int(picked.max()) >= n - n // SAMPLE - shape[-1], shape  # reaches the end, not a prefix
+        if len(shape) > 1:  # every batch item (row); a 1-D tensor's spread is the channel gaps below
+            assert len(set((picked // (n // shape[0])).tolist())) == shape[0], shape
+        channels = sorted(set((picked % shape[-1]).tolist()))
+        assert len(channels) == min(shape[-1], SAMPLE), shape
+        gaps = [b - a for a, b in zip(channels, channels[1:] + [channels[0] + shape[-1]], strict=True)]
+        assert max(gaps) <= max(1, 3.2 * shape[-1] / SAMPLE), (shape, max(gaps))
+
+
+@pytest.mark.parametrize("shape, small_from", [((8, 32, 64), 6), ((4, 32, 64), 2), ((2, 64, 64), 1),
+                                               ((8, 512, 96), 6)])
+def test_r5_m7_grad_lost_of_a_gradient_small_in_the_last_batch_items_is_near_the_true_fraction(shape, small_from):
+    """The review's case: the gradient is tiny (below float16's normal range) in the batch items from
+    ``small_from`` on only: `grad lost` must be within 0.05 of the true fraction (the prefix sample gave 0)."""
+    from ampcourse.recorder import FP16_NORMAL_MIN
+
+    torch.manual_seed(0)
+    batch, time, width = shape
+    model = nn.Sequential(nn.Linear(16, width), nn.Linear(width, width))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    rec = AmpRecorder(model, optimizer, scaler)
+    truth = []
+    model[1].register_full_backward_hook(
+        lambda mod, gi, go: truth.append((go[0].abs() < FP16_NORMAL_MIN).float().mean().item()))
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = model(torch.randn(batch, time, 16)).float()
+        weight = torch.ones(batch, 1, 1)
+        weight[small_from:] = 1e-9
+        loss = (out * weight).mean()
+    optimizer_step(loss, optimizer, scaler)
+    rec.step(loss)
+    rec.detach()
+    lost = next(m for m in rec.records[0].modules if m.name == "1").grad_lost
+    assert truth[0] >= 0.2 and abs(lost - truth[0]) < 0.05, (lost, truth)
+
+
+def test_r5_m8_grad_lost_of_wide_logits_is_near_the_true_fraction():
+    """[4, 1024, 5000] logits (B·T = 4096: the old stride n // SAMPLE = W, lowered to W - 1, read the 4096
+    adjacent channels 904..4999) whose gradient is tiny in channels 0..999 only: `grad lost` is near the true 0.2
+    (the old sample found 0.02)."""
+    from ampcourse.recorder import FP16_NORMAL_MIN
+
+    torch.manual_seed(0)
+    width = 5000
+    model = nn.Sequential(nn.Linear(8, width))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    rec = AmpRecorder(model, optimizer, scaler)
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = model(torch.randn(4, 1024, 8)).float()
+        weight = torch.ones(width)
+        weight[:1000] = 1e-12
+        loss = (out * weight).mean()
+    grad = (torch.ones_like(out) * weight / out.numel() * 2.0**16).half()
+    truth = (grad.abs() < FP16_NORMAL_MIN).float().mean().item()
+    optimizer_step(loss, optimizer, scaler)
+    rec.step(loss)
+    rec.detach()
+    lost = next(m for m in rec.records[0].modules if m.name == "0").grad_lost
+    assert abs(truth - 0.2) < 0.01 and abs(lost - truth) < 0.05, (lost, truth)
 
 
 def test_r4_m5_grad_lost_of_a_one_channel_gradient_is_near_the_true_fraction():
