@@ -1216,8 +1216,11 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         sampled = [r for r in sampled if r.step < overflow.step]
     bad_input = _input_cause(records, sampled, kinds.get("nonfinite_input"))
     if bad_input is not None:
-        return "input", (f"the batch holds inf/NaN (step {bad_input}, see the nonfinite_input finding): no loss "
-                         "scale can fix broken data — fix the data." + later)
+        first_bad = kinds["nonfinite_input"].step
+        seen = (f"step {bad_input}, see the nonfinite_input finding" if bad_input == first_bad else
+                f"step {bad_input}; the nonfinite_input finding names the first, step {first_bad}")
+        return "input", (f"the batch holds inf/NaN ({seen}): no loss scale can fix broken data — fix the data."
+                         + later)
     if "nonfinite_loss" in kinds and (overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
     skipped = [r for r in sampled if r.skipped]
@@ -1253,14 +1256,21 @@ def _input_cause(records: list[StepRecord], sampled: list[StepRecord], bad_input
     """The sampled step whose batch held inf/NaN when that explains the recent skips, else None. The skips looked
     at are the last :data:`COLLAPSE_WINDOW` skipped steps (the collapse window, or the latest of skips that keep
     coming back), not the run's first skip: skips before the bad batches (a large init_scale backing off) do not
-    hide it. They are explained by the batch when most of them have a non-finite loss and the first sampled step
-    of that run of non-finite losses (which may start on an unsampled step) had a non-finite batch."""
+    hide it. They are explained by the batch when most of them have a non-finite loss and most of the sampled
+    steps in the window with a non-finite loss had a non-finite batch (one bad batch just before an inf loss that
+    later clean batches keep making is not the cause); when no sampled step with a non-finite loss lies in the
+    window, by the first sampled step of the run of non-finite losses that reaches into it (which may start on an
+    unsampled step, before the window)."""
     if bad_input is None:
         return None
     window = [r for r in records if r.skipped][-COLLAPSE_WINDOW:]
     bad = [r for r in window if not math.isfinite(r.loss)]
     if not window or 2 * len(bad) <= len(window):
         return None
+    inside = [r for r in sampled if window[0].step <= r.step <= window[-1].step and not math.isfinite(r.loss)]
+    if inside:
+        broken = [r for r in inside if r.input_finite is False]
+        return broken[0].step if 2 * len(broken) > len(inside) else None
     position = {r.step: k for k, r in enumerate(records)}
     k = position[bad[0].step]
     while k > 0 and not math.isfinite(records[k - 1].loss):  # back to the start of that run of non-finite losses

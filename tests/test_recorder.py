@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import warnings
 from collections import OrderedDict
 
@@ -1214,6 +1215,49 @@ def test_r4_m3_nan_batches_after_early_skips_or_from_an_unsampled_step_blame_the
     assert f.where == "input" and "fix the data" in f.message, f
     assert "the loss itself" not in f.message and "FP32" not in f.message
     assert " in input" not in str(f) and " in input" not in str(finding(rec, "nonfinite_input"))  # nit 8
+
+
+def test_r5_m3_one_nan_batch_before_an_inf_fp16_loss_is_not_blamed_for_the_collapse():
+    """Review rev24-r5 finding 3: one NaN batch at step 10, then (from step 11 on, clean batches) a loss computed
+    in float16 that is inf: the collapse is the loss's (the gradient is inf where it enters the model), not the
+    batch's, though the two runs of non-finite losses are adjacent."""
+    step = {"i": -1}
+
+    def x_fn(i):
+        step["i"] = i
+        x = torch.randn(4, 5, 8)
+        if i == 10:
+            x[0, 0, 0] = math.nan
+        return x
+
+    def loss_fn(out):
+        return out.float().pow(2).mean() if step["i"] < 11 else out.pow(2).sum() * 1e5
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    rec = loop(model, 40, every=10, x_fn=x_fn, loss_fn=loss_fn, init_scale=2.0**24)
+    assert "nonfinite_input" in kinds(rec) and finding(rec, "nonfinite_input").step == 10, rec.findings()
+    f = finding(rec, "scale_collapse")
+    assert f.where != "input" and "fix the data" not in f.message, f
+    assert "the gradient is inf already where it enters the model" in f.message, f
+
+
+def test_r5_n9_scale_collapse_names_the_first_bad_batch_when_it_quotes_a_later_one():
+    """Review rev24-r5 nit 9: with NaN batches every other step from 13 (every=1) scale_collapse quoted step 45
+    and 'see the nonfinite_input finding', which names step 13: it now says so."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def x_fn(i):
+        x = torch.randn(4, 5, 8)
+        if i >= 13 and i % 2 == 1:
+            x[0, 0, 0] = math.nan
+        return x
+
+    rec = loop(model, 60, every=1, x_fn=x_fn)
+    assert finding(rec, "nonfinite_input").step == 13, rec.findings()
+    f = finding(rec, "scale_collapse")
+    assert f.where == "input", f
+    quoted = int(re.search(r"holds inf/NaN \(step (\d+)", f.message).group(1))
+    assert quoted == 13 or "the nonfinite_input finding names the first, step 13" in f.message, f
 
 
 def test_r4_m4_minus_inf_in_log_features_is_broken_data_not_an_overflow_of_the_first_linear():
