@@ -321,14 +321,28 @@ def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.aminmax(t.detach())
 
 
-def _input_ok(values: list[float], i: int) -> bool:
+def _input_ok(values: list[float], i: int, minus_inf_ok: bool) -> bool:
     """An input measured at ``i`` (its max |x|; its max at ``i + 1``) holds no NaN and no +inf, and a -inf only
-    where it looks like an additive mask: a tensor whose largest value is at most 0 (0 where attended, -inf where
-    masked, as ``nn.Transformer.generate_square_subsequent_mask`` gives; softmax turns -inf into 0). A -inf in a
-    tensor that also holds positive values (log-features with log(0), say) is broken data. (A data tensor whose
-    values are all <= 0 and hold -inf, the log of probabilities with a 0 among them, reads as a mask.)"""
+    when ``minus_inf_ok``: no module's output held inf/NaN, or the first one that did received no inf/NaN input
+    (:func:`_minus_inf_ok`). A -inf that does no harm is an additive mask or bias (0 or any finite value where
+    attended, -inf where masked, as ``nn.Transformer.generate_square_subsequent_mask`` gives; softmax turns it
+    into 0); one that makes the first non-finite output is broken data (log-features or log-probabilities with
+    log(0)). An attention module that overflows on its own while it receives such a mask reads as broken data
+    too: the recorder errs on the data's side there."""
     top, high = values[i], values[i + 1]
-    return not math.isnan(top) and high != math.inf and (top != math.inf or high <= 0)
+    return not math.isnan(top) and high != math.inf and (top != math.inf or minus_inf_ok)
+
+
+def _first_bad_call(calls: list[tuple], values: list[float]) -> tuple | None:
+    """The first module call (in completion order) whose output holds inf/NaN, or None."""
+    return next((c for c in calls if not all(math.isfinite(values[i]) for i in c[4])), None)
+
+
+def _minus_inf_ok(calls: list[tuple], values: list[float]) -> bool:
+    """Whether a -inf in an input is harmless (an additive mask): no module output held inf/NaN, or the first
+    one that did was handed only finite inputs (its -inf came from elsewhere, not from the mask)."""
+    bad = _first_bad_call(calls, values)
+    return bad is None or all(math.isfinite(values[i]) for i in bad[3])
 
 
 def _abs_max_of(low: float, high: float) -> float:
@@ -629,9 +643,10 @@ class _Probe:
         params = {name: (lost(i), counted, norm if norm >= 0 else norm_at - 1 - norm)
                   for name, (i, counted, norm) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
+        masks = _minus_inf_ok(calls, values)
         return {
             "autocast_dtype": _lowest(self.autocast),
-            "input_finite": None if not self.inputs else all(_input_ok(values, i) for i in inputs),
+            "input_finite": None if not self.inputs else all(_input_ok(values, i, masks) for i in inputs),
             "modules": self._modules(peaks, outs, events, values),
             **_forward_culprit(calls, values),
             "first_nonfinite_backward": _backward_culprit(events, values),
@@ -750,12 +765,13 @@ def _forward_culprit(calls: list[tuple], values: list[float]) -> dict[str, str |
     completion order) whose output holds one. If that call's inputs were finite, its own forward made it;
     otherwise the inf/NaN was made between modules, in the code of an enclosing module's forward: the innermost
     enclosing call whose inputs were finite (``first_nonfinite_module``)."""
-    bad = next((c for c in calls if not all(math.isfinite(values[i]) for i in c[4])), None)
+    bad = _first_bad_call(calls, values)
     if bad is None:
         return {"first_nonfinite_module": None, "first_nonfinite_output": None}
     by_number = {c[1]: c for c in calls}
     call = bad
-    while call is not None and not all(_input_ok(values, i) for i in call[3]):
+    masks = _minus_inf_ok(calls, values)
+    while call is not None and not all(_input_ok(values, i, masks) for i in call[3]):
         call = by_number.get(call[2])
     return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
 

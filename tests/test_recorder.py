@@ -1270,6 +1270,56 @@ def test_r4_m4_minus_inf_in_log_features_is_broken_data_not_an_overflow_of_the_f
     assert "the forward pass overflow" not in finding(rec, "nonfinite_loss").message
 
 
+class _BiasedAttention(nn.Module):
+    """Attention that adds a bias passed in as a model input (a mask, or a relative-position bias with it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.o = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        scores = (self.q(x) @ self.k(x).transpose(-1, -2)).float() / 4 + bias
+        return self.o(torch.softmax(scores, -1).to(x.dtype) @ x)
+
+
+@pytest.mark.parametrize("label", ["causal", "positive bias + causal", "ALiBi + causal", "padding"])
+def test_r5_m5_an_additive_mask_or_bias_with_minus_inf_passed_in_is_not_broken_data(label):
+    """Review rev24-r5 finding 5: a T5-style relative-position bias (positive values) folded with the causal -inf
+    mask and passed in as an input was reported as broken data (its max > 0). A -inf input is broken data only
+    when the first module output holding inf/NaN received an inf/NaN input."""
+    causal = nn.Transformer.generate_square_subsequent_mask(6)
+    torch.manual_seed(1)
+    bias = {"causal": causal, "positive bias + causal": torch.randn(6, 6).abs() + causal,
+            "ALiBi + causal": causal - torch.arange(6.0).view(1, 6) * 0.5,
+            "padding": torch.zeros(2, 1, 6).index_fill(2, torch.tensor([5]), -math.inf)}[label]
+    torch.manual_seed(0)
+    model = _BiasedAttention()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    rec = AmpRecorder(model, optimizer, scaler)
+    for _ in range(12):
+        x = torch.randn(2, 6, 16)
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, bias).float().pow(2).mean()
+        optimizer_step(loss, optimizer, scaler)
+        rec.step(loss)
+    rec.detach()
+    assert kinds(rec) == ["healthy"], rec.findings()
+    assert all(r.input_finite for r in rec.records if r.sampled)
+
+
+def test_r5_m6_log_probabilities_with_minus_inf_are_broken_data_not_an_overflow_of_the_first_linear():
+    """Review rev24-r5 finding 6: data all <= 0 with a -inf (log-probabilities with a 0 among them) read as a mask,
+    and Linear '0' was blamed as an fp16 overflow; the -inf reaches '0', the first module with a non-finite output,
+    so it is nonfinite_input."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    rec = loop(model, 4, x_fn=lambda i: torch.log_softmax(torch.randn(4, 5, 8), -1).index_fill(
+        2, torch.tensor([3]), -math.inf))
+    assert "nonfinite_input" in kinds(rec) and "overflow" not in kinds(rec), rec.findings()
+    assert "the forward pass overflow" not in finding(rec, "nonfinite_loss").message
+
+
 def test_r4_m5_the_sample_reads_every_channel_of_a_power_of_two_activation():
     """Review rev24-r4 finding 5: n // SAMPLE is a multiple of W for [B, T, W] with B·T a multiple of SAMPLE, so the
     strided sample read channel 0 only; its stride is now coprime with the last dimension."""
