@@ -988,7 +988,7 @@ class AmpRecorder:
         before the first ``rec.step``)."""
         if not self._records:
             return []
-        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0)
+        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0, self.every)
 
     def report(self) -> str:
         """The recording as plain text: the run, the sampled steps, the modules nearest to overflow, the findings."""
@@ -1055,14 +1055,15 @@ def _module(record: StepRecord, name: str) -> ModuleStats | None:
     return next((m for m in record.modules if m.name == name), None)
 
 
-def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None) -> list[Finding]:
+def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None,
+              every: int | None = None) -> list[Finding]:
     sampled = [r for r in records if r.sampled]
     found: list[Finding] = []
     applied_bad = _nonfinite_grad(records, sampled)
     if applied_bad is not None:
         found.append(applied_bad)
     for rule in (_nonfinite_input, _overflow, _nonfinite_loss, _not_stepped):
-        finding = rule(records, sampled, found) if rule is _nonfinite_loss else rule(records, sampled)
+        finding = rule(records, sampled, found, every) if rule is _nonfinite_loss else rule(records, sampled)
         # after a non-finite gradient was applied the weights are inf/NaN: later forward overflows and losses
         # only inherit it (nonfinite_grad says so)
         if finding is not None and not (applied_bad is not None and finding.kind in ("overflow", "nonfinite_loss")
@@ -1146,7 +1147,8 @@ def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Findin
                    "rec.step(loss); with gradient accumulation, call rec.step only on the steps that update.")
 
 
-def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> Finding | None:
+def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding],
+                    every: int | None = None) -> Finding | None:
     """The first non-finite loss, blamed on what came before it: the batch (a nonfinite_input finding) or a
     forward overflow (an overflow finding) at or before the first sampled step with a non-finite loss, else the
     loss computation itself."""
@@ -1158,7 +1160,8 @@ def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found:
     bad_sampled = [x for x in sampled if not math.isfinite(x.loss)]
     overflow, bad_input = kinds.get("overflow"), kinds.get("nonfinite_input")
     if not bad_sampled:
-        cause = (f"step {r.step} was not sampled, nor any other step with a non-finite loss{_every(records)}, so the "
+        cause = (f"step {r.step} was not sampled, nor any other step with a non-finite loss"
+                 f"{_every(records, every)}, so the "
                  "recorder did not see where it starts: record with every=1, or run troubleshoot.find_nonfinite on "
                  "that batch.")
         if overflow is not None:
@@ -1174,16 +1177,22 @@ def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found:
                  "inf/NaN, so it comes from the loss computation: compute the loss in "
                  "FP32 (troubleshoot.fp32_loss, or outside autocast) and look for log(0) or a division by 0.")
     unsampled = "" if r.sampled or not bad_sampled else (
-        f" (step {r.step} was not sampled{_every(records)}; step {bad_sampled[0].step} was)")
+        f" (step {r.step} was not sampled{_every(records, every)}; step {bad_sampled[0].step} was)")
     return Finding("nonfinite_loss", r.step, "loss",
                    f"the loss is {r.loss} at step {r.step} ({n} of {len(records)} steps non-finite){unsampled}: "
                    f"{cause}")
 
 
-def _every(records: list[StepRecord]) -> str:
-    """The sampling interval, as read from the records (the steps between the first two scheduled samples)."""
-    steps = [r.step for r in records if r.sampled]
-    return f" (every={steps[1] - steps[0]})" if len(steps) > 1 else ""
+def _every(records: list[StepRecord], every: int | None = None) -> str:
+    """The sampling interval: the recorder's ``every`` when given, else as read from the records: the gcd of the
+    positions of the scheduled samples (0, every, 2·every, ...), leaving out the extra sample after an unsampled
+    skipped or non-finite step (:meth:`AmpRecorder._open_probe`); empty when only step 0 is left."""
+    if every is not None:
+        return f" (every={every})"
+    scheduled = [k for k, r in enumerate(records) if r.sampled and not (
+        k > 0 and not records[k - 1].sampled and (records[k - 1].skipped or not math.isfinite(records[k - 1].loss)))]
+    gcd = math.gcd(*scheduled) if scheduled else 0
+    return f" (every={gcd})" if gcd > 0 else ""
 
 
 def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:

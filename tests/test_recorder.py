@@ -1260,6 +1260,21 @@ def test_r5_n9_scale_collapse_names_the_first_bad_batch_when_it_quotes_a_later_o
     assert quoted == 13 or "the nonfinite_input finding names the first, step 13" in f.message, f
 
 
+def test_r5_n12_the_printed_interval_is_every_not_the_gap_to_an_extra_sample():
+    """Review rev24-r5 nit 12: with every=10, NaN batches 3..8 and step 1 an unsampled skip, step 2 was sampled
+    (the step after it) and nonfinite_loss printed every=2; it prints every=10."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    def x_fn(i):
+        x = torch.randn(4, 5, 8)
+        if 3 <= i <= 8:
+            x[0, 0, 0] = math.nan
+        return x
+
+    rec = loop(model, 40, every=10, x_fn=x_fn, loss_fn=lambda o: o.float().pow(2).mean() * 2**30)
+    message = finding(rec, "nonfinite_loss").message
+    assert "(every=" in message and "every=10" in message and "every=2)" not in message, message
+
+
 def test_r4_m4_minus_inf_in_log_features_is_broken_data_not_an_overflow_of_the_first_linear():
     """Review rev24-r4 finding 4: -inf counts as a mask only in a tensor whose largest value is at most 0;
     log-features with log(0) = -inf among positive values are nonfinite_input."""
