@@ -1147,6 +1147,10 @@ def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Findin
                    "rec.step(loss); with gradient accumulation, call rec.step only on the steps that update.")
 
 
+_LOSS_COMPUTATION = "comes from the loss computation"  # nonfinite_loss's words when it blames the loss itself:
+# scale_collapse says "compute it in FP32" only then (not when no sampled step saw where the inf/NaN starts)
+
+
 def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding],
                     every: int | None = None) -> Finding | None:
     """The first non-finite loss, blamed on what came before it: the batch (a nonfinite_input finding) or a
@@ -1174,7 +1178,7 @@ def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found:
                  "(see the overflow finding) and the loss follows.")
     else:
         cause = (f"at step {bad_sampled[0].step}, the first sampled step with a non-finite loss, no module output was "
-                 "inf/NaN, so it comes from the loss computation: compute the loss in "
+                 f"inf/NaN, so it {_LOSS_COMPUTATION}: compute the loss in "
                  "FP32 (troubleshoot.fp32_loss, or outside autocast) and look for log(0) or a division by 0.")
     unsampled = "" if r.sampled or not bad_sampled else (
         f" (step {r.step} was not sampled{_every(records, every)}; step {bad_sampled[0].step} was)")
@@ -1246,7 +1250,8 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
                 f"step {bad_input}; the nonfinite_input finding names the first, step {first_bad}")
         return "input", (f"the batch holds inf/NaN ({seen}): no loss scale can fix broken data — fix the data."
                          + later)
-    if "nonfinite_loss" in kinds and (overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
+    if "nonfinite_loss" in kinds and _LOSS_COMPUTATION in kinds["nonfinite_loss"].message and (
+            overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
     skipped = [r for r in sampled if r.skipped]
     r = skipped[-1] if skipped else None

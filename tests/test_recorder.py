@@ -1275,6 +1275,25 @@ def test_r5_n12_the_printed_interval_is_every_not_the_gap_to_an_extra_sample():
     assert "(every=" in message and "every=10" in message and "every=2)" not in message, message
 
 
+def test_r5_m4_nan_batches_only_on_unsampled_steps_are_not_blamed_on_the_loss():
+    """Review rev24-r5 finding 4: NaN batches on every odd step from 13 (every=10: the extra sample after each
+    unsampled skip lands on a clean even step) gave scale_collapse "the loss itself is inf/NaN: compute it in
+    FP32" while nonfinite_loss said the recorder did not see where it starts; now both say so."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def x_fn(i):
+        x = torch.randn(4, 5, 8)
+        if i >= 13 and i % 2 == 1:
+            x[0, 0, 0] = math.nan
+        return x
+
+    rec = loop(model, 60, every=10, x_fn=x_fn)
+    assert "did not see where it starts" in finding(rec, "nonfinite_loss").message, rec.findings()
+    f = finding(rec, "scale_collapse")
+    assert "the loss itself" not in f.message and "FP32" not in f.message, f
+    assert "no sampled step saw where the inf/NaN starts" in f.message, f
+
+
 def test_r4_m4_minus_inf_in_log_features_is_broken_data_not_an_overflow_of_the_first_linear():
     """Review rev24-r4 finding 4: -inf counts as a mask only in a tensor whose largest value is at most 0;
     log-features with log(0) = -inf among positive values are nonfinite_input."""
