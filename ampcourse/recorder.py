@@ -1094,6 +1094,19 @@ def _nonfinite_input(records: list[StepRecord], sampled: list[StepRecord]) -> Fi
                    "the data are broken, not the precision — check the data pipeline (torch.isfinite on each batch).")
 
 
+def _poisoned_by(records: list[StepRecord], step: int) -> StepRecord | None:
+    """The first step before ``step`` whose loss was inf/NaN and whose optimizer step was applied all the same (no
+    GradScaler to skip it): it updated the weights with inf/NaN gradients, so a later overflow may be its doing."""
+    return next((e for e in records if e.step < step and e.stepped and not math.isfinite(e.loss)), None)
+
+
+def _poisoned_text(e: StepRecord) -> str:
+    """What :func:`_poisoned_by`'s step did, in words."""
+    return (f"an earlier step ({e.step}, loss {e.loss}{'' if e.sampled else ', not sampled'}) applied "
+            "optimizer.step() with inf/NaN gradients (no GradScaler skipped it), so the weights are most likely "
+            "inf/NaN already")
+
+
 def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
     r = next((r for r in sampled if r.first_nonfinite_module is not None and r.input_finite is not False), None)
     if r is None:
@@ -1134,6 +1147,10 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     else:
         fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence or an invalid operation ({invalid}), not "
                "a precision limit: else lower the learning rate, clip the gradients, check the data.")
+    earlier = _poisoned_by(records, r.step)
+    if earlier is not None:
+        fix = (f"{_poisoned_text(earlier)}: the cause is that step (its batch or its loss), not this module's "
+               f"precision — record step {earlier.step} with every=1.")
     return Finding("overflow", r.step, name, f"{what}: {fix}")
 
 
@@ -1173,6 +1190,9 @@ def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found:
     elif bad_input is not None and bad_input.step <= bad_sampled[0].step:
         cause = (f"the batch held inf/NaN first (step {bad_input.step}, see the nonfinite_input finding): fix the "
                  "data and the loss follows.")
+    elif overflow is not None and overflow.step <= bad_sampled[0].step and r.step < overflow.step and r.stepped:
+        cause = (f"the overflow seen in {_label(overflow.where)} at step {overflow.step} came after: "
+                 f"{_poisoned_text(r)}; look at step {r.step} (its batch or its loss) with every=1.")
     elif overflow is not None and overflow.step <= bad_sampled[0].step:
         cause = (f"the forward pass overflowed first, in {_label(overflow.where)} (step {overflow.step}): fix that "
                  "(see the overflow finding) and the loss follows.")
@@ -1204,8 +1224,11 @@ def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
     r = next((r for r in sampled if r.stepped and r.grad_norm is not None and not math.isfinite(r.grad_norm)), None)
     if r is None or r.first_nonfinite_grad is None:
         return None
+    earlier = _poisoned_by(records, r.step)
     if r.input_finite is False:
         source = "the batch already held inf/NaN (see the nonfinite_input finding)"
+    elif earlier is not None:
+        source = f"{_poisoned_text(earlier)}: look at step {earlier.step} (its batch or its loss) with every=1"
     elif r.first_nonfinite_module is not None:
         source = (f"the forward pass made it first, in {_label(r.first_nonfinite_module)} (see the overflow "
                   "finding)")

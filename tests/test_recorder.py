@@ -1294,6 +1294,29 @@ def test_r5_m4_nan_batches_only_on_unsampled_steps_are_not_blamed_on_the_loss():
     assert "no sampled step saw where the inf/NaN starts" in f.message, f
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, None])
+def test_r5_m13_an_unsampled_nan_batch_without_a_scaler_is_not_blamed_on_the_first_linear(dtype):
+    """Review rev24-r5 finding 13: bf16 or fp32 with no scaler, one NaN batch on unsampled step 13: its update
+    made the weights NaN, and step 14 blamed Linear '0' ("divergence or an invalid operation", "the forward pass
+    overflowed first"). Both findings now name step 13's applied update."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def x_fn(i):
+        x = torch.randn(4, 5, 8)
+        if i == 13:
+            x[0, 0, 0] = math.nan
+        return x
+
+    rec = loop(model, 30, dtype, scaler=False, every=10, x_fn=x_fn)
+    overflow = finding(rec, "overflow")
+    assert "an earlier step (13, loss nan, not sampled) applied optimizer.step()" in overflow.message, overflow
+    assert "divergence" not in overflow.message
+    loss = finding(rec, "nonfinite_loss")
+    assert "overflowed first" not in loss.message and "look at step 13" in loss.message, loss
+    grad = finding(rec, "nonfinite_grad")
+    assert "the forward pass made it first" not in grad.message and "look at step 13" in grad.message, grad
+
+
 def test_r4_m4_minus_inf_in_log_features_is_broken_data_not_an_overflow_of_the_first_linear():
     """Review rev24-r4 finding 4: -inf counts as a mask only in a tensor whose largest value is at most 0;
     log-features with log(0) = -inf among positive values are nonfinite_input."""
