@@ -1119,10 +1119,17 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     cast = next((m for m in r.modules if m.finite and m.peak > m.limit), None)  # a float32 output, too big
     nan = (_module(r, output) or _module(r, name) or ModuleStats("", "", math.inf, 1.0)).peak
     cast_down = cast is not None and output in names and names.index(cast.name) < names.index(output)
+    maker = cast
     if cast_down:
         name = cast.name
-        what = (f"{_label(name)} ({cast.kind}) returns float32 values up to {cast.peak:.4g} (step {r.step}), above "
-                f"{_limit_name(cast.limit)}'s largest value; the module that receives them, {_label(output)}, "
+        k = names.index(cast.name)
+        while k > 0 and r.modules[k - 1].finite and r.modules[k - 1].peak >= cast.peak:  # ReLU, Dropout: pass on
+            k -= 1
+        maker = r.modules[k]
+        made = "" if maker is cast else (f", values made by {_label(maker.name)} ({maker.kind}, peak "
+                                         f"{maker.peak:.4g}), which {_label(name)} passes on")
+        what = (f"{_label(name)} ({cast.kind}) returns float32 values up to {cast.peak:.4g} (step {r.step}){made}, "
+                f"above {_limit_name(cast.limit)}'s largest value; the module that receives them, {_label(output)}, "
                 "casts them down under autocast and holds the first inf/NaN")
     elif output is not None and output != name:
         what = (f"the forward code of {_label(name)}{kind} itself, between its submodules, makes the first inf/NaN "
@@ -1133,7 +1140,7 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
                 "module only inherits it)")
     invalid = "0/0, or sqrt or log of a negative number: an eps, a clamp or a mask fixes that"
     if cast_down:
-        fix = _cast_down_fix(cast, cast.cast_by or output, said=True)
+        fix = _cast_down_fix(dataclasses.replace(cast, kind=maker.kind), cast.cast_by or output, said=True)
     elif r.autocast_dtype == torch.float16 and math.isnan(nan):
         fix = (f"its output holds NaN, not inf: either a value passed float16's largest value, {FP16_MAX:g}, and "
                "the inf became NaN (inf - inf or 0 × inf, as in a softmax over an inf score), or an invalid "

@@ -1317,6 +1317,19 @@ def test_r5_m13_an_unsampled_nan_batch_without_a_scaler_is_not_blamed_on_the_fir
     assert "the forward pass made it first" not in grad.message and "look at step 13" in grad.message, grad
 
 
+def test_r5_n10_a_cast_down_overflow_through_a_relu_names_the_norm_layer_that_made_the_values():
+    """Review rev24-r5 nit 10: Float32LayerNorm(weight 1e5) -> ReLU -> Linear named the ReLU only; the finding now
+    names the LayerNorm that made the values, and offers it a smaller norm weight."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), Float32LayerNorm(32), nn.ReLU(), nn.Linear(32, 1))
+    with torch.no_grad():
+        model[1].weight.fill_(1e5)
+    rec = loop(model, 3, lr=1e-6, x_fn=lambda i: torch.randn(8, 16))
+    f = finding(rec, "overflow")
+    assert f.where == "2" and "values made by '1' (Float32LayerNorm" in f.message, f
+    assert "which '2' passes on" in f.message and "a smaller norm weight" in f.message, f
+
+
 def test_r4_m4_minus_inf_in_log_features_is_broken_data_not_an_overflow_of_the_first_linear():
     """Review rev24-r4 finding 4: -inf counts as a mask only in a tensor whose largest value is at most 0;
     log-features with log(0) = -inf among positive values are nonfinite_input."""
