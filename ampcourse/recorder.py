@@ -57,8 +57,8 @@ FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
-SAMPLE = 4096  # gradient fractions are counted on at most this many strided entries of each tensor (a stride
-# coprime with its last dimension, so that every channel of a [B, T, W] activation is read: _stride)
+SAMPLE = 4096  # gradient fractions are counted on at most this many entries of each tensor, spread over all of it
+# and over every channel of its last dimension when that is at most SAMPLE wide (_sample_index)
 
 MIN_FREQUENT_SKIPS = 3  # frequent_skips: at least this many skips after the first applied step (1 or 2: settling)
 TRAILING_SKIPS = 3  # never healthy when the last this-many steps (or more) were all skipped
@@ -126,7 +126,7 @@ class ModuleStats:
             runs autocast's low-precision ops (a Linear, a convolution) receives it and returns the autocast dtype.
         grad_lost: the fraction of the gradient flowing out of it (w.r.t. its output, as the backward pass
             holds it: multiplied by the loss scale) that is 0 or below fp16's normal range, counted on at most
-            :data:`SAMPLE` strided entries of each tensor (a stride coprime with its last dimension); None if no
+            :data:`SAMPLE` entries of each tensor spread over all of it (:func:`_sample_index`); None if no
             gradient reached it.
         grad_subnormal: the fraction of its *non-zero* output-gradient entries below fp16's normal range.
         grad_finite: whether that gradient was finite (None if none reached it).
@@ -194,7 +194,7 @@ class StepRecord:
         input_finite: the model's floating-point inputs were finite (None if not sampled).
         modules: one :class:`ModuleStats` per module that ran, in execution order (first call).
         param_grad_lost: parameter name → fraction of its gradient 0 or below fp16's normal range at the
-            current scale, in backward order (on a strided sample of at most :data:`SAMPLE` entries; for an
+            current scale, in backward order (on a sample of at most :data:`SAMPLE` entries; for an
             ``nn.Embedding``: over all the rows that got a gradient).
     """
 
@@ -260,24 +260,58 @@ def _inputs(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)
 
 
-@functools.lru_cache(maxsize=1024)
-def _stride(n: int, last: int) -> int:
-    """The stride of the sample of a tensor of ``n`` entries whose last dimension is ``last``: about
-    ``n // SAMPLE``, lowered until it is coprime with ``last``, so that the sample walks through every index of
-    the last dimension (a stride that is a multiple of the hidden width, as ``n // SAMPLE`` is for ``[B, T, W]``
-    with ``B·T`` a multiple of :data:`SAMPLE`, would read one channel only)."""
-    s = max(n // SAMPLE, 1)
-    while s > 1 and math.gcd(s, last) > 1:
-        s -= 1
-    return s
+def _widest_gap(step: int, last: int) -> int:
+    """The widest gap between the channels ``k · step % last`` (``k < SAMPLE``) read, around the circle."""
+    channels = torch.sort((torch.arange(SAMPLE, dtype=torch.int64) * step) % last).values
+    return max(int((channels[1:] - channels[:-1]).max()), int(channels[0] + last - channels[-1]))
+
+
+@functools.lru_cache(maxsize=256)
+def _channel_step(last: int) -> int:
+    """The step between the channels (last-dimension indices) of consecutive sample entries: coprime with
+    ``last`` and near ``last`` times the golden ratio's fraction 0.618..., so that :data:`SAMPLE` consecutive
+    entries read every channel when ``last <= SAMPLE``. For a wider last dimension (a 32000-word vocabulary) it is
+    the candidate within 64 of that point whose channels leave the narrowest widest gap (at most
+    ``2.5 · last / SAMPLE + 1`` ends the search; measured at most about ``3.1 · last / SAMPLE``): channels spread
+    over the whole dimension, not a contiguous block (a stride near a multiple of ``last`` reads one)."""
+    if last <= 2:
+        return 1
+    mid = round(last * (math.sqrt(5) - 1) / 2)
+    best: tuple[int, int] | None = None
+    for d in range(last):
+        for c in (mid - d, mid + d):
+            if not (0 < c < last and math.gcd(c, last) == 1):
+                continue
+            if last <= SAMPLE:
+                return c
+            gap = _widest_gap(c, last)
+            if best is None or gap < best[0]:
+                best = (gap, c)
+            if gap <= 2.5 * last / SAMPLE + 1:
+                return c
+        if d >= 64 and best is not None:
+            break
+    return best[1] if best is not None else 1
+
+
+@functools.lru_cache(maxsize=256)
+def _sample_index(n: int, last: int, device: torch.device) -> torch.Tensor:
+    """The flat indices of the sample of a tensor of ``n > SAMPLE`` entries whose last dimension is ``last``:
+    entry ``k`` (of :data:`SAMPLE`) lies in the row (the flat index // ``last``) of the evenly spaced position
+    ``k · n / SAMPLE``, so the sample spans the whole tensor (every batch item and, when there are at most
+    ``SAMPLE`` rows, every row), at channel ``k · _channel_step(last) % last`` (every channel when ``last <=
+    SAMPLE``). The ``SAMPLE`` indices are distinct. Kept per shape and device (one small int64 tensor)."""
+    k = torch.arange(SAMPLE, dtype=torch.int64)
+    rows = torch.div(k * n, SAMPLE, rounding_mode="floor") // last
+    return (rows * last + (k * _channel_step(last)) % last).to(device)
 
 
 def _sample(t: torch.Tensor) -> torch.Tensor:
-    """At most :data:`SAMPLE` evenly strided entries of ``t`` (all of them when it is that small), with a stride
-    coprime with its last dimension (:func:`_stride`)."""
+    """The :data:`SAMPLE` entries of ``t`` at :func:`_sample_index` (all of ``t``, flat, when it is that small):
+    spread over the whole tensor and over every channel of its last dimension."""
     flat = t.reshape(-1)
     n = flat.numel()
-    return flat if n <= SAMPLE else flat[:: _stride(n, t.shape[-1])][:SAMPLE]
+    return flat if n <= SAMPLE else flat[_sample_index(n, t.shape[-1], flat.device)]
 
 
 def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -287,14 +321,28 @@ def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.aminmax(t.detach())
 
 
-def _input_ok(values: list[float], i: int) -> bool:
+def _input_ok(values: list[float], i: int, minus_inf_ok: bool) -> bool:
     """An input measured at ``i`` (its max |x|; its max at ``i + 1``) holds no NaN and no +inf, and a -inf only
-    where it looks like an additive mask: a tensor whose largest value is at most 0 (0 where attended, -inf where
-    masked, as ``nn.Transformer.generate_square_subsequent_mask`` gives; softmax turns -inf into 0). A -inf in a
-    tensor that also holds positive values (log-features with log(0), say) is broken data. (A data tensor whose
-    values are all <= 0 and hold -inf, the log of probabilities with a 0 among them, reads as a mask.)"""
+    when ``minus_inf_ok``: no module's output held inf/NaN, or the first one that did received no inf/NaN input
+    (:func:`_minus_inf_ok`). A -inf that does no harm is an additive mask or bias (0 or any finite value where
+    attended, -inf where masked, as ``nn.Transformer.generate_square_subsequent_mask`` gives; softmax turns it
+    into 0); one that makes the first non-finite output is broken data (log-features or log-probabilities with
+    log(0)). An attention module that overflows on its own while it receives such a mask reads as broken data
+    too: the recorder errs on the data's side there."""
     top, high = values[i], values[i + 1]
-    return not math.isnan(top) and high != math.inf and (top != math.inf or high <= 0)
+    return not math.isnan(top) and high != math.inf and (top != math.inf or minus_inf_ok)
+
+
+def _first_bad_call(calls: list[tuple], values: list[float]) -> tuple | None:
+    """The first module call (in completion order) whose output holds inf/NaN, or None."""
+    return next((c for c in calls if not all(math.isfinite(values[i]) for i in c[4])), None)
+
+
+def _minus_inf_ok(calls: list[tuple], values: list[float]) -> bool:
+    """Whether a -inf in an input is harmless (an additive mask): no module output held inf/NaN, or the first
+    one that did was handed only finite inputs (its -inf came from elsewhere, not from the mask)."""
+    bad = _first_bad_call(calls, values)
+    return bad is None or all(math.isfinite(values[i]) for i in bad[3])
 
 
 def _abs_max_of(low: float, high: float) -> float:
@@ -333,8 +381,8 @@ class _Probe:
     Each tensor is measured once, however many modules share it (a container's output is its last child's; a
     residual stream feeds several modules): one forward reduction (``aminmax``: max |x| is inf/NaN exactly when
     the tensor holds one) and one gradient hook. Inputs passed by keyword (``model(**batch)``,
-    ``self.attn(hidden_states=h)``) are seen like positional ones. The gradient fractions are counted on an evenly
-    strided sample of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
+    ``self.attn(hidden_states=h)``) are seen like positional ones. The gradient fractions are counted on a sample
+    spread over the whole tensor of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
                  root: nn.Module) -> None:
@@ -345,7 +393,7 @@ class _Probe:
         # below hold indices into it (a peak: the index of its min, its max at the next index)
         self.flat: list[torch.Tensor] = []
         self.pairs: list[int] = []
-        # a small copy of each counted gradient's strided sample (never a view: it would keep the whole gradient
+        # a small copy of each counted gradient's sample (never a view: it would keep the whole gradient
         # alive, and unscale_ / zero_grad change a parameter's gradient in place later); collect() counts them
         # all at once. A count below is -1 - k for sample k until collect() turns it into an index of values.
         self.samples: list[tuple[torch.Tensor, torch.dtype]] = []
@@ -395,14 +443,16 @@ class _Probe:
         return len(self.flat) - 1
 
     def _keep_sample(self, g: torch.Tensor) -> tuple[int, int]:
-        """Keep a copy of ``g``'s strided sample (:func:`_sample`) for collect() (one kernel); (-1 - its number,
+        """Keep a copy of ``g``'s sample (:func:`_sample`) for collect() (one kernel); (-1 - its number,
         its size)."""
         flat = g.reshape(-1)
         n = flat.numel()
         if n > SAMPLE:
-            flat = flat[:: _stride(n, g.shape[-1])][:SAMPLE]
+            flat = flat[_sample_index(n, g.shape[-1], flat.device)]  # a gather: already a copy
             n = SAMPLE
-        self.samples.append((flat.clone(), flat.dtype))  # a plain copy: _magnitudes runs once per group later
+        else:
+            flat = flat.clone()
+        self.samples.append((flat, flat.dtype))  # a plain copy: _magnitudes runs once per group later
         return -len(self.samples), n
 
     def _peak(self, t: torch.Tensor) -> int:
@@ -593,9 +643,10 @@ class _Probe:
         params = {name: (lost(i), counted, norm if norm >= 0 else norm_at - 1 - norm)
                   for name, (i, counted, norm) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
+        masks = _minus_inf_ok(calls, values)
         return {
             "autocast_dtype": _lowest(self.autocast),
-            "input_finite": None if not self.inputs else all(_input_ok(values, i) for i in inputs),
+            "input_finite": None if not self.inputs else all(_input_ok(values, i, masks) for i in inputs),
             "modules": self._modules(peaks, outs, events, values),
             **_forward_culprit(calls, values),
             "first_nonfinite_backward": _backward_culprit(events, values),
@@ -714,12 +765,13 @@ def _forward_culprit(calls: list[tuple], values: list[float]) -> dict[str, str |
     completion order) whose output holds one. If that call's inputs were finite, its own forward made it;
     otherwise the inf/NaN was made between modules, in the code of an enclosing module's forward: the innermost
     enclosing call whose inputs were finite (``first_nonfinite_module``)."""
-    bad = next((c for c in calls if not all(math.isfinite(values[i]) for i in c[4])), None)
+    bad = _first_bad_call(calls, values)
     if bad is None:
         return {"first_nonfinite_module": None, "first_nonfinite_output": None}
     by_number = {c[1]: c for c in calls}
     call = bad
-    while call is not None and not all(_input_ok(values, i) for i in call[3]):
+    masks = _minus_inf_ok(calls, values)
+    while call is not None and not all(_input_ok(values, i, masks) for i in call[3]):
         call = by_number.get(call[2])
     return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
 
@@ -936,7 +988,7 @@ class AmpRecorder:
         before the first ``rec.step``)."""
         if not self._records:
             return []
-        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0)
+        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0, self.every)
 
     def report(self) -> str:
         """The recording as plain text: the run, the sampled steps, the modules nearest to overflow, the findings."""
@@ -1003,14 +1055,15 @@ def _module(record: StepRecord, name: str) -> ModuleStats | None:
     return next((m for m in record.modules if m.name == name), None)
 
 
-def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None) -> list[Finding]:
+def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None,
+              every: int | None = None) -> list[Finding]:
     sampled = [r for r in records if r.sampled]
     found: list[Finding] = []
     applied_bad = _nonfinite_grad(records, sampled)
     if applied_bad is not None:
         found.append(applied_bad)
     for rule in (_nonfinite_input, _overflow, _nonfinite_loss, _not_stepped):
-        finding = rule(records, sampled, found) if rule is _nonfinite_loss else rule(records, sampled)
+        finding = rule(records, sampled, found, every) if rule is _nonfinite_loss else rule(records, sampled)
         # after a non-finite gradient was applied the weights are inf/NaN: later forward overflows and losses
         # only inherit it (nonfinite_grad says so)
         if finding is not None and not (applied_bad is not None and finding.kind in ("overflow", "nonfinite_loss")
@@ -1041,6 +1094,19 @@ def _nonfinite_input(records: list[StepRecord], sampled: list[StepRecord]) -> Fi
                    "the data are broken, not the precision — check the data pipeline (torch.isfinite on each batch).")
 
 
+def _poisoned_by(records: list[StepRecord], step: int) -> StepRecord | None:
+    """The first step before ``step`` whose loss was inf/NaN and whose optimizer step was applied all the same (no
+    GradScaler to skip it): it updated the weights with inf/NaN gradients, so a later overflow may be its doing."""
+    return next((e for e in records if e.step < step and e.stepped and not math.isfinite(e.loss)), None)
+
+
+def _poisoned_text(e: StepRecord) -> str:
+    """What :func:`_poisoned_by`'s step did, in words."""
+    return (f"an earlier step ({e.step}, loss {e.loss}{'' if e.sampled else ', not sampled'}) applied "
+            "optimizer.step() with inf/NaN gradients (no GradScaler skipped it), so the weights are most likely "
+            "inf/NaN already")
+
+
 def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
     r = next((r for r in sampled if r.first_nonfinite_module is not None and r.input_finite is not False), None)
     if r is None:
@@ -1053,10 +1119,17 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     cast = next((m for m in r.modules if m.finite and m.peak > m.limit), None)  # a float32 output, too big
     nan = (_module(r, output) or _module(r, name) or ModuleStats("", "", math.inf, 1.0)).peak
     cast_down = cast is not None and output in names and names.index(cast.name) < names.index(output)
+    maker = cast
     if cast_down:
         name = cast.name
-        what = (f"{_label(name)} ({cast.kind}) returns float32 values up to {cast.peak:.4g} (step {r.step}), above "
-                f"{_limit_name(cast.limit)}'s largest value; the module that receives them, {_label(output)}, "
+        k = names.index(cast.name)
+        while k > 0 and r.modules[k - 1].finite and r.modules[k - 1].peak >= cast.peak:  # ReLU, Dropout: pass on
+            k -= 1
+        maker = r.modules[k]
+        made = "" if maker is cast else (f", values made by {_label(maker.name)} ({maker.kind}, peak "
+                                         f"{maker.peak:.4g}), which {_label(name)} passes on")
+        what = (f"{_label(name)} ({cast.kind}) returns float32 values up to {cast.peak:.4g} (step {r.step}){made}, "
+                f"above {_limit_name(cast.limit)}'s largest value; the module that receives them, {_label(output)}, "
                 "casts them down under autocast and holds the first inf/NaN")
     elif output is not None and output != name:
         what = (f"the forward code of {_label(name)}{kind} itself, between its submodules, makes the first inf/NaN "
@@ -1067,7 +1140,7 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
                 "module only inherits it)")
     invalid = "0/0, or sqrt or log of a negative number: an eps, a clamp or a mask fixes that"
     if cast_down:
-        fix = _cast_down_fix(cast, cast.cast_by or output, said=True)
+        fix = _cast_down_fix(dataclasses.replace(cast, kind=maker.kind), cast.cast_by or output, said=True)
     elif r.autocast_dtype == torch.float16 and math.isnan(nan):
         fix = (f"its output holds NaN, not inf: either a value passed float16's largest value, {FP16_MAX:g}, and "
                "the inf became NaN (inf - inf or 0 × inf, as in a softmax over an inf score), or an invalid "
@@ -1081,6 +1154,10 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
     else:
         fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence or an invalid operation ({invalid}), not "
                "a precision limit: else lower the learning rate, clip the gradients, check the data.")
+    earlier = _poisoned_by(records, r.step)
+    if earlier is not None:
+        fix = (f"{_poisoned_text(earlier)}: the cause is that step (its batch or its loss), not this module's "
+               f"precision — record step {earlier.step} with every=1.")
     return Finding("overflow", r.step, name, f"{what}: {fix}")
 
 
@@ -1094,7 +1171,12 @@ def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Findin
                    "rec.step(loss); with gradient accumulation, call rec.step only on the steps that update.")
 
 
-def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding]) -> Finding | None:
+_LOSS_COMPUTATION = "comes from the loss computation"  # nonfinite_loss's words when it blames the loss itself:
+# scale_collapse says "compute it in FP32" only then (not when no sampled step saw where the inf/NaN starts)
+
+
+def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding],
+                    every: int | None = None) -> Finding | None:
     """The first non-finite loss, blamed on what came before it: the batch (a nonfinite_input finding) or a
     forward overflow (an overflow finding) at or before the first sampled step with a non-finite loss, else the
     loss computation itself."""
@@ -1106,7 +1188,8 @@ def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found:
     bad_sampled = [x for x in sampled if not math.isfinite(x.loss)]
     overflow, bad_input = kinds.get("overflow"), kinds.get("nonfinite_input")
     if not bad_sampled:
-        cause = (f"step {r.step} was not sampled, nor any other step with a non-finite loss{_every(records)}, so the "
+        cause = (f"step {r.step} was not sampled, nor any other step with a non-finite loss"
+                 f"{_every(records, every)}, so the "
                  "recorder did not see where it starts: record with every=1, or run troubleshoot.find_nonfinite on "
                  "that batch.")
         if overflow is not None:
@@ -1114,24 +1197,33 @@ def _nonfinite_loss(records: list[StepRecord], sampled: list[StepRecord], found:
     elif bad_input is not None and bad_input.step <= bad_sampled[0].step:
         cause = (f"the batch held inf/NaN first (step {bad_input.step}, see the nonfinite_input finding): fix the "
                  "data and the loss follows.")
+    elif overflow is not None and overflow.step <= bad_sampled[0].step and r.step < overflow.step and r.stepped:
+        cause = (f"the overflow seen in {_label(overflow.where)} at step {overflow.step} came after: "
+                 f"{_poisoned_text(r)}; look at step {r.step} (its batch or its loss) with every=1.")
     elif overflow is not None and overflow.step <= bad_sampled[0].step:
         cause = (f"the forward pass overflowed first, in {_label(overflow.where)} (step {overflow.step}): fix that "
                  "(see the overflow finding) and the loss follows.")
     else:
         cause = (f"at step {bad_sampled[0].step}, the first sampled step with a non-finite loss, no module output was "
-                 "inf/NaN, so it comes from the loss computation: compute the loss in "
+                 f"inf/NaN, so it {_LOSS_COMPUTATION}: compute the loss in "
                  "FP32 (troubleshoot.fp32_loss, or outside autocast) and look for log(0) or a division by 0.")
     unsampled = "" if r.sampled or not bad_sampled else (
-        f" (step {r.step} was not sampled{_every(records)}; step {bad_sampled[0].step} was)")
+        f" (step {r.step} was not sampled{_every(records, every)}; step {bad_sampled[0].step} was)")
     return Finding("nonfinite_loss", r.step, "loss",
                    f"the loss is {r.loss} at step {r.step} ({n} of {len(records)} steps non-finite){unsampled}: "
                    f"{cause}")
 
 
-def _every(records: list[StepRecord]) -> str:
-    """The sampling interval, as read from the records (the steps between the first two scheduled samples)."""
-    steps = [r.step for r in records if r.sampled]
-    return f" (every={steps[1] - steps[0]})" if len(steps) > 1 else ""
+def _every(records: list[StepRecord], every: int | None = None) -> str:
+    """The sampling interval: the recorder's ``every`` when given, else as read from the records: the gcd of the
+    positions of the scheduled samples (0, every, 2·every, ...), leaving out the extra sample after an unsampled
+    skipped or non-finite step (:meth:`AmpRecorder._open_probe`); empty when only step 0 is left."""
+    if every is not None:
+        return f" (every={every})"
+    scheduled = [k for k, r in enumerate(records) if r.sampled and not (
+        k > 0 and not records[k - 1].sampled and (records[k - 1].skipped or not math.isfinite(records[k - 1].loss)))]
+    gcd = math.gcd(*scheduled) if scheduled else 0
+    return f" (every={gcd})" if gcd > 0 else ""
 
 
 def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
@@ -1139,8 +1231,11 @@ def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
     r = next((r for r in sampled if r.stepped and r.grad_norm is not None and not math.isfinite(r.grad_norm)), None)
     if r is None or r.first_nonfinite_grad is None:
         return None
+    earlier = _poisoned_by(records, r.step)
     if r.input_finite is False:
         source = "the batch already held inf/NaN (see the nonfinite_input finding)"
+    elif earlier is not None:
+        source = f"{_poisoned_text(earlier)}: look at step {earlier.step} (its batch or its loss) with every=1"
     elif r.first_nonfinite_module is not None:
         source = (f"the forward pass made it first, in {_label(r.first_nonfinite_module)} (see the overflow "
                   "finding)")
@@ -1180,9 +1275,13 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         sampled = [r for r in sampled if r.step < overflow.step]
     bad_input = _input_cause(records, sampled, kinds.get("nonfinite_input"))
     if bad_input is not None:
-        return "input", (f"the batch holds inf/NaN (step {bad_input}, see the nonfinite_input finding): no loss "
-                         "scale can fix broken data — fix the data." + later)
-    if "nonfinite_loss" in kinds and (overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
+        first_bad = kinds["nonfinite_input"].step
+        seen = (f"step {bad_input}, see the nonfinite_input finding" if bad_input == first_bad else
+                f"step {bad_input}; the nonfinite_input finding names the first, step {first_bad}")
+        return "input", (f"the batch holds inf/NaN ({seen}): no loss scale can fix broken data — fix the data."
+                         + later)
+    if "nonfinite_loss" in kinds and _LOSS_COMPUTATION in kinds["nonfinite_loss"].message and (
+            overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
     skipped = [r for r in sampled if r.skipped]
     r = skipped[-1] if skipped else None
@@ -1217,14 +1316,21 @@ def _input_cause(records: list[StepRecord], sampled: list[StepRecord], bad_input
     """The sampled step whose batch held inf/NaN when that explains the recent skips, else None. The skips looked
     at are the last :data:`COLLAPSE_WINDOW` skipped steps (the collapse window, or the latest of skips that keep
     coming back), not the run's first skip: skips before the bad batches (a large init_scale backing off) do not
-    hide it. They are explained by the batch when most of them have a non-finite loss and the first sampled step
-    of that run of non-finite losses (which may start on an unsampled step) had a non-finite batch."""
+    hide it. They are explained by the batch when most of them have a non-finite loss and most of the sampled
+    steps in the window with a non-finite loss had a non-finite batch (one bad batch just before an inf loss that
+    later clean batches keep making is not the cause); when no sampled step with a non-finite loss lies in the
+    window, by the first sampled step of the run of non-finite losses that reaches into it (which may start on an
+    unsampled step, before the window)."""
     if bad_input is None:
         return None
     window = [r for r in records if r.skipped][-COLLAPSE_WINDOW:]
     bad = [r for r in window if not math.isfinite(r.loss)]
     if not window or 2 * len(bad) <= len(window):
         return None
+    inside = [r for r in sampled if window[0].step <= r.step <= window[-1].step and not math.isfinite(r.loss)]
+    if inside:
+        broken = [r for r in inside if r.input_finite is False]
+        return broken[0].step if 2 * len(broken) > len(inside) else None
     position = {r.step: k for k, r in enumerate(records)}
     k = position[bad[0].step]
     while k > 0 and not math.isfinite(records[k - 1].loss):  # back to the start of that run of non-finite losses

@@ -326,6 +326,22 @@ def plan_rule_against_bf16_max(peaks, bf16):
     return ("bfloat16" if bf16 else "float16"), [n for n, p in peaks.items() if not p <= largest / 4]
 
 
+def plan_reversed(peaks, bf16):  # review rev24-r5 E1: the comparison the wrong way round
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if p <= LIMIT / 4])
+
+
+def plan_reversed_strict(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if p < LIMIT / 4])
+
+
+def plan_sixteen_thousand(peaks, bf16):  # review rev24-r5 W2: the limit rounded to "16k"
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= 16000])
+
+
+def plan_sixteen_three_hundred(peaks, bf16):
+    return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= 16300])
+
+
 def plan_one_bit(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if not p <= LIMIT / 2])
 
@@ -432,8 +448,13 @@ WRONG = {
         "nothing kept": (plan_nothing, "240000 (above 65504)"),
         "a 3-bit threshold (peak > 65504 / 8)": (plan_three_bits, "'p' at 14000: log2(65504 / 14000) = 2.23 bits"),
         "a round 10000": (plan_round_ten_thousand, "the threshold is too low"),
-        "the natural log, not log2": (plan_natural_log, "2.23 bits of headroom, 2 or more"),
+        "the natural log, not log2": (plan_natural_log, "= 2.23 bits of headroom, 's' at 16200"),
         "0.2 of the limit for a quarter": (plan_fifth_of_the_limit, "peak > 65504 / 4 = 16376"),
+        "the comparison reversed (p <= 65504 / 4)": (plan_reversed, "reverse the comparison"),
+        "the comparison reversed (p < 65504 / 4)": (plan_reversed_strict, "reverse the comparison"),
+        "16000 for 65504 / 4": (plan_sixteen_thousand, "kept 's' at 16200: log2(65504 / 16200) = 2.02 bits of "
+                                                        "headroom, 't' at 16370"),
+        "16300 for 65504 / 4": (plan_sixteen_three_hundred, "'t' at 16370: log2(65504 / 16370) = 2.0005 bits"),
     },
 }
 

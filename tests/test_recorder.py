@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import warnings
 from collections import OrderedDict
 
@@ -970,10 +971,10 @@ def test_r2_e22_a_nan_output_gradient_reads_inf_nan_in_the_report_not_0_percent(
 
 def _old_counts(g: torch.Tensor) -> tuple[int, int, int]:
     """The per-tensor counts the recorder made in each hook before they were batched: (lost, non-zero, size) of
-    the strided sample, lost = |x| < fp16's smallest normal."""
-    from ampcourse.recorder import FP16_NORMAL_MIN, SAMPLE
+    the sample (its indices: _sample_index), lost = |x| < fp16's smallest normal."""
+    from ampcourse.recorder import FP16_NORMAL_MIN, SAMPLE, _sample_index
     flat = g.reshape(-1)
-    a = flat if flat.numel() <= SAMPLE else flat[:: flat.numel() // SAMPLE][:SAMPLE]
+    a = flat if flat.numel() <= SAMPLE else flat[_sample_index(flat.numel(), g.shape[-1], flat.device)]
     return int((a.abs() < FP16_NORMAL_MIN).sum()), int(torch.count_nonzero(a)), a.numel()
 
 
@@ -1216,12 +1217,175 @@ def test_r4_m3_nan_batches_after_early_skips_or_from_an_unsampled_step_blame_the
     assert " in input" not in str(f) and " in input" not in str(finding(rec, "nonfinite_input"))  # nit 8
 
 
+def test_r5_m3_one_nan_batch_before_an_inf_fp16_loss_is_not_blamed_for_the_collapse():
+    """Review rev24-r5 finding 3: one NaN batch at step 10, then (from step 11 on, clean batches) a loss computed
+    in float16 that is inf: the collapse is the loss's (the gradient is inf where it enters the model), not the
+    batch's, though the two runs of non-finite losses are adjacent."""
+    step = {"i": -1}
+
+    def x_fn(i):
+        step["i"] = i
+        x = torch.randn(4, 5, 8)
+        if i == 10:
+            x[0, 0, 0] = math.nan
+        return x
+
+    def loss_fn(out):
+        return out.float().pow(2).mean() if step["i"] < 11 else out.pow(2).sum() * 1e5
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    rec = loop(model, 40, every=10, x_fn=x_fn, loss_fn=loss_fn, init_scale=2.0**24)
+    assert "nonfinite_input" in kinds(rec) and finding(rec, "nonfinite_input").step == 10, rec.findings()
+    f = finding(rec, "scale_collapse")
+    assert f.where != "input" and "fix the data" not in f.message, f
+    assert "the gradient is inf already where it enters the model" in f.message, f
+
+
+def test_r5_n9_scale_collapse_names_the_first_bad_batch_when_it_quotes_a_later_one():
+    """Review rev24-r5 nit 9: with NaN batches every other step from 13 (every=1) scale_collapse quoted step 45
+    and 'see the nonfinite_input finding', which names step 13: it now says so."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def x_fn(i):
+        x = torch.randn(4, 5, 8)
+        if i >= 13 and i % 2 == 1:
+            x[0, 0, 0] = math.nan
+        return x
+
+    rec = loop(model, 60, every=1, x_fn=x_fn)
+    assert finding(rec, "nonfinite_input").step == 13, rec.findings()
+    f = finding(rec, "scale_collapse")
+    assert f.where == "input", f
+    quoted = int(re.search(r"holds inf/NaN \(step (\d+)", f.message).group(1))
+    assert quoted == 13 or "the nonfinite_input finding names the first, step 13" in f.message, f
+
+
+def test_r5_n12_the_printed_interval_is_every_not_the_gap_to_an_extra_sample():
+    """Review rev24-r5 nit 12: with every=10, NaN batches 3..8 and step 1 an unsampled skip, step 2 was sampled
+    (the step after it) and nonfinite_loss printed every=2; it prints every=10."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    def x_fn(i):
+        x = torch.randn(4, 5, 8)
+        if 3 <= i <= 8:
+            x[0, 0, 0] = math.nan
+        return x
+
+    rec = loop(model, 40, every=10, x_fn=x_fn, loss_fn=lambda o: o.float().pow(2).mean() * 2**30)
+    message = finding(rec, "nonfinite_loss").message
+    assert "(every=" in message and "every=10" in message and "every=2)" not in message, message
+
+
+def test_r5_m4_nan_batches_only_on_unsampled_steps_are_not_blamed_on_the_loss():
+    """Review rev24-r5 finding 4: NaN batches on every odd step from 13 (every=10: the extra sample after each
+    unsampled skip lands on a clean even step) gave scale_collapse "the loss itself is inf/NaN: compute it in
+    FP32" while nonfinite_loss said the recorder did not see where it starts; now both say so."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def x_fn(i):
+        x = torch.randn(4, 5, 8)
+        if i >= 13 and i % 2 == 1:
+            x[0, 0, 0] = math.nan
+        return x
+
+    rec = loop(model, 60, every=10, x_fn=x_fn)
+    assert "did not see where it starts" in finding(rec, "nonfinite_loss").message, rec.findings()
+    f = finding(rec, "scale_collapse")
+    assert "the loss itself" not in f.message and "FP32" not in f.message, f
+    assert "no sampled step saw where the inf/NaN starts" in f.message, f
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, None])
+def test_r5_m13_an_unsampled_nan_batch_without_a_scaler_is_not_blamed_on_the_first_linear(dtype):
+    """Review rev24-r5 finding 13: bf16 or fp32 with no scaler, one NaN batch on unsampled step 13: its update
+    made the weights NaN, and step 14 blamed Linear '0' ("divergence or an invalid operation", "the forward pass
+    overflowed first"). Both findings now name step 13's applied update."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def x_fn(i):
+        x = torch.randn(4, 5, 8)
+        if i == 13:
+            x[0, 0, 0] = math.nan
+        return x
+
+    rec = loop(model, 30, dtype, scaler=False, every=10, x_fn=x_fn)
+    overflow = finding(rec, "overflow")
+    assert "an earlier step (13, loss nan, not sampled) applied optimizer.step()" in overflow.message, overflow
+    assert "divergence" not in overflow.message
+    loss = finding(rec, "nonfinite_loss")
+    assert "overflowed first" not in loss.message and "look at step 13" in loss.message, loss
+    grad = finding(rec, "nonfinite_grad")
+    assert "the forward pass made it first" not in grad.message and "look at step 13" in grad.message, grad
+
+
+def test_r5_n10_a_cast_down_overflow_through_a_relu_names_the_norm_layer_that_made_the_values():
+    """Review rev24-r5 nit 10: Float32LayerNorm(weight 1e5) -> ReLU -> Linear named the ReLU only; the finding now
+    names the LayerNorm that made the values, and offers it a smaller norm weight."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), Float32LayerNorm(32), nn.ReLU(), nn.Linear(32, 1))
+    with torch.no_grad():
+        model[1].weight.fill_(1e5)
+    rec = loop(model, 3, lr=1e-6, x_fn=lambda i: torch.randn(8, 16))
+    f = finding(rec, "overflow")
+    assert f.where == "2" and "values made by '1' (Float32LayerNorm" in f.message, f
+    assert "which '2' passes on" in f.message and "a smaller norm weight" in f.message, f
+
+
 def test_r4_m4_minus_inf_in_log_features_is_broken_data_not_an_overflow_of_the_first_linear():
     """Review rev24-r4 finding 4: -inf counts as a mask only in a tensor whose largest value is at most 0;
     log-features with log(0) = -inf among positive values are nonfinite_input."""
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     rec = loop(model, 4, x_fn=lambda i: torch.log(torch.randn(4, 5, 8).abs() * 3).index_fill(0, torch.tensor([0]),
                                                                                              -math.inf))
+    assert "nonfinite_input" in kinds(rec) and "overflow" not in kinds(rec), rec.findings()
+    assert "the forward pass overflow" not in finding(rec, "nonfinite_loss").message
+
+
+class _BiasedAttention(nn.Module):
+    """Attention that adds a bias passed in as a model input (a mask, or a relative-position bias with it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.o = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        scores = (self.q(x) @ self.k(x).transpose(-1, -2)).float() / 4 + bias
+        return self.o(torch.softmax(scores, -1).to(x.dtype) @ x)
+
+
+@pytest.mark.parametrize("label", ["causal", "positive bias + causal", "ALiBi + causal", "padding"])
+def test_r5_m5_an_additive_mask_or_bias_with_minus_inf_passed_in_is_not_broken_data(label):
+    """Review rev24-r5 finding 5: a T5-style relative-position bias (positive values) folded with the causal -inf
+    mask and passed in as an input was reported as broken data (its max > 0). A -inf input is broken data only
+    when the first module output holding inf/NaN received an inf/NaN input."""
+    causal = nn.Transformer.generate_square_subsequent_mask(6)
+    torch.manual_seed(1)
+    bias = {"causal": causal, "positive bias + causal": torch.randn(6, 6).abs() + causal,
+            "ALiBi + causal": causal - torch.arange(6.0).view(1, 6) * 0.5,
+            "padding": torch.zeros(2, 1, 6).index_fill(2, torch.tensor([5]), -math.inf)}[label]
+    torch.manual_seed(0)
+    model = _BiasedAttention()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    rec = AmpRecorder(model, optimizer, scaler)
+    for _ in range(12):
+        x = torch.randn(2, 6, 16)
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, bias).float().pow(2).mean()
+        optimizer_step(loss, optimizer, scaler)
+        rec.step(loss)
+    rec.detach()
+    assert kinds(rec) == ["healthy"], rec.findings()
+    assert all(r.input_finite for r in rec.records if r.sampled)
+
+
+def test_r5_m6_log_probabilities_with_minus_inf_are_broken_data_not_an_overflow_of_the_first_linear():
+    """Review rev24-r5 finding 6: data all <= 0 with a -inf (log-probabilities with a 0 among them) read as a mask,
+    and Linear '0' was blamed as an fp16 overflow; the -inf reaches '0', the first module with a non-finite output,
+    so it is nonfinite_input."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    rec = loop(model, 4, x_fn=lambda i: torch.log_softmax(torch.randn(4, 5, 8), -1).index_fill(
+        2, torch.tensor([3]), -math.inf))
     assert "nonfinite_input" in kinds(rec) and "overflow" not in kinds(rec), rec.findings()
     assert "the forward pass overflow" not in finding(rec, "nonfinite_loss").message
 
@@ -1236,6 +1400,85 @@ def test_r4_m5_the_sample_reads_every_channel_of_a_power_of_two_activation():
         picked = _sample(t)
         assert picked.numel() == SAMPLE and len(set(picked.tolist())) == SAMPLE
         assert len(set((picked % shape[-1]).tolist())) == min(shape[-1], SAMPLE), shape
+
+
+def test_r5_m7_the_sample_spans_the_whole_tensor_every_batch_item_and_every_channel():
+    """Review rev24-r5 findings 7 and 8: a stride lowered to be coprime with W made the sample a prefix (the last
+    batch items of (8, 32, 64) never read), and for 32000-wide logits a stride of W + 1 read 4096 adjacent
+    channels. The sample now spans the tensor, reads every batch item, every channel when W <= SAMPLE, and
+    channels spread over all of a wider W (no gap above 3.2 W / SAMPLE)."""
+    from ampcourse.recorder import SAMPLE, _sample, _sample_index
+
+    assert torch.equal(_sample(torch.arange(8 * 32 * 64).reshape(8, 32, 64)),
+                       _sample_index(8 * 32 * 64, 64, torch.device("cpu")))
+    for shape in [(8, 32, 64), (4, 32, 64), (2, 64, 64), (8, 512, 96), (2, 4096), (16384,), (256, 64),
+                  (8, 512, 32000), (4, 1024, 8192), (2, 64, 6613), (1, 8, 128256)]:
+        n = math.prod(shape)
+        picked = _sample_index(n, shape[-1], torch.device("cpu"))  # what _sample(arange(n).reshape(shape)) is
+        assert picked.numel() == SAMPLE and len(set(picked.tolist())) == SAMPLE, shape
+        assert int(picked.max()) >= n - n // SAMPLE - shape[-1], shape  # reaches the end, not a prefix
+        if len(shape) > 1:  # every batch item (row); a 1-D tensor's spread is the channel gaps below
+            assert len(set((picked // (n // shape[0])).tolist())) == shape[0], shape
+        channels = sorted(set((picked % shape[-1]).tolist()))
+        assert len(channels) == min(shape[-1], SAMPLE), shape
+        gaps = [b - a for a, b in zip(channels, channels[1:] + [channels[0] + shape[-1]], strict=True)]
+        assert max(gaps) <= max(1, 3.2 * shape[-1] / SAMPLE), (shape, max(gaps))
+
+
+@pytest.mark.parametrize("shape, small_from", [((8, 32, 64), 6), ((4, 32, 64), 2), ((2, 64, 64), 1),
+                                               ((8, 512, 96), 6)])
+def test_r5_m7_grad_lost_of_a_gradient_small_in_the_last_batch_items_is_near_the_true_fraction(shape, small_from):
+    """The review's case: the gradient is tiny (below float16's normal range) in the batch items from
+    ``small_from`` on only: `grad lost` must be within 0.05 of the true fraction (the prefix sample gave 0)."""
+    from ampcourse.recorder import FP16_NORMAL_MIN
+
+    torch.manual_seed(0)
+    batch, time, width = shape
+    model = nn.Sequential(nn.Linear(16, width), nn.Linear(width, width))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    rec = AmpRecorder(model, optimizer, scaler)
+    truth = []
+    model[1].register_full_backward_hook(
+        lambda mod, gi, go: truth.append((go[0].abs() < FP16_NORMAL_MIN).float().mean().item()))
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = model(torch.randn(batch, time, 16)).float()
+        weight = torch.ones(batch, 1, 1)
+        weight[small_from:] = 1e-9
+        loss = (out * weight).mean()
+    optimizer_step(loss, optimizer, scaler)
+    rec.step(loss)
+    rec.detach()
+    lost = next(m for m in rec.records[0].modules if m.name == "1").grad_lost
+    assert truth[0] >= 0.2 and abs(lost - truth[0]) < 0.05, (lost, truth)
+
+
+def test_r5_m8_grad_lost_of_wide_logits_is_near_the_true_fraction():
+    """[4, 1024, 5000] logits (B·T = 4096: the old stride n // SAMPLE = W, lowered to W - 1, read the 4096
+    adjacent channels 904..4999) whose gradient is tiny in channels 0..999 only: `grad lost` is near the true 0.2
+    (the old sample found 0.02)."""
+    from ampcourse.recorder import FP16_NORMAL_MIN
+
+    torch.manual_seed(0)
+    width = 5000
+    model = nn.Sequential(nn.Linear(8, width))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    rec = AmpRecorder(model, optimizer, scaler)
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = model(torch.randn(4, 1024, 8)).float()
+        weight = torch.ones(width)
+        weight[:1000] = 1e-12
+        loss = (out * weight).mean()
+    grad = (torch.ones_like(out) * weight / out.numel() * 2.0**16).half()
+    truth = (grad.abs() < FP16_NORMAL_MIN).float().mean().item()
+    optimizer_step(loss, optimizer, scaler)
+    rec.step(loss)
+    rec.detach()
+    lost = next(m for m in rec.records[0].modules if m.name == "0").grad_lost
+    assert abs(truth - 0.2) < 0.01 and abs(lost - truth) < 0.05, (lost, truth)
 
 
 def test_r4_m5_grad_lost_of_a_one_channel_gradient_is_near_the_true_fraction():

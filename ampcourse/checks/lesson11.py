@@ -9,7 +9,8 @@ one, whose ``step()`` GradScaler calls even on a skipped step), a clean step at 
 a growth step, a used scaler and a disabled one (with a clean step and with an overflowing one: a disabled scaler
 skips nothing).
 ``finetune_plan(peaks, bf16)`` is compared with the rule of lesson 11 on cases at its boundaries (a peak exactly
-2 bits below 65504, one at 14000, 2.23 bits below, inf, NaN, no bf16, bf16 with inf/NaN/above-65504 peaks).
+2 bits below 65504, ones at 14000, 16200 and 16370, 2.23 to 2.0005 bits below, inf, NaN, no bf16, bf16 with
+inf/NaN/above-65504 peaks).
 """
 
 from __future__ import annotations
@@ -390,8 +391,9 @@ def plan_rule(peaks: Mapping[str, float], bf16: bool) -> tuple[str, list[str]]:
 CASES: list[tuple[dict[str, float], bool]] = [
     ({"blocks.0.mlp.out": 3.0, "blocks.1.mlp.out": 2.4e5, "head": 30.0}, True),
     ({"blocks.0.mlp.out": 3.0, "blocks.1.mlp.out": 2.4e5, "head": 30.0}, False),
-    # p: 2.23 bits below (not low), before the boundary case, so that a too-low threshold is named as such
-    ({"p": 14000.0, "q": 4e4, "r": 5.0}, False),
+    # p: 2.23 bits below, s: 2.02, t: 2.0005 (none low), before the boundary case, so that a too-low threshold
+    # (up to 16370: 65504 / 8, 16000, 16300) is named as such and the `>=` message is left for `>=`
+    ({"p": 14000.0, "s": 16200.0, "t": 16370.0, "q": 4e4, "r": 5.0}, False),
     # a: exactly 2 bits below (not low); d: between 65504 / 4 = 16376 and 2**14 = 16384 (a threshold of 2**14 misses it)
     ({"a": FP16_MAX / 4, "b": FP16_MAX / 4 * 1.001, "c": FP16_MAX, "d": 16380.0}, False),
     ({"x": math.inf, "y": 1.0, "z": math.nan}, False),
@@ -399,6 +401,12 @@ CASES: list[tuple[dict[str, float], bool]] = [
     ({}, False),
     ({"emb": 2.0, "attn": math.inf, "mlp": 7e4, "head": math.nan}, True),  # bf16: nothing in FP32, not even inf/NaN
 ]
+
+
+def _bits(peak: float) -> str:
+    """log2(65504 / peak), with enough digits to show it is not 2 (2.23, 2.0005)."""
+    bits = math.log2(FP16_MAX / peak)
+    return f"{bits:.2f}" if bits >= 2.01 else f"{bits:.4f}"
 
 
 _SPELLINGS = {"bf16": "bfloat16", "bfloat": "bfloat16", "fp16": "float16", "half": "float16", "f16": "float16"}
@@ -430,18 +438,24 @@ def finetune_plan(fn) -> None:
         if set(keep) == set(want[1]):
             raise fail(task, f"peaks {peaks}: the right modules in another order; keep the order of peaks.")
         missing, extra = [n for n in want[1] if n not in keep], [n for n in keep if n not in want[1]]
+        limit = FP16_MAX / 4
         if bf16:
             why = "in bf16 no module needs FP32: return an empty list."
+        elif keep and set(keep) in ({n for n, p in peaks.items() if p <= limit},
+                                    {n for n, p in peaks.items() if p < limit}):
+            why = ("you kept the modules with 2 or more bits of headroom (peak <= 65504 / 4), the ones that are "
+                   "safe in float16; the rule keeps those with less (peak > 65504 / 4 = 16376, and inf/NaN): "
+                   "reverse the comparison.")
         elif any(not math.isfinite(peaks.get(n, 0.0)) for n in missing):
             why = "a peak of inf or NaN has already overflowed: keep that module in FP32."
-        elif extra and all(peaks.get(n) == FP16_MAX / 4 for n in extra):  # nothing below the boundary kept
+        elif not missing and extra and all(peaks.get(n) == limit for n in extra):  # only the boundary peak
             why = ("a peak of exactly 65504 / 4 is 2 bits below the limit, not less: the rule keeps modules with "
                    "less than 2 bits of headroom (peak > 65504 / 4).")
         elif extra and set(keep) >= set(peaks):
             why = "keep only the modules with less than 2 bits of headroom, not every module."
-        elif low := [n for n in extra if n in peaks and 0 < peaks[n] < FP16_MAX / 4]:
-            shown = ", ".join(f"{n!r} at {peaks[n]:g}: log2(65504 / {peaks[n]:g}) = "
-                              f"{math.log2(FP16_MAX / peaks[n]):.2f} bits of headroom" for n in low)
+        elif not missing and (low := [n for n in extra if n in peaks and 0 < peaks[n] < limit]):
+            shown = ", ".join(f"{n!r} at {peaks[n]:g}: log2(65504 / {peaks[n]:g}) = {_bits(peaks[n])} bits of "
+                              "headroom" for n in low)
             why = (f"kept {shown}, 2 or more: the threshold is too low. The rule keeps modules with less than 2 bits "
                    "of headroom, peak > 65504 / 4 = 16376.")
         elif missing and (all(peaks.get(n, 0.0) > FP16_MAX for n in keep) if keep
