@@ -689,9 +689,12 @@ def _dynamo_disable(new, fn) -> bool:
     path = os.path.realpath(str(getattr(frame, "__file__", "")))
     if not code.co_qualname.startswith("DisableContext.__call__.<locals>.") or code not in _file_codes(path):
         return False
-    cells = _closure_values(new)
-    if cells is None:
-        return False
+    cells = []
+    for cell in new.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:
+            return False
     return any(c is fn for c in cells) and all(c is fn or type(c) is frame.DisableContext for c in cells)
 
 
@@ -718,14 +721,6 @@ def _function_dict_changes(label: str, name: str, chain: list, restore: bool) ->
                 else:
                     del now[key]
     return changed
-
-
-def _closure_values(fn) -> list | None:
-    """The values ``fn``'s closure holds, or ``None`` when a cell is still empty."""
-    try:
-        return [cell.cell_contents for cell in fn.__closure__ or ()]
-    except ValueError:
-        return None
 
 
 def _file_codes(path: str) -> set:
@@ -783,9 +778,12 @@ def _torch_wrapper(new, old, name: str = "") -> bool:
         return False
     if not code.co_qualname.startswith(factory + ".<locals>.") or code not in _file_codes(path):
         return False
-    cells = _closure_values(fn)
-    if cells is None:
-        return False
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:
+            return False
     wraps_old = [c is old or getattr(c, "__func__", None) is old for c in cells]
     plain = [c is None or type(c) in (bool, int, str) for c in cells]
     return any(wraps_old) and all(w or p for w, p in zip(wraps_old, plain, strict=True))
