@@ -8,6 +8,7 @@ is split among pytest-xdist workers: each hands its figures to the controller).
 import os
 import shutil
 
+import kernel_zygote
 import pytest
 import torch
 
@@ -28,10 +29,37 @@ def _threads_per_worker() -> int | None:
 
 def pytest_configure(config):
     """A worker's torch gets its share of the CPUs instead of all of them: intra-op threads of every worker
-    spinning on every core beside the others' cost time (oversubscription)."""
+    spinning on every core beside the others' cost time (oversubscription). The run's kernels are forked from
+    templates that have imported torch (``tests/kernel_zygote.py``)."""
     threads = _threads_per_worker()
     if threads is not None:
         torch.set_num_threads(threads)
+    if not hasattr(config, "workerinput"):
+        _kernels_from_templates(config)
+
+
+def _kernels_from_templates(config) -> None:
+    """Every kernel this run starts (its workers', and those of the processes they start) runs
+    ``tests/kernel_zygote.py``'s client, through a ``python3`` kernelspec first on ``JUPYTER_PATH``. Not where
+    ``AMPCOURSE_KERNEL_ZYGOTE`` is set already (an outer run's, or ``off``: ordinary kernels)."""
+    if kernel_zygote.DIR_VARIABLE in os.environ:
+        return
+    import json
+    import tempfile
+
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    folder = tempfile.mkdtemp(prefix="ampcourse-kernels-")
+    spec = KernelSpecManager().get_kernel_spec("python3").to_dict()
+    spec["argv"] = ["python", kernel_zygote.__file__, *spec["argv"][spec["argv"].index("-f"):]]
+    with open(os.path.join(folder, "owner"), "w") as f:
+        f.write(str(os.getpid()))
+    os.makedirs(os.path.join(folder, "kernels", "python3"))
+    with open(os.path.join(folder, "kernels", "python3", "kernel.json"), "w") as f:
+        json.dump(spec, f)
+    os.environ[kernel_zygote.DIR_VARIABLE] = folder
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (folder, os.environ.get("JUPYTER_PATH")) if p)
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))  # its templates exit within a second
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,98 @@
+"""The suite's kernels are forked from templates that have imported torch (``tests/kernel_zygote.py``): they must
+behave as kernels started afresh — the client's working folder and environment, interrupts, kills, exit codes —
+and a kernel with other import-time settings, or with the templates turned off, must be an ordinary one."""
+import os
+import time
+
+import kernel_zygote
+import pytest
+from jupyter_client.manager import KernelManager
+
+PROBE = ("import os, sys, threading, torch\n"
+         "print(os.getcwd(), os.environ.get('ZYGOTE_PROBE'), open(f'/proc/{os.getppid()}/cmdline').read().split('\\0'),"
+         " sorted(t.name for t in threading.enumerate()), sys.argv[0].endswith('ipykernel_launcher.py'),"
+         " '' in sys.path, sep='|')")
+
+
+def _run(kc, code: str, timeout: float = 30) -> tuple[str, dict]:
+    """stdout of ``code`` in the kernel, and its execute_reply's content."""
+    out = []
+    reply = kc.execute_interactive(code, timeout=timeout, output_hook=lambda m: out.append(
+        m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+    return "".join(out), reply["content"]
+
+
+def _started(cwd, env: dict) -> KernelManager:
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(cwd), env={**os.environ, **env})
+    return km
+
+
+def _forked_kernel(tmp_path, env: dict | None = None, tries: int = 20):
+    """A kernel forked from a template: the first one of its settings is ordinary (it starts the template)."""
+    for _ in range(tries):
+        km = _started(tmp_path, {"ZYGOTE_PROBE": "client's", **(env or {})})
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+        text, _ = _run(kc, PROBE)
+        if "serve" in text.split("|")[2]:
+            return km, kc, text
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        time.sleep(0.5)
+    pytest.fail(f"no kernel of this run came from a template in {tries} tries: {text}")
+
+
+def test_the_runs_kernels_are_forked_and_take_the_clients_folder_and_environment(tmp_path):
+    assert os.path.isdir(os.environ[kernel_zygote.DIR_VARIABLE]), "tests/conftest.py sets the templates' folder"
+    km, kc, text = _forked_kernel(tmp_path)
+    try:
+        cwd, probe, parent, threads, launcher, cwd_on_path = text.strip().split("|")
+        assert cwd == str(tmp_path) and probe == "client's"
+        assert "'MainThread'" in threads and launcher == "True" and cwd_on_path == "True"
+        # an interrupt reaches the kernel through its client
+        msg_id = kc.execute("import time; time.sleep(60)")
+        time.sleep(1)
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=20)
+        assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert _run(kc, "print('after')")[0].strip() == "after"
+        # the kernel's exit code is its client's
+        pid = int(_run(kc, "print(os.getpid())")[0])
+        kc.execute("os._exit(3)")
+        deadline = time.time() + 20
+        while km.is_alive() and time.time() < deadline:
+            time.sleep(0.1)
+        assert not km.is_alive() and km.provisioner.process.returncode == 3
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    finally:
+        kc.stop_channels()
+        km.cleanup_resources()
+
+
+def test_a_killed_client_takes_its_kernel_with_it(tmp_path):
+    km, kc, _ = _forked_kernel(tmp_path)
+    pid = int(_run(kc, "print(os.getpid())")[0])
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)  # SIGKILL to the client's process group
+    deadline = time.time() + 10
+    while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}"), "the forked kernel outlived its killed client"
+
+
+def test_other_import_time_settings_or_off_give_an_ordinary_kernel(tmp_path):
+    # a setting torch reads on import: never a template of other settings (the first such kernel is ordinary)
+    assert kernel_zygote.template_key({"OMP_NUM_THREADS": "1"}, "py") != kernel_zygote.template_key({}, "py")
+    assert kernel_zygote.template_key({"PYTEST_CURRENT_TEST": "x"}, "py") == kernel_zygote.template_key({}, "py")
+    km = _started(tmp_path, {kernel_zygote.DIR_VARIABLE: "off"})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        text, _ = _run(kc, PROBE)
+        assert "serve" not in text.split("|")[2], "with the templates off a kernel is an ordinary process"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
