@@ -230,10 +230,11 @@ class StepRecord:
 def _tensors(tree: Any) -> list[torch.Tensor]:
     """The floating-point tensors in a module's output or inputs (a tensor, or tuples/lists/dicts/dataclass
     instances of them, nested)."""
-    if type(tree) is tuple and len(tree) == 1 and type(tree[0]) is torch.Tensor:  # the common (x,): fast path
+    kind = type(tree)
+    if kind is tuple and len(tree) == 1 and type(tree[0]) is torch.Tensor:  # the common (x,): fast path
         t = tree[0]
         return [t] if t.is_floating_point() and t.numel() else []
-    if isinstance(tree, torch.Tensor):
+    if kind is torch.Tensor or isinstance(tree, torch.Tensor):
         return [tree] if tree.is_floating_point() and tree.numel() else []
     if isinstance(tree, (list, tuple)):
         return [t for item in tree for t in _tensors(item)]
@@ -456,11 +457,12 @@ class _Probe:
         return -len(samples), n
 
     def _peak(self, t: torch.Tensor) -> int:
-        entry = self._peaks.get(id(t))
+        peaks = self._peaks
+        entry = peaks.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
         peak = self._put_range(t)
-        self._peaks[id(t)] = (weakref.ref(t), peak)
+        peaks[id(t)] = (weakref.ref(t), peak)
         return peak
 
     def _put_range(self, t: torch.Tensor) -> int:
@@ -477,11 +479,13 @@ class _Probe:
     def _pre_hook(self, name: str, module: nn.Module) -> Callable:
         casts = isinstance(module, _FP16_OPS)
 
+        stack, peak = self._stack, self._peak
+
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
-            inputs = _inputs(args, kwargs)
+            inputs = _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)  # _inputs, inlined
             number = self._started
-            self._stack.append((name, number, [self._peak(t) for t in inputs], inputs))
-            self._started += 1
+            self._started = number + 1
+            stack.append((name, number, [peak(t) for t in inputs], inputs))
             if casts and self._made_by:
                 self._float32_inputs(number, inputs)
         return hook
@@ -516,11 +520,11 @@ class _Probe:
         """Close this module's call (the innermost running call of that name; calls left open above it by an
         exception are dropped) and record it with its parent call and its input and output peaks: (its number,
         its output peaks, its input tensors)."""
-        stack = self._stack
+        stack, peak = self._stack, self._peak
         i = len(stack) - 1
         while i >= 0 and stack[i][0] != name:
             i -= 1
-        peaks = [self._peak(t) for t in outs]
+        peaks = [peak(t) for t in outs]
         if i < 0:
             return None, peaks, None
         _, started, inputs, tensors = stack[i]
@@ -530,6 +534,8 @@ class _Probe:
         return started, peaks, tensors
 
     def _forward_hook(self, name: str) -> Callable:
+        peaks_of, limits, made_by, watch = self.peaks, self.limits, self._made_by, self._watch_gradient
+
         def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             outs = _tensors(output)
             number, out_peaks, inputs = self._pop_call(name, outs)
@@ -537,46 +543,51 @@ class _Probe:
                 self._cast_down(name, number, outs)
             if not outs:
                 return
-            device = outs[0].device.type
+            first = outs[0]
+            device = first.device.type
             autocast = torch.is_autocast_enabled(device)
             dtype = torch.get_autocast_dtype(device) if autocast else None
             self.autocast.add(dtype)
             # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max,
             # until a module that casts its inputs to the autocast dtype receives it (_cast_inputs)
-            own = outs[0].dtype
+            own = first.dtype
             limit = _largest(own if own == torch.float32 or not autocast else dtype)
-            if name not in self.peaks:
+            peaks = peaks_of.get(name)
+            if peaks is None:
                 self.order.append(name)
-                self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
+                self.kinds[name], peaks_of[name], limits[name] = type(module).__name__, list(out_peaks), limit
                 self.dtypes[name] = own
-            self.peaks[name] += out_peaks
-            if limit < self.limits[name]:
-                self.limits[name] = limit
+            else:
+                peaks += out_peaks
+                if limit < limits[name]:
+                    limits[name] = limit
             if autocast:
                 for t in outs:
                     if t.dtype == torch.float32:
-                        entry = self._made_by.get(id(t))
+                        entry = made_by.get(id(t))
                         if entry is not None and entry[0]() is t:
                             entry[1].append(name)
                         else:
-                            self._made_by[id(t)] = (weakref.ref(t), [name])
+                            made_by[id(t)] = (weakref.ref(t), [name])
             if torch.is_grad_enabled():
                 for t in outs:
-                    self._watch_gradient(t, name, is_input=False)
+                    if t.requires_grad:
+                        watch(t, (name, False))
                 for t in inputs if inputs is not None else _inputs(args, kwargs):
-                    self._watch_gradient(t, name, is_input=True)
+                    if t.requires_grad:
+                        watch(t, (name, True))
         return hook
 
-    def _watch_gradient(self, t: torch.Tensor, name: str, is_input: bool) -> None:
-        if not t.requires_grad:
-            return
-        entry = self._roles.get(id(t))
+    def _watch_gradient(self, t: torch.Tensor, role: tuple[str, bool]) -> None:
+        """Hook ``t``'s gradient (once per tensor) and note ``role`` (module name, is it an input) for it."""
+        roles = self._roles
+        entry = roles.get(id(t))
         if entry is not None and entry[0]() is t:
-            entry[1].append((name, is_input))
+            entry[1].append(role)
             return
-        roles = [(name, is_input)]
-        self._roles[id(t)] = (weakref.ref(t), roles)
-        t.register_hook(self._gradient_hook(roles))
+        kept = [role]
+        roles[id(t)] = (weakref.ref(t), kept)
+        t.register_hook(self._gradient_hook(kept))
 
     def _gradient_hook(self, roles: list[tuple[str, bool]]) -> Callable:
         events, grad_out = self.events, self.grad_out
@@ -630,14 +641,28 @@ class _Probe:
         # one stack of the measured 0-d tensors, one cat with the counts, one transfer (float32 holds every
         # count exactly: at most 2**24)
         parts, at, norm_at = _group_counts(self.samples, self.norms) if self.samples else ([], {}, {})
+        order = None
         if self.flat:
-            parts.insert(0, _stack(self.flat).float())
+            # one stack per dtype: a stack of mixed dtypes converts each 0-d tensor on its own (4x slower)
+            by_dtype: dict[torch.dtype, list[int]] = {}
+            for i, t in enumerate(self.flat):
+                by_dtype.setdefault(t.dtype, []).append(i)
+            if len(by_dtype) == 1:
+                parts.insert(0, _stack(self.flat).float())
+            else:
+                flat = self.flat
+                parts[:0] = [_stack([flat[i] for i in ix]).float() for ix in by_dtype.values()]
+                order = [i for ix in by_dtype.values() for i in ix]
         values: list[float] = []
         if parts:
             try:
                 values = (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()
             except RuntimeError:  # the samples on another device than the 0-d tensors (a model split across them)
                 values = torch.cat([t.cpu() for t in parts]).tolist()
+            if order is not None:  # back to the order of self.flat
+                head = values[:len(order)]
+                for j, i in enumerate(order):
+                    values[i] = head[j]
             for i in self.pairs:
                 values[i] = _abs_max_of(values[i], values[i + 1])
         flat, samples = len(self.flat), len(self.samples)
