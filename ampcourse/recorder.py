@@ -359,6 +359,13 @@ def _abs_max(t: torch.Tensor) -> float:
     return _abs_max_of(float(low), float(high))
 
 
+_DEFER_BYTES = 64 * 2**20
+"""The most gradient memory a sampled backward pass keeps alive to measure at its end (beyond it, measured at once)."""
+
+_ENGINE = torch.autograd.Variable._execution_engine
+"""The autograd engine: :meth:`_Probe._measure_params` is queued on it (``queue_callback``, what DDP and FSDP use)
+to run once at the end of a backward pass."""
+
 _FP16_OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
              nn.ConvTranspose3d, nn.MultiheadAttention)
 """Modules whose forward runs autocast's lower-precision ops (linear, conv, matmul) on CPU and CUDA: a float32
@@ -407,6 +414,10 @@ class _Probe:
         self.params: dict[str, tuple[int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
         # (an index of flat; or -1 - k: the norm of sample k, the whole gradient)
         self.norms: list[int] = []  # the samples k whose norm collect() computes (whole parameter gradients)
+        self._pending: list[tuple[str, nn.Parameter, bool]] = []  # parameters accumulated, not yet measured
+        self._kept: list[tuple[list[tuple[str, bool]], torch.Tensor]] = []  # gradients kept, not yet measured
+        self._kept_bytes = 0
+        self._queued = False  # _measure_all is queued on this backward pass
         self.inputs: list[int] = []
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
         self.calls: list[tuple[str, int, int | None, list[int], list[int]]] = []
@@ -590,54 +601,118 @@ class _Probe:
         t.register_hook(self._gradient_hook(kept))
 
     def _gradient_hook(self, roles: list[tuple[str, bool]]) -> Callable:
-        events, grad_out = self.events, self.grad_out
-
         def hook(grad: torch.Tensor) -> None:
+            """Keep the gradient to measure it with the others at the end of the backward pass (holding it,
+            autograd never reuses its memory in place: it does that only with a tensor nobody else holds), up to
+            :data:`_DEFER_BYTES` at a time: beyond, the kept ones are measured at once, in order."""
             if self.removed:
                 return
             g = grad.detach() if grad.requires_grad else grad  # (create_graph=True): record no graph
-            top = self._put_range(g)  # max |x|: inf/NaN exactly when the gradient holds one
-            events.append((tuple(roles), top))
-            outs = [name for name, is_input in roles if not is_input]
-            if outs:
-                k, n = self._keep_sample(g, g.numel())
-                counts = (k, k, n)  # lost, non-zero: both counted on sample k at collect()
-                for name in outs:
-                    grad_out.setdefault(name, []).append(counts)
+            size = g.numel() * g.element_size()
+            if self._kept_bytes + size > _DEFER_BYTES or not self._queue():
+                self._measure_gradients()
+                self._measure_gradient(roles, g)
+                return
+            self._kept_bytes += size
+            self._kept.append((roles, g))
         return hook
+
+    def _queue(self) -> bool:
+        """Queue :meth:`_measure_all` to run at the end of this backward pass (once); False outside one."""
+        if not self._queued:
+            try:
+                _ENGINE.queue_callback(self._measure_all)
+            except RuntimeError:  # not inside a backward pass
+                return False
+            self._queued = True
+        return True
+
+    def _measure_all(self, force: bool = False) -> None:
+        """The end of a backward pass: measure the gradients and the parameters kept during it (not once the probe
+        is removed, unless ``force``: collect() measures what a backward pass that raised left kept)."""
+        self._queued = False
+        self._measure_gradients(force)
+        self._measure_params(force)
+
+    def _measure_gradients(self, force: bool = False) -> None:
+        kept = self._kept[:]
+        self._kept.clear()
+        self._kept_bytes = 0
+        if self.removed and not force:
+            return
+        for roles, g in kept:
+            self._measure_gradient(roles, g)
+
+    def _measure_gradient(self, roles: list[tuple[str, bool]], g: torch.Tensor) -> None:
+        """One gradient event: its max |x| (inf/NaN exactly when the gradient holds one) and, for a gradient
+        w.r.t. a module's output, a copy of its sample for the counts."""
+        top = self._put_range(g)
+        self.events.append((tuple(roles), top))
+        outs = [name for name, is_input in roles if not is_input]
+        if outs:
+            k, n = self._keep_sample(g, g.numel())
+            counts = (k, k, n)  # lost, non-zero: both counted on sample k at collect()
+            grad_out = self.grad_out
+            for name in outs:
+                grad_out.setdefault(name, []).append(counts)
 
     def _param_hook(self, name: str, embedding: bool) -> Callable:
-        params = self.params
+        pending = self._pending
 
         def hook(param: torch.Tensor) -> None:
+            """Note the parameter; its gradient is measured with the others at the end of this backward pass
+            (:meth:`_measure_params`): nothing changes ``param.grad`` in between (``unscale_``, clipping and the
+            optimizer come after ``backward()`` returns)."""
             if self.removed:
                 return
-            grad = param.grad
-            if grad is None or grad.is_sparse:
+            if not self._queue():  # not inside a backward pass (a direct call): measure it now
+                self._measure_param(name, param, embedding)
                 return
-            g = grad.detach() if grad.requires_grad else grad
-            if embedding and g.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
-                a = g.abs()
-                used = (a > 0).any(dim=1, keepdim=True)
-                counted = self._put(used.sum() * a.shape[1])
-                lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
-            else:
-                n = g.numel()
-                lost, kept = self._keep_sample(g, n)
-                counted = -1 - kept
-                params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
-                if kept == n:  # the sample is the whole gradient: its norm is counted with it at collect()
-                    params[name] = (lost, counted, lost)  # sample k, stored as -1 - k
-                    self.norms.append(-1 - lost)
-                else:
-                    params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
-                return
-            params.pop(name, None)
-            params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
+            pending.append((name, param, embedding))
         return hook
+
+    def _measure_params(self, force: bool = False) -> None:
+        """Measure the gradients of the parameters noted in this backward pass, in the order they were
+        accumulated (at its end, :meth:`_measure_all`: the kernels back to back instead of one hook's work between
+        each two of the backward pass's own kernels)."""
+        pending = self._pending[:]
+        self._pending.clear()
+        if self.removed and not force:
+            return
+        for name, param, embedding in pending:
+            self._measure_param(name, param, embedding)
+
+    def _measure_param(self, name: str, param: torch.Tensor, embedding: bool) -> None:
+        """Measure one parameter's gradient: a copy of its sample (the whole gradient up to :data:`SAMPLE`
+        entries) and, for a larger one, its norm; an embedding's over the rows that got a gradient."""
+        params = self.params
+        grad = param.grad
+        if grad is None or grad.is_sparse:
+            return
+        g = grad.detach() if grad.requires_grad else grad
+        if embedding and g.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
+            a = g.abs()
+            used = (a > 0).any(dim=1, keepdim=True)
+            counted = self._put(used.sum() * a.shape[1])
+            lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
+        else:
+            n = g.numel()
+            lost, kept = self._keep_sample(g, n)
+            counted = -1 - kept
+            params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
+            if kept == n:  # the sample is the whole gradient: its norm is counted with it at collect()
+                params[name] = (lost, counted, lost)  # sample k, stored as -1 - k
+                self.norms.append(-1 - lost)
+            else:
+                params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
+            return
+        params.pop(name, None)
+        params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
 
     def collect(self, scale: float) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
+        if self._kept or self._pending:  # a backward pass that raised before its end: measured now, in order
+            self._measure_all(force=True)
         # one stack of the measured 0-d tensors, one cat with the counts, one transfer (float32 holds every
         # count exactly: at most 2**24)
         parts, at, norm_at = _group_counts(self.samples, self.norms) if self.samples else ([], {}, {})
