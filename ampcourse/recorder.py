@@ -16,7 +16,11 @@ after each ``scaler.update()``. It records, per step, through public PyTorch API
   each module's peak |output| and its headroom in bits to the autocast dtype's largest value, the
   gradient flowing out of each module (fraction zero or below float16's normal range at the current scale,
   and the first module whose backward made a finite gradient non-finite), each parameter's gradient
-  (same fractions, first non-finite in backward order) and the true, unscaled gradient norm.
+  (same fractions, first non-finite in backward order) and the true, unscaled gradient norm. The gradients
+  of a sampled backward pass are kept by their hooks and measured together at its end, by a callback queued
+  on the autograd engine (``torch.autograd.Variable._execution_engine.queue_callback``, not in the PyTorch
+  docs; what DDP and FSDP use), before ``unscale_`` or clipping can change them in place: a few milliseconds
+  less per sampled step (``benchmarks/recorder_overhead.py``).
 
 :meth:`AmpRecorder.findings` turns the records into :class:`Finding` s (kinds in :data:`KINDS`), each with a
 message that names the fix. The scale rule is :func:`ampcourse.troubleshoot.diagnose_scale` (one rule for

@@ -1604,3 +1604,70 @@ def test_o_the_gradient_norm_and_lost_fractions_of_whole_and_sampled_parameters_
     for name, g in grads.items():
         lost, _, counted = _old_counts(g)
         assert r.param_grad_lost[name] == pytest.approx(lost / counted), name
+
+
+@pytest.mark.parametrize("budget", [0, 3000])
+def test_o_gradients_measured_at_the_end_of_backward_equal_those_measured_in_their_hooks(monkeypatch, budget):
+    """The gradients of a sampled backward pass are kept and measured at its end, up to _DEFER_BYTES: with a
+    budget of 0 (each measured in its own hook) or one that a few gradients fill (the kept ones measured at once,
+    in order), every record is the same, the order of the first non-finite gradient included."""
+    import ampcourse.recorder as recorder
+
+    def run() -> tuple[StepRecord, ...]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.LayerNorm(32), nn.Linear(32, 4))
+        with torch.no_grad():
+            model[2].weight.mul_(3e3)  # its fp16 output overflows: inf/NaN gradients on some steps
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**18)
+        rec = AmpRecorder(model, optimizer, scaler)
+        for i in range(10):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(16, 8, generator=torch.Generator().manual_seed(i)) * (1 + 3 * i)).float()
+                loss = loss.square().mean()
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+        rec.detach()
+        return rec.records
+
+    reference = run()
+    monkeypatch.setattr(recorder, "_DEFER_BYTES", budget)
+    records = run()
+    assert repr(records) == repr(reference)
+    assert any(r.first_nonfinite_grad for r in reference) and any(r.grad_norm and math.isfinite(r.grad_norm)
+                                                                  for r in reference)
+
+
+def test_o_a_backward_that_raises_leaves_its_kept_gradients_measured_at_collect():
+    """A backward pass that raises never reaches its end: what its hooks kept is measured when the step is
+    recorded, as if measured in the hooks."""
+
+    class Boom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("boom")
+
+    class Net2(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.b(Boom.apply(self.a(x)))
+
+    model = Net2()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = AmpRecorder(model, optimizer)
+    with pytest.raises(RuntimeError, match="boom"):
+        model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    rec.step(1.0)
+    rec.detach()
+    r = rec.records[0]
+    assert set(r.param_grad_lost) == {"b.weight", "b.bias"}  # accumulated before the raise
+    assert {m.name for m in r.modules if m.grad_lost is not None} >= {"b", ""}
