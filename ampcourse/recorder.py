@@ -19,8 +19,9 @@ after each ``scaler.update()``. It records, per step, through public PyTorch API
   (same fractions, first non-finite in backward order) and the true, unscaled gradient norm. The gradients
   of a sampled backward pass are kept by their hooks and measured together at its end, by a callback queued
   on the autograd engine (``torch.autograd.Variable._execution_engine.queue_callback``, not in the PyTorch
-  docs; what DDP and FSDP use), before ``unscale_`` or clipping can change them in place: a few milliseconds
-  less per sampled step (``benchmarks/recorder_overhead.py``).
+  docs; what DDP and FSDP use), before ``unscale_`` or clipping can change them in place: their kernels run
+  back to back instead of one hook's work between each two of the backward pass's own
+  (``benchmarks/recorder_overhead.py`` measures what a sampled step costs).
 
 :meth:`AmpRecorder.findings` turns the records into :class:`Finding` s (kinds in :data:`KINDS`), each with a
 message that names the fix. The scale rule is :func:`ampcourse.troubleshoot.diagnose_scale` (one rule for
