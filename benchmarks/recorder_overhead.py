@@ -143,7 +143,8 @@ def main() -> None:
     elif low > 0.05:
         strength = "over 5 % in every block"
     else:
-        strength = "the blocks straddle 5 %: a busy machine; rerun with more --blocks or --clock cpu to settle it"
+        strength = ("the blocks straddle 5 %: a busy machine; rerun with more --blocks"
+                    + (" or --clock cpu" if args.clock == "wall" else "") + " to settle it")
     print(f"every=10 overhead ≤ 5 %: {'yes' if middle <= 0.05 else 'no'} (median of the per-block overheads, "
           f"{100 * middle:+.1f} %, {args.clock} clock; {strength})")
     # A sampled step costs what every=1 adds per step; every=10 pays it once in 10 steps. The other 9 steps'
