@@ -420,7 +420,8 @@ class _Probe:
         # (an index of flat; or -1 - k: the norm of sample k, the whole gradient)
         self.norms: list[int] = []  # the samples k whose norm collect() computes (whole parameter gradients)
         self._pending: list[tuple[str, nn.Parameter, bool]] = []  # parameters accumulated, not yet measured
-        self._kept: list[tuple[list[tuple[str, bool]], torch.Tensor]] = []  # gradients kept, not yet measured
+        self._kept: list[list[tuple[str, bool]]] = []  # the roles of the gradients kept, not yet measured
+        self._kept_grads: list[torch.Tensor] = []  # those gradients
         self._kept_bytes = 0
         self._queued = False  # _measure_all is queued on this backward pass
         self.inputs: list[int] = []
@@ -619,7 +620,8 @@ class _Probe:
                 self._measure_gradient(roles, g)
                 return
             self._kept_bytes += size
-            self._kept.append((roles, g))
+            self._kept.append(roles)  # two lists, no tuple per gradient: fewer objects for the garbage collector
+            self._kept_grads.append(g)
         return hook
 
     def _queue(self) -> bool:
@@ -640,12 +642,13 @@ class _Probe:
         self._measure_params(force)
 
     def _measure_gradients(self, force: bool = False) -> None:
-        kept = self._kept[:]
+        kept, grads = self._kept[:], self._kept_grads[:]
         self._kept.clear()
+        self._kept_grads.clear()
         self._kept_bytes = 0
         if self.removed and not force:
             return
-        for roles, g in kept:
+        for roles, g in zip(kept, grads, strict=True):
             self._measure_gradient(roles, g)
 
     def _measure_gradient(self, roles: list[tuple[str, bool]], g: torch.Tensor) -> None:
@@ -663,6 +666,7 @@ class _Probe:
 
     def _param_hook(self, name: str, embedding: bool) -> Callable:
         pending = self._pending
+        entry: list = []  # (name, param, embedding), made once: no new object per call
 
         def hook(param: torch.Tensor) -> None:
             """Note the parameter; its gradient is measured with the others at the end of this backward pass
@@ -673,7 +677,9 @@ class _Probe:
             if not self._queue():  # not inside a backward pass (a direct call): measure it now
                 self._measure_param(name, param, embedding)
                 return
-            pending.append((name, param, embedding))
+            if not entry:
+                entry.append((name, param, embedding))
+            pending.append(entry[0])
         return hook
 
     def _measure_params(self, force: bool = False) -> None:
