@@ -16,7 +16,12 @@ after each ``scaler.update()``. It records, per step, through public PyTorch API
   each module's peak |output| and its headroom in bits to the autocast dtype's largest value, the
   gradient flowing out of each module (fraction zero or below float16's normal range at the current scale,
   and the first module whose backward made a finite gradient non-finite), each parameter's gradient
-  (same fractions, first non-finite in backward order) and the true, unscaled gradient norm.
+  (same fractions, first non-finite in backward order) and the true, unscaled gradient norm. The gradients
+  of a sampled backward pass are kept by their hooks and measured together at its end, by a callback queued
+  on the autograd engine (``torch.autograd.Variable._execution_engine.queue_callback``, not in the PyTorch
+  docs; what DDP and FSDP use), before ``unscale_`` or clipping can change them in place: their kernels run
+  back to back instead of one hook's work between each two of the backward pass's own
+  (``benchmarks/recorder_overhead.py`` measures what a sampled step costs).
 
 :meth:`AmpRecorder.findings` turns the records into :class:`Finding` s (kinds in :data:`KINDS`), each with a
 message that names the fix. The scale rule is :func:`ampcourse.troubleshoot.diagnose_scale` (one rule for
@@ -230,10 +235,11 @@ class StepRecord:
 def _tensors(tree: Any) -> list[torch.Tensor]:
     """The floating-point tensors in a module's output or inputs (a tensor, or tuples/lists/dicts/dataclass
     instances of them, nested)."""
-    if type(tree) is tuple and len(tree) == 1 and type(tree[0]) is torch.Tensor:  # the common (x,): fast path
+    kind = type(tree)
+    if kind is tuple and len(tree) == 1 and type(tree[0]) is torch.Tensor:  # the common (x,): fast path
         t = tree[0]
         return [t] if t.is_floating_point() and t.numel() else []
-    if isinstance(tree, torch.Tensor):
+    if kind is torch.Tensor or isinstance(tree, torch.Tensor):
         return [tree] if tree.is_floating_point() and tree.numel() else []
     if isinstance(tree, (list, tuple)):
         return [t for item in tree for t in _tensors(item)]
@@ -311,7 +317,7 @@ def _sample(t: torch.Tensor) -> torch.Tensor:
     spread over the whole tensor and over every channel of its last dimension."""
     flat = t.reshape(-1)
     n = flat.numel()
-    return flat if n <= SAMPLE else flat[_sample_index(n, t.shape[-1], flat.device)]
+    return flat if n <= SAMPLE else torch.index_select(flat, 0, _sample_index(n, t.shape[-1], flat.device))
 
 
 def _abs_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,6 +363,13 @@ def _abs_max(t: torch.Tensor) -> float:
     low, high = _abs_range(t)
     return _abs_max_of(float(low), float(high))
 
+
+_DEFER_BYTES = 64 * 2**20
+"""The most gradient memory a sampled backward pass keeps alive to measure at its end (beyond it, measured at once)."""
+
+_ENGINE = torch.autograd.Variable._execution_engine
+"""The autograd engine: :meth:`_Probe._measure_params` is queued on it (``queue_callback``, what DDP and FSDP use)
+to run once at the end of a backward pass."""
 
 _FP16_OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
              nn.ConvTranspose3d, nn.MultiheadAttention)
@@ -405,6 +418,12 @@ class _Probe:
         self.events: list[tuple[tuple[tuple[str, bool], ...], int]] = []  # (gradient roles, its peak)
         self.params: dict[str, tuple[int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
         # (an index of flat; or -1 - k: the norm of sample k, the whole gradient)
+        self.norms: list[int] = []  # the samples k whose norm collect() computes (whole parameter gradients)
+        self._pending: list[tuple[str, nn.Parameter, bool]] = []  # parameters accumulated, not yet measured
+        self._kept: list[list[tuple[str, bool]]] = []  # the roles of the gradients kept, not yet measured
+        self._kept_grads: list[torch.Tensor] = []  # those gradients
+        self._kept_bytes = 0
+        self._queued = False  # _measure_all is queued on this backward pass
         self.inputs: list[int] = []
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
         self.calls: list[tuple[str, int, int | None, list[int], list[int]]] = []
@@ -442,25 +461,25 @@ class _Probe:
         self.flat.append(t if t.dtype != torch.float64 else t.float())  # float64: not on MPS
         return len(self.flat) - 1
 
-    def _keep_sample(self, g: torch.Tensor) -> tuple[int, int]:
-        """Keep a copy of ``g``'s sample (:func:`_sample`) for collect() (one kernel); (-1 - its number,
-        its size)."""
-        flat = g.reshape(-1)
-        n = flat.numel()
+    def _keep_sample(self, g: torch.Tensor, n: int) -> tuple[int, int]:
+        """Keep a copy of the sample (:func:`_sample`) of ``g`` (``n`` entries) for collect() (one kernel);
+        (-1 - its number, its size). ``index_select``, not ``flat[index]``: the same entries, 3x faster on a CPU."""
         if n > SAMPLE:
-            flat = flat[_sample_index(n, g.shape[-1], flat.device)]  # a gather: already a copy
+            flat = torch.index_select(g.reshape(-1), 0, _sample_index(n, g.shape[-1], g.device))  # a copy
             n = SAMPLE
         else:
-            flat = flat.clone()
-        self.samples.append((flat, flat.dtype))  # a plain copy: _magnitudes runs once per group later
-        return -len(self.samples), n
+            flat = g.reshape(-1).clone()
+        samples = self.samples
+        samples.append((flat, flat.dtype))  # a plain copy: _magnitudes runs once per group later
+        return -len(samples), n
 
     def _peak(self, t: torch.Tensor) -> int:
-        entry = self._peaks.get(id(t))
+        peaks = self._peaks
+        entry = peaks.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
         peak = self._put_range(t)
-        self._peaks[id(t)] = (weakref.ref(t), peak)
+        peaks[id(t)] = (weakref.ref(t), peak)
         return peak
 
     def _put_range(self, t: torch.Tensor) -> int:
@@ -477,11 +496,13 @@ class _Probe:
     def _pre_hook(self, name: str, module: nn.Module) -> Callable:
         casts = isinstance(module, _FP16_OPS)
 
+        stack, peak = self._stack, self._peak
+
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
-            inputs = _inputs(args, kwargs)
+            inputs = _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)  # _inputs, inlined
             number = self._started
-            self._stack.append((name, number, [self._peak(t) for t in inputs], inputs))
-            self._started += 1
+            self._started = number + 1
+            stack.append((name, number, [peak(t) for t in inputs], inputs))
             if casts and self._made_by:
                 self._float32_inputs(number, inputs)
         return hook
@@ -516,11 +537,11 @@ class _Probe:
         """Close this module's call (the innermost running call of that name; calls left open above it by an
         exception are dropped) and record it with its parent call and its input and output peaks: (its number,
         its output peaks, its input tensors)."""
-        stack = self._stack
+        stack, peak = self._stack, self._peak
         i = len(stack) - 1
         while i >= 0 and stack[i][0] != name:
             i -= 1
-        peaks = [self._peak(t) for t in outs]
+        peaks = [peak(t) for t in outs]
         if i < 0:
             return None, peaks, None
         _, started, inputs, tensors = stack[i]
@@ -530,6 +551,8 @@ class _Probe:
         return started, peaks, tensors
 
     def _forward_hook(self, name: str) -> Callable:
+        peaks_of, limits, made_by, watch = self.peaks, self.limits, self._made_by, self._watch_gradient
+
         def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             outs = _tensors(output)
             number, out_peaks, inputs = self._pop_call(name, outs)
@@ -537,110 +560,206 @@ class _Probe:
                 self._cast_down(name, number, outs)
             if not outs:
                 return
-            device = outs[0].device.type
+            first = outs[0]
+            device = first.device.type
             autocast = torch.is_autocast_enabled(device)
             dtype = torch.get_autocast_dtype(device) if autocast else None
             self.autocast.add(dtype)
             # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max,
             # until a module that casts its inputs to the autocast dtype receives it (_cast_inputs)
-            own = outs[0].dtype
+            own = first.dtype
             limit = _largest(own if own == torch.float32 or not autocast else dtype)
-            if name not in self.peaks:
+            peaks = peaks_of.get(name)
+            if peaks is None:
                 self.order.append(name)
-                self.kinds[name], self.peaks[name], self.limits[name] = type(module).__name__, [], limit
+                self.kinds[name], peaks_of[name], limits[name] = type(module).__name__, list(out_peaks), limit
                 self.dtypes[name] = own
-            self.peaks[name] += out_peaks
-            if limit < self.limits[name]:
-                self.limits[name] = limit
+            else:
+                peaks += out_peaks
+                if limit < limits[name]:
+                    limits[name] = limit
             if autocast:
                 for t in outs:
                     if t.dtype == torch.float32:
-                        entry = self._made_by.get(id(t))
+                        entry = made_by.get(id(t))
                         if entry is not None and entry[0]() is t:
                             entry[1].append(name)
                         else:
-                            self._made_by[id(t)] = (weakref.ref(t), [name])
+                            made_by[id(t)] = (weakref.ref(t), [name])
             if torch.is_grad_enabled():
                 for t in outs:
-                    self._watch_gradient(t, name, is_input=False)
+                    if t.requires_grad:
+                        watch(t, (name, False))
                 for t in inputs if inputs is not None else _inputs(args, kwargs):
-                    self._watch_gradient(t, name, is_input=True)
+                    if t.requires_grad:
+                        watch(t, (name, True))
         return hook
 
-    def _watch_gradient(self, t: torch.Tensor, name: str, is_input: bool) -> None:
-        if not t.requires_grad:
-            return
-        entry = self._roles.get(id(t))
+    def _watch_gradient(self, t: torch.Tensor, role: tuple[str, bool]) -> None:
+        """Hook ``t``'s gradient (once per tensor) and note ``role`` (module name, is it an input) for it."""
+        roles = self._roles
+        entry = roles.get(id(t))
         if entry is not None and entry[0]() is t:
-            entry[1].append((name, is_input))
+            entry[1].append(role)
             return
-        roles = [(name, is_input)]
-        self._roles[id(t)] = (weakref.ref(t), roles)
-        t.register_hook(self._gradient_hook(roles))
+        kept = [role]
+        roles[id(t)] = (weakref.ref(t), kept)
+        t.register_hook(self._gradient_hook(kept))
 
     def _gradient_hook(self, roles: list[tuple[str, bool]]) -> Callable:
         def hook(grad: torch.Tensor) -> None:
+            """Keep the gradient to measure it with the others at the end of the backward pass (holding it,
+            autograd never reuses its memory in place: it does that only with a tensor nobody else holds), up to
+            :data:`_DEFER_BYTES` at a time: beyond, the kept ones are measured at once, in order."""
             if self.removed:
                 return
-            g = grad.detach()
-            top = self._put_range(g)  # max |x|: inf/NaN exactly when the gradient holds one
-            self.events.append((tuple(roles), top))
-            outs = [name for name, is_input in roles if not is_input]
-            if outs:
-                k, n = self._keep_sample(g)
-                counts = (k, k, n)  # lost, non-zero: both counted on sample k at collect()
-                grad_out = self.grad_out
-                for name in outs:
-                    grad_out.setdefault(name, []).append(counts)
+            g = grad.detach() if grad.requires_grad else grad  # (create_graph=True): record no graph
+            size = g.numel() * g.element_size()
+            if self._kept_bytes + size > _DEFER_BYTES or not self._queue():
+                self._measure_gradients()
+                self._measure_gradient(roles, g)
+                return
+            self._kept_bytes += size
+            self._kept.append(roles)  # two lists, no tuple per gradient: fewer objects for the garbage collector
+            self._kept_grads.append(g)
         return hook
 
+    def _queue(self) -> bool:
+        """Queue :meth:`_measure_all` to run at the end of this backward pass (once); False outside one."""
+        if not self._queued:
+            try:
+                _ENGINE.queue_callback(self._measure_all)
+            except RuntimeError:  # not inside a backward pass
+                return False
+            self._queued = True
+        return True
+
+    def _measure_all(self, force: bool = False) -> None:
+        """The end of a backward pass: measure the gradients and the parameters kept during it (not once the probe
+        is removed, unless ``force``: collect() measures what a backward pass that raised left kept)."""
+        self._queued = False
+        self._measure_gradients(force)
+        self._measure_params(force)
+
+    def _measure_gradients(self, force: bool = False) -> None:
+        kept, grads = self._kept[:], self._kept_grads[:]
+        self._kept.clear()
+        self._kept_grads.clear()
+        self._kept_bytes = 0
+        if self.removed and not force:
+            return
+        for roles, g in zip(kept, grads, strict=True):
+            self._measure_gradient(roles, g)
+
+    def _measure_gradient(self, roles: list[tuple[str, bool]], g: torch.Tensor) -> None:
+        """One gradient event: its max |x| (inf/NaN exactly when the gradient holds one) and, for a gradient
+        w.r.t. a module's output, a copy of its sample for the counts."""
+        top = self._put_range(g)
+        self.events.append((tuple(roles), top))
+        outs = [name for name, is_input in roles if not is_input]
+        if outs:
+            k, n = self._keep_sample(g, g.numel())
+            counts = (k, k, n)  # lost, non-zero: both counted on sample k at collect()
+            grad_out = self.grad_out
+            for name in outs:
+                grad_out.setdefault(name, []).append(counts)
+
     def _param_hook(self, name: str, embedding: bool) -> Callable:
+        pending = self._pending
+        entry: list = []  # (name, param, embedding), made once: no new object per call
+
         def hook(param: torch.Tensor) -> None:
+            """Note the parameter; its gradient is measured with the others at the end of this backward pass
+            (:meth:`_measure_params`): nothing changes ``param.grad`` in between (``unscale_``, clipping and the
+            optimizer come after ``backward()`` returns)."""
             if self.removed:
                 return
-            grad = param.grad
-            if grad is None or grad.is_sparse:
+            if not self._queue():  # not inside a backward pass (a direct call): measure it now
+                self._measure_param(name, param, embedding)
                 return
-            g = grad.detach()
-            if embedding and g.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
-                a = g.abs()
-                used = (a > 0).any(dim=1, keepdim=True)
-                counted = self._put(used.sum() * a.shape[1])
-                lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
-            else:
-                lost, n = self._keep_sample(g)
-                counted = -1 - n
-                if n == g.numel():  # the sample is the whole gradient: its norm is counted with it at collect()
-                    self.params.pop(name, None)
-                    self.params[name] = (lost, counted, lost)  # sample k, stored as -1 - k
-                    return
-            self.params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
-            self.params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
+            if not entry:
+                entry.append((name, param, embedding))
+            pending.append(entry[0])
         return hook
+
+    def _measure_params(self, force: bool = False) -> None:
+        """Measure the gradients of the parameters noted in this backward pass, in the order they were
+        accumulated (at its end, :meth:`_measure_all`: the kernels back to back instead of one hook's work between
+        each two of the backward pass's own kernels)."""
+        pending = self._pending[:]
+        self._pending.clear()
+        if self.removed and not force:
+            return
+        for name, param, embedding in pending:
+            self._measure_param(name, param, embedding)
+
+    def _measure_param(self, name: str, param: torch.Tensor, embedding: bool) -> None:
+        """Measure one parameter's gradient: a copy of its sample (the whole gradient up to :data:`SAMPLE`
+        entries) and, for a larger one, its norm; an embedding's over the rows that got a gradient."""
+        params = self.params
+        grad = param.grad
+        if grad is None or grad.is_sparse:
+            return
+        g = grad.detach() if grad.requires_grad else grad
+        if embedding and g.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
+            a = g.abs()
+            used = (a > 0).any(dim=1, keepdim=True)
+            counted = self._put(used.sum() * a.shape[1])
+            lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
+        else:
+            n = g.numel()
+            lost, kept = self._keep_sample(g, n)
+            counted = -1 - kept
+            params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
+            if kept == n:  # the sample is the whole gradient: its norm is counted with it at collect()
+                params[name] = (lost, counted, lost)  # sample k, stored as -1 - k
+                self.norms.append(-1 - lost)
+            else:
+                params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
+            return
+        params.pop(name, None)
+        params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
 
     def collect(self, scale: float) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
-        values: list[float] = []
-        counts = _count_samples(self.samples, norms=True)
+        if self._kept or self._pending:  # a backward pass that raised before its end: measured now, in order
+            self._measure_all(force=True)
+        # one stack of the measured 0-d tensors, one cat with the counts, one transfer (float32 holds every
+        # count exactly: at most 2**24)
+        parts, at, norm_at = _group_counts(self.samples, self.norms) if self.samples else ([], {}, {})
+        order = None
         if self.flat:
-            # one kernel, and with the counts one transfer (float32 holds every count exactly: at most 2**24)
-            flat = _stack(self.flat).float()
-            both = flat if counts is None else torch.cat([flat, counts.to(flat.device, torch.float32)])
-            values = both.tolist()
+            # one stack per dtype: a stack of mixed dtypes converts each 0-d tensor on its own (4x slower)
+            by_dtype: dict[torch.dtype, list[int]] = {}
+            for i, t in enumerate(self.flat):
+                by_dtype.setdefault(t.dtype, []).append(i)
+            if len(by_dtype) == 1:
+                parts.insert(0, _stack(self.flat).float())
+            else:
+                flat = self.flat
+                parts[:0] = [_stack([flat[i] for i in ix]).float() for ix in by_dtype.values()]
+                order = [i for ix in by_dtype.values() for i in ix]
+        values: list[float] = []
+        if parts:
+            try:
+                values = (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()
+            except RuntimeError:  # the samples on another device than the 0-d tensors (a model split across them)
+                values = torch.cat([t.cpu() for t in parts]).tolist()
+            if order is not None:  # back to the order of self.flat
+                head = values[:len(order)]
+                for j, i in enumerate(order):
+                    values[i] = head[j]
             for i in self.pairs:
                 values[i] = _abs_max_of(values[i], values[i + 1])
-        elif counts is not None:
-            values = counts.tolist()
-        lost_at = len(self.flat)
-        nonzero_at = lost_at + len(self.samples)
-        norm_at = nonzero_at + len(self.samples)
+        flat, samples = len(self.flat), len(self.samples)
+        nonzero_at, norms_at = flat + samples, flat + 2 * samples
 
-        def lost(k: int) -> int:  # sample k (stored as -1 - k): the index of its count of lost entries
-            return lost_at - 1 - k if k < 0 else k
+        def lost(i: int) -> int:  # i: an index of values, or sample k stored as -1 - k: its count of lost entries
+            return flat + at[-1 - i] if i < 0 else i
 
-        outs = {name: [(lost(i), nonzero_at - 1 - j, n) for i, j, n in counts]
+        outs = {name: [(lost(i), nonzero_at + at[-1 - j], n) for i, j, n in counts]
                 for name, counts in self.grad_out.items()}
-        params = {name: (lost(i), counted, norm if norm >= 0 else norm_at - 1 - norm)
+        params = {name: (lost(i), counted, norm if norm >= 0 else norms_at + norm_at[-1 - norm])
                   for name, (i, counted, norm) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
         masks = _minus_inf_ok(calls, values)
@@ -706,35 +825,54 @@ def _count_rows(rows: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, t
     return lost, torch.ne(rows, 0, out=marks).sum(1, dtype=torch.int32)
 
 
-def _count_samples(samples: list[tuple[torch.Tensor, torch.dtype]], norms: bool = False) -> torch.Tensor | None:
-    """For each gradient sample (a copy kept by a hook, or its :func:`_magnitudes`: the same counts and norm),
-    the number of entries that are 0 or below fp16's normal range (|x| < :data:`FP16_NORMAL_MIN`), then for
-    each the number of non-zero entries (one int32 tensor on the samples' device). The samples of one size and
-    dtype (most are :data:`SAMPLE` long) are counted together (one ``stack``, one :func:`_magnitudes`,
-    :func:`_count_rows`: two comparisons, two sums), instead of four kernels per tensor in its hook.
-    ``norms``: then, for each, the 2-norm of the sample (all three parts float32, which holds every count
-    exactly): a parameter gradient of at most :data:`SAMPLE` entries is its whole sample, so its norm comes from
-    here, one kernel per group instead of one per parameter."""
-    if not samples:
-        return None
+def _group_counts(samples: list[tuple[torch.Tensor, torch.dtype]], norms: list[int] | tuple[int, ...] = ()
+                  ) -> tuple[list[torch.Tensor], dict[int, int], dict[int, int]]:
+    """The counts of :func:`_count_samples`, in group order, as the parts of one tensor: ``(parts, at, norm_at)``
+    where ``torch.cat(parts)`` holds, for each sample, the number of entries that are 0 or below fp16's normal
+    range (|x| < :data:`FP16_NORMAL_MIN`), then for each the number of non-zero entries, then the 2-norms of the
+    samples ``norms`` (float32); sample ``k``'s first count is at ``at[k]``, its second at ``len(samples) +
+    at[k]``, its norm at ``2 * len(samples) + norm_at[k]``. The samples of one size and dtype (most are
+    :data:`SAMPLE` long) are counted together (one ``stack``, one :func:`_magnitudes`, :func:`_count_rows`: two
+    comparisons, two sums), instead of four kernels per tensor in its hook; the norms are taken per group too
+    (a parameter gradient of at most :data:`SAMPLE` entries is its whole sample), of the rows that need one.
+    The places are worked out here, in Python: no kernel puts the counts back in the samples' order."""
     groups: dict[tuple[int, torch.dtype], list[int]] = {}
     for k, (t, dtype) in enumerate(samples):
         groups.setdefault((t.numel(), dtype), []).append(k)
+    wanted = set(norms)
     lost, nonzero, norm = [], [], []
+    at: dict[int, int] = {}
+    norm_at: dict[int, int] = {}
     for (_, dtype), ks in groups.items():
         rows = _stack([samples[k][0] for k in ks])
         counts = _count_rows(_magnitudes(rows)[0], dtype)
         lost.append(counts[0])
         nonzero.append(counts[1])
-        if norms:
-            norm.append(torch.linalg.vector_norm(rows, dim=1, dtype=torch.float32))
+        for k in ks:
+            at[k] = len(at)
+        picked = [i for i, k in enumerate(ks) if k in wanted]
+        if picked:
+            norm.append(torch.linalg.vector_norm(rows if len(picked) == len(ks) else rows[picked], dim=1,
+                                                 dtype=torch.float32))
+            for i in picked:
+                norm_at[ks[i]] = len(norm_at)
+    parts = lost + nonzero + norm
     if len({t.device for t in lost}) > 1:  # a model on several devices (a few groups: cheap to ask)
-        lost, nonzero, norm = ([t.cpu() for t in part] for part in (lost, nonzero, norm))
-    order = [k for ks in groups.values() for k in ks]
-    place = torch.tensor(order, device=lost[0].device).argsort()  # back to the samples' order
-    if not norms:
-        return torch.cat([torch.cat(lost)[place], torch.cat(nonzero)[place]])
-    return torch.cat([torch.cat(lost).float()[place], torch.cat(nonzero).float()[place], torch.cat(norm)[place]])
+        parts = [t.cpu() for t in parts]
+    return parts, at, norm_at
+
+
+def _count_samples(samples: list[tuple[torch.Tensor, torch.dtype]]) -> torch.Tensor | None:
+    """For each gradient sample (a copy kept by a hook, or its :func:`_magnitudes`: the same counts), the number
+    of entries that are 0 or below fp16's normal range (|x| < :data:`FP16_NORMAL_MIN`), then for each the
+    number of non-zero entries, in the samples' order (one int32 tensor on the samples' device): what
+    :meth:`_Probe.collect` reads from :func:`_group_counts`."""
+    if not samples:
+        return None
+    parts, at, _ = _group_counts(samples)
+    counts = torch.cat(parts)
+    place = torch.tensor([at[k] for k in range(len(samples))], device=counts.device)
+    return torch.cat([counts[place], counts[place + len(samples)]])
 
 
 def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:

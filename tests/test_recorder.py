@@ -1504,3 +1504,170 @@ def test_r4_m5_grad_lost_of_a_one_channel_gradient_is_near_the_true_fraction():
     rec.detach()
     lost = next(m for m in rec.records[0].modules if m.name == "1").grad_lost
     assert truth[0] > 0.9 and abs(lost - truth[0]) < 0.05, (lost, truth)
+
+
+# --- Issue 24's overhead work: the faster paths give the same numbers ----------------------------------------
+
+def test_o_peaks_of_modules_in_three_dtypes_are_the_exact_max_abs_of_their_outputs():
+    """collect stacks the 0-d measurements one dtype at a time (a mixed-dtype stack converts each on its own) and
+    puts them back in their order: each module's peak is still its own output's max |x|, in float16, bfloat16 and
+    float32 modules interleaved, with an embedding (whose counts are integers beside the float peaks)."""
+
+    class Cast(nn.Module):
+        def __init__(self, dtype: torch.dtype) -> None:
+            super().__init__()
+            self.dtype = dtype
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x * 3.0).to(self.dtype)
+
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(50, 16)
+            self.parts = nn.ModuleList([Cast(d) for d in (torch.float16, torch.bfloat16, torch.float32) * 3])
+            self.head = nn.Linear(16, 4)
+
+        def forward(self, idx: torch.Tensor) -> torch.Tensor:
+            x = self.emb(idx)
+            for part in self.parts:
+                x = part(x.float() * 0.5)
+            return self.head(x.float())
+
+    torch.manual_seed(0)
+    model = Mixed()
+    outputs: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():
+        module.register_forward_hook(lambda m, a, out, name=name: outputs.__setitem__(name, out.detach().clone()))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = AmpRecorder(model, optimizer)
+    model(torch.randint(0, 50, (4, 8))).square().mean().backward()
+    optimizer.step()
+    rec.step(1.0)
+    rec.detach()
+    stats = {m.name: m for m in rec.records[0].modules}
+    dtypes = {stats[f"parts.{k}"].dtype for k in range(9)}
+    assert dtypes == {torch.float16, torch.bfloat16, torch.float32}
+    for name, out in outputs.items():
+        assert stats[name].peak == float(out.abs().max()), name
+    used = model.emb.weight.grad.abs().gt(0).any(dim=1)
+    lost = (model.emb.weight.grad.abs() < 2.0**-14)[used].float().mean().item()
+    assert rec.records[0].param_grad_lost["emb.weight"] == pytest.approx(lost)
+
+
+def test_o_the_grouped_counts_and_norms_land_at_their_own_samples():
+    """_group_counts counts the samples of one size and dtype together and works out in Python where each
+    sample's counts and norm went: every sample's (lost, non-zero) and the norms asked for equal the per-tensor
+    values, whatever the order of sizes and dtypes."""
+    from ampcourse.recorder import SAMPLE, _group_counts, _sample
+
+    tensors = []
+    for n in (SAMPLE, 64, 3 * SAMPLE + 5, 64, 13, SAMPLE, 13):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            tensors.append(_known_gradient(n, dtype) * (1 + len(tensors)))
+    samples = [(_sample(t).clone(), t.dtype) for t in tensors]
+    norms = [k for k in range(len(samples)) if k % 3 != 1]
+    parts, at, norm_at = _group_counts(samples, norms)
+    values = torch.cat(parts).tolist()
+    s = len(samples)
+    for k, t in enumerate(tensors):
+        assert (values[at[k]], values[s + at[k]]) == _old_counts(t)[:2], k
+    for k in norms:
+        want = float(torch.linalg.vector_norm(samples[k][0], dtype=torch.float32))
+        assert values[2 * s + norm_at[k]] == pytest.approx(want, rel=1e-6), k
+    assert set(norm_at) == set(norms)
+
+
+def test_o_the_gradient_norm_and_lost_fractions_of_whole_and_sampled_parameters_are_the_true_ones():
+    """A parameter of at most SAMPLE entries is its whole sample (its norm taken at collect, one per group); a
+    larger one is sampled (its norm taken in the hook): the recorded grad norm is the true unscaled norm and each
+    parameter's lost fraction is the per-tensor count of its sample."""
+    from ampcourse.recorder import SAMPLE
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 64), nn.Linear(64, 100), nn.Linear(100, 3))  # 6400 > SAMPLE weights
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+    rec = AmpRecorder(model, optimizer, scaler)
+    grads: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda p, name=name: grads.__setitem__(name, p.grad.clone()))
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(torch.randn(16, 8)).float().square().mean() * 1e-4
+    optimizer_step(loss, optimizer, scaler)
+    rec.step(loss)
+    rec.detach()
+    r = rec.records[0]
+    assert any(g.numel() > SAMPLE for g in grads.values()) and any(g.numel() <= SAMPLE for g in grads.values())
+    true_norm = math.sqrt(sum(float(g.double().square().sum()) for g in grads.values())) / 256.0
+    assert r.grad_norm == pytest.approx(true_norm, rel=1e-5)
+    for name, g in grads.items():
+        lost, _, counted = _old_counts(g)
+        assert r.param_grad_lost[name] == pytest.approx(lost / counted), name
+
+
+@pytest.mark.parametrize("budget", [0, 3000])
+def test_o_gradients_measured_at_the_end_of_backward_equal_those_measured_in_their_hooks(monkeypatch, budget):
+    """The gradients of a sampled backward pass are kept and measured at its end, up to _DEFER_BYTES: with a
+    budget of 0 (each measured in its own hook) or one that a few gradients fill (the kept ones measured at once,
+    in order), every record is the same, the order of the first non-finite gradient included."""
+    import ampcourse.recorder as recorder
+
+    def run() -> tuple[StepRecord, ...]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.LayerNorm(32), nn.Linear(32, 4))
+        with torch.no_grad():
+            model[2].weight.mul_(3e3)  # its fp16 output overflows: inf/NaN gradients on some steps
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**18)
+        rec = AmpRecorder(model, optimizer, scaler)
+        for i in range(10):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(16, 8, generator=torch.Generator().manual_seed(i)) * (1 + 3 * i)).float()
+                loss = loss.square().mean()
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+        rec.detach()
+        return rec.records
+
+    reference = run()
+    monkeypatch.setattr(recorder, "_DEFER_BYTES", budget)
+    records = run()
+    assert repr(records) == repr(reference)
+    assert any(r.first_nonfinite_grad for r in reference) and any(r.grad_norm and math.isfinite(r.grad_norm)
+                                                                  for r in reference)
+
+
+def test_o_a_backward_that_raises_leaves_its_kept_gradients_measured_at_collect():
+    """A backward pass that raises never reaches its end: what its hooks kept is measured when the step is
+    recorded, as if measured in the hooks."""
+
+    class Boom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("boom")
+
+    class Net2(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.b(Boom.apply(self.a(x)))
+
+    model = Net2()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = AmpRecorder(model, optimizer)
+    with pytest.raises(RuntimeError, match="boom"):
+        model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    rec.step(1.0)
+    rec.detach()
+    r = rec.records[0]
+    assert set(r.param_grad_lost) == {"b.weight", "b.bias"}  # accumulated before the raise
+    assert {m.name for m in r.modules if m.grad_lost is not None} >= {"b", ""}
