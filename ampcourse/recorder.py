@@ -196,6 +196,13 @@ class StepRecord:
         param_grad_lost: parameter name → fraction of its gradient 0 or below fp16's normal range at the
             current scale, in backward order (on a sample of at most :data:`SAMPLE` entries; for an
             ``nn.Embedding``: over all the rows that got a gradient).
+        step_called: ``optimizer.step()`` ran (see ``stepped``).
+        scaler_checked: an enabled GradScaler was given, so ``GradScaler.step`` checked this step's gradients
+            and applied it only if they were all finite (``torch/amp/grad_scaler.py``: ``optimizer.step()`` runs
+            only when ``found_inf_per_device`` sums to 0): an applied step had finite gradients, whatever its loss.
+        input_minus_inf: the positions (in the model's floating-point inputs, positional then keyword) of the
+            inputs whose only non-finite values are -inf (an additive mask, or log(0) data); sampled steps only.
+        input_broken: an input held NaN or +inf (broken data whatever came before); sampled steps only.
     """
 
     step: int
@@ -218,6 +225,9 @@ class StepRecord:
     first_nonfinite_output: str | None = None
     param_grad_lost: Mapping[str, float] = field(default_factory=dict)
     step_called: bool = False
+    scaler_checked: bool = False
+    input_minus_inf: tuple[int, ...] = ()
+    input_broken: bool = False
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -333,15 +343,26 @@ def _input_ok(values: list[float], i: int, minus_inf_ok: bool) -> bool:
     return not math.isnan(top) and high != math.inf and (top != math.inf or minus_inf_ok)
 
 
-def _first_bad_call(calls: list[tuple], values: list[float]) -> tuple | None:
-    """The first module call (in completion order) whose output holds inf/NaN, or None."""
-    return next((c for c in calls if not all(math.isfinite(values[i]) for i in c[4])), None)
+def _minus_inf_only(values: list[float], i: int) -> bool:
+    """The tensor measured at ``i`` (max |x| at ``i``, max at ``i + 1``) holds -inf and no NaN or +inf."""
+    return values[i] == math.inf and not math.isnan(values[i + 1]) and values[i + 1] != math.inf
 
 
-def _minus_inf_ok(calls: list[tuple], values: list[float]) -> bool:
+def _first_bad_call(calls: list[tuple], values: list[float], loss_finite: bool = False) -> tuple | None:
+    """The first module call (in completion order) whose output holds inf/NaN, or None. With ``loss_finite`` (the
+    step's loss was finite) an output whose only non-finite values are -inf does not count: a mask module
+    (``scores.masked_fill(future, -inf)``, a LogSoftmax over masked logits) whose -inf a later softmax or
+    masked reduction turned finite again, not an overflow."""
+    def bad(i: int) -> bool:
+        return not math.isfinite(values[i]) and not (loss_finite and _minus_inf_only(values, i))
+    return next((c for c in calls if any(bad(i) for i in c[4])), None)
+
+
+def _minus_inf_ok(calls: list[tuple], values: list[float], loss_finite: bool = False) -> bool:
     """Whether a -inf in an input is harmless (an additive mask): no module output held inf/NaN, or the first
-    one that did was handed only finite inputs (its -inf came from elsewhere, not from the mask)."""
-    bad = _first_bad_call(calls, values)
+    one that did was handed only finite inputs (its -inf came from elsewhere, not from the mask). A mask input
+    that was harmless on an earlier sampled step stays a mask (:func:`_known_masks`, at diagnosis)."""
+    bad = _first_bad_call(calls, values, loss_finite)
     return bad is None or all(math.isfinite(values[i]) for i in bad[3])
 
 
@@ -618,8 +639,10 @@ class _Probe:
             self.params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
         return hook
 
-    def collect(self, scale: float) -> dict[str, Any]:
-        """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
+    def collect(self, scale: float, loss_finite: bool = False) -> dict[str, Any]:
+        """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by;
+        ``loss_finite``: the step's loss was finite, so a module output whose only non-finite values are -inf
+        was a mask, not the start of an overflow: :func:`_first_bad_call`)."""
         values: list[float] = []
         counts = _count_samples(self.samples, norms=True)
         if self.flat:
@@ -643,12 +666,14 @@ class _Probe:
         params = {name: (lost(i), counted, norm if norm >= 0 else norm_at - 1 - norm)
                   for name, (i, counted, norm) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
-        masks = _minus_inf_ok(calls, values)
+        masks = _minus_inf_ok(calls, values, loss_finite)
         return {
             "autocast_dtype": _lowest(self.autocast),
             "input_finite": None if not self.inputs else all(_input_ok(values, i, masks) for i in inputs),
+            "input_minus_inf": tuple(k for k, i in enumerate(inputs) if _minus_inf_only(values, i)),
+            "input_broken": not all(_input_ok(values, i, True) for i in inputs),
             "modules": self._modules(peaks, outs, events, values),
-            **_forward_culprit(calls, values),
+            **_forward_culprit(calls, values, loss_finite),
             "first_nonfinite_backward": _backward_culprit(events, values),
             **_param_fields(params, values, scale),
         }
@@ -760,17 +785,17 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:k]) for k in range(len(parts) - 1, -1, -1)]
 
 
-def _forward_culprit(calls: list[tuple], values: list[float]) -> dict[str, str | None]:
+def _forward_culprit(calls: list[tuple], values: list[float], loss_finite: bool = False) -> dict[str, str | None]:
     """Where a forward pass made its first inf/NaN. ``first_nonfinite_output``: the first module call (in
     completion order) whose output holds one. If that call's inputs were finite, its own forward made it;
     otherwise the inf/NaN was made between modules, in the code of an enclosing module's forward: the innermost
     enclosing call whose inputs were finite (``first_nonfinite_module``)."""
-    bad = _first_bad_call(calls, values)
+    bad = _first_bad_call(calls, values, loss_finite)
     if bad is None:
         return {"first_nonfinite_module": None, "first_nonfinite_output": None}
     by_number = {c[1]: c for c in calls}
     call = bad
-    masks = _minus_inf_ok(calls, values)
+    masks = _minus_inf_ok(calls, values, loss_finite)
     while call is not None and not all(_input_ok(values, i, masks) for i in call[3]):
         call = by_number.get(call[2])
     return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
@@ -952,13 +977,13 @@ class AmpRecorder:
         sampled = {}
         if self._probe is not None:
             self._probe.remove()
-            sampled = self._probe.collect(before or 1.0)
+            sampled = self._probe.collect(before or 1.0, loss_finite=math.isfinite(value))
             self._probe = None
         record = StepRecord(
             step=len(self._records), loss=value, scale_before=before, scale_after=after, stepped=stepped,
             skipped=not stepped, scale_decreased=decreased, lr=float(self.optimizer.param_groups[0]["lr"]),
             scheduler_epoch=None if self.scheduler is None else int(self.scheduler.last_epoch),
-            sampled=bool(sampled), step_called=called, **sampled)
+            sampled=bool(sampled), step_called=called, scaler_checked=before is not None, **sampled)
         self._records.append(record)
         self._scale = after
         self._open_probe()
@@ -1055,8 +1080,27 @@ def _module(record: StepRecord, name: str) -> ModuleStats | None:
     return next((m for m in record.modules if m.name == name), None)
 
 
+def _known_masks(records: list[StepRecord]) -> list[StepRecord]:
+    """The records with a mask input read as a mask: an input position whose -inf was harmless on an earlier
+    sampled step (the step's inputs passed as finite while that input held -inf: an additive attention mask
+    built once and passed on every step) stays a mask on later steps, so a sampled step whose only non-finite
+    inputs are such masks (no NaN, no +inf) has finite inputs: a forward overflow there is the model's (an
+    attention score past float16's range), not broken data. An input that was never harmless stays broken."""
+    known: set[int] = set()
+    out = []
+    for r in records:
+        if r.sampled and r.input_finite is True:
+            known.update(r.input_minus_inf)
+        elif (r.sampled and r.input_finite is False and not r.input_broken and r.input_minus_inf
+              and known.issuperset(r.input_minus_inf)):
+            r = dataclasses.replace(r, input_finite=True)
+        out.append(r)
+    return out
+
+
 def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None,
               every: int | None = None) -> list[Finding]:
+    records = _known_masks(list(records))
     sampled = [r for r in records if r.sampled]
     found: list[Finding] = []
     applied_bad = _nonfinite_grad(records, sampled)
@@ -1095,9 +1139,13 @@ def _nonfinite_input(records: list[StepRecord], sampled: list[StepRecord]) -> Fi
 
 
 def _poisoned_by(records: list[StepRecord], step: int) -> StepRecord | None:
-    """The first step before ``step`` whose loss was inf/NaN and whose optimizer step was applied all the same (no
-    GradScaler to skip it): it updated the weights with inf/NaN gradients, so a later overflow may be its doing."""
-    return next((e for e in records if e.step < step and e.stepped and not math.isfinite(e.loss)), None)
+    """The first step before ``step`` whose loss was inf/NaN and whose optimizer step was applied all the same with
+    no enabled GradScaler to check it: it updated the weights with inf/NaN gradients, so a later overflow may be
+    its doing. A step an enabled GradScaler checked and applied had finite gradients (``GradScaler.step`` calls
+    ``optimizer.step()`` only when no gradient is inf/NaN; a float16 loss can be inf with finite gradients: a
+    float16 sum above 65504), and a sampled step whose gradient norm was finite applied finite gradients."""
+    return next((e for e in records if e.step < step and e.stepped and not math.isfinite(e.loss)
+                 and not e.scaler_checked and (e.grad_norm is None or not math.isfinite(e.grad_norm))), None)
 
 
 def _poisoned_text(e: StepRecord) -> str:
@@ -1260,12 +1308,19 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
                   collapse: bool) -> tuple[str, str]:
     """Where the skipped steps' inf/NaN comes from, and what to do: (where, one or two sentences). ``collapse``:
     every recent step was skipped, down to a small scale (else: skips that keep coming back). Skips that began
-    before the first forward overflow are explained by what those earlier steps show (the overflow came later)."""
+    before the first forward overflow are explained by what those earlier steps show (the overflow came later).
+    The skips looked at are the last :data:`COLLAPSE_WINDOW` skipped steps (the collapse window), not the run's
+    first skip: a scale backing off from a large init_scale, or one earlier spike, does not hide the overflow
+    that makes the window's skips. The overflow explains them when the window starts at or after it, or when
+    most of the window's sampled skips saw a forward inf/NaN."""
     kinds = {f.kind: f for f in found}
     overflow = kinds.get("overflow")
-    first_skip = next((r.step for r in records if r.skipped), None)
+    window = [r for r in records if r.skipped][-COLLAPSE_WINDOW:]
+    first_skip = window[0].step if window else None
+    seen = [r for r in sampled if r.skipped and window and window[0].step <= r.step <= window[-1].step]
     later = ""
-    if overflow is not None and (first_skip is None or first_skip >= overflow.step):
+    if overflow is not None and (first_skip is None or first_skip >= overflow.step
+                                 or _majority([r.first_nonfinite_module is not None for r in seen])):
         where = overflow.where
         return where, (f"the forward pass overflows in {_label(where)}, and no loss scale can fix a forward "
                        "overflow: fix that module (see the overflow finding).")
