@@ -1311,16 +1311,20 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
     before the first forward overflow are explained by what those earlier steps show (the overflow came later).
     The skips looked at are the last :data:`COLLAPSE_WINDOW` skipped steps (the collapse window), not the run's
     first skip: a scale backing off from a large init_scale, or one earlier spike, does not hide the overflow
-    that makes the window's skips. The overflow explains them when the window starts at or after it, or when
-    most of the window's sampled skips saw a forward inf/NaN."""
+    that makes the window's skips. The overflow explains them when no step before it was skipped, or when the
+    steps before it were mostly applied (the earlier skips were the scale settling or a spike) and the window
+    starts at or after it or most of the window's sampled skips saw a forward inf/NaN. When most steps before
+    the overflow were skipped already, the collapse began before it: those steps tell its cause."""
     kinds = {f.kind: f for f in found}
     overflow = kinds.get("overflow")
     window = [r for r in records if r.skipped][-COLLAPSE_WINDOW:]
     first_skip = window[0].step if window else None
     seen = [r for r in sampled if r.skipped and window and window[0].step <= r.step <= window[-1].step]
+    before = [r.skipped for r in records if overflow is not None and r.step < overflow.step]
     later = ""
-    if overflow is not None and (first_skip is None or first_skip >= overflow.step
-                                 or _majority([r.first_nonfinite_module is not None for r in seen])):
+    if overflow is not None and (not any(before) or not _majority(before) and (
+            first_skip is None or first_skip >= overflow.step
+            or _majority([r.first_nonfinite_module is not None for r in seen]))):
         where = overflow.where
         return where, (f"the forward pass overflows in {_label(where)}, and no loss scale can fix a forward "
                        "overflow: fix that module (see the overflow finding).")
@@ -1533,8 +1537,8 @@ def _scheduler_on_skipped(records: list[StepRecord], epoch0: int | None) -> Find
     return Finding("scheduler_on_skipped_step", bad[0], "scheduler",
                    f"the scheduler stepped on {len(bad)} of the {n_skipped} steps the scaler skipped (first: step "
                    f"{bad[0]}), so the lr schedule runs ahead of the model. Call scheduler.step() only when the step "
-                   "ran: read scale = scaler.get_scale() before scaler.update(), then step the scheduler if "
-                   "scaler.get_scale() >= scale.")
+                   "ran: read scale = scaler.get_scale() after scaler.scale(loss) and before scaler.update(), then step "
+                   "the scheduler if scaler.get_scale() >= scale.")
 
 
 def _skip_phases(records: list[StepRecord]) -> tuple[int, int, int]:
