@@ -203,6 +203,8 @@ class StepRecord:
         input_minus_inf: the positions (in the model's floating-point inputs, positional then keyword) of the
             inputs whose only non-finite values are -inf (an additive mask, or log(0) data); sampled steps only.
         input_broken: an input held NaN or +inf (broken data whatever came before); sampled steps only.
+        weights_finite: every trained parameter was finite when the step's hooks were attached (after the
+            previous step's update, before this step's forward); None if not sampled.
     """
 
     step: int
@@ -228,6 +230,7 @@ class StepRecord:
     scaler_checked: bool = False
     input_minus_inf: tuple[int, ...] = ()
     input_broken: bool = False
+    weights_finite: bool | None = None
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -438,6 +441,11 @@ class _Probe:
         self._made_by: dict[int, tuple[weakref.ref, list[str]]] = {}  # id(float32 output) -> modules returning it
         self._casts: dict[int, tuple[torch.dtype, list[str]]] = {}  # call number -> (autocast dtype, producers)
         self.cast_by: dict[str, str] = {}  # producer -> the first module that cast its float32 output down
+        # the weights as the previous step's update left them (max |w| per parameter, one fused kernel): a
+        # forward inf/NaN on finite inputs with inf/NaN weights is that update's doing, not this module's range
+        weights = [p.detach() for _, p, _ in params]
+        self.weights = None if not weights else self._put(
+            _stack([t.float() for t in torch._foreach_norm(weights, math.inf)]).amax())
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
         for name, module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
@@ -672,6 +680,7 @@ class _Probe:
             "input_finite": None if not self.inputs else all(_input_ok(values, i, masks) for i in inputs),
             "input_minus_inf": tuple(k for k, i in enumerate(inputs) if _minus_inf_only(values, i)),
             "input_broken": not all(_input_ok(values, i, True) for i in inputs),
+            "weights_finite": None if self.weights is None else math.isfinite(values[self.weights]),
             "modules": self._modules(peaks, outs, events, values),
             **_forward_culprit(calls, values, loss_finite),
             "first_nonfinite_backward": _backward_culprit(events, values),
@@ -1013,7 +1022,16 @@ class AmpRecorder:
         before the first ``rec.step``)."""
         if not self._records:
             return []
-        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0, self.every)
+        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0, self.every, self._weights())
+
+    def _weights(self) -> tuple[torch.dtype | None, float | None]:
+        """(the dtype of the trained parameters, the smallest ``eps`` of the optimizer's groups): a float16
+        model's dtype names what it runs in without autocast, and an eps below float16's smallest normal is 0
+        in a float16 model (Adam's default 1e-8)."""
+        dtypes = {p.dtype for _, p, _ in self._params if p.is_floating_point()}
+        dtype = _lowest(dtypes) or (dtypes.pop() if len(dtypes) == 1 else None)
+        eps = [g["eps"] for g in self.optimizer.param_groups if isinstance(g.get("eps"), (int, float))]
+        return dtype, min(eps) if eps else None
 
     def report(self) -> str:
         """The recording as plain text: the run, the sampled steps, the modules nearest to overflow, the findings."""
@@ -1099,7 +1117,8 @@ def _known_masks(records: list[StepRecord]) -> list[StepRecord]:
 
 
 def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None,
-              every: int | None = None) -> list[Finding]:
+              every: int | None = None,
+              weights: tuple[torch.dtype | None, float | None] = (None, None)) -> list[Finding]:
     records = _known_masks(list(records))
     sampled = [r for r in records if r.sampled]
     found: list[Finding] = []
@@ -1107,7 +1126,8 @@ def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: in
     if applied_bad is not None:
         found.append(applied_bad)
     for rule in (_nonfinite_input, _overflow, _nonfinite_loss, _not_stepped):
-        finding = rule(records, sampled, found, every) if rule is _nonfinite_loss else rule(records, sampled)
+        finding = (rule(records, sampled, found, every) if rule is _nonfinite_loss else
+                   _overflow(records, sampled, weights) if rule is _overflow else rule(records, sampled))
         # after a non-finite gradient was applied the weights are inf/NaN: later forward overflows and losses
         # only inherit it (nonfinite_grad says so)
         if finding is not None and not (applied_bad is not None and finding.kind in ("overflow", "nonfinite_loss")
@@ -1155,7 +1175,8 @@ def _poisoned_text(e: StepRecord) -> str:
             "inf/NaN already")
 
 
-def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+def _overflow(records: list[StepRecord], sampled: list[StepRecord],
+              weights: tuple[torch.dtype | None, float | None] = (None, None)) -> Finding | None:
     r = next((r for r in sampled if r.first_nonfinite_module is not None and r.input_finite is not False), None)
     if r is None:
         return None
@@ -1200,13 +1221,44 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
                "train in bf16, or keep its values smaller (normalise its inputs; in attention, "
                "F.scaled_dot_product_attention and a mask of torch.finfo(dtype).min instead of -1e9).")
     else:
-        fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence or an invalid operation ({invalid}), not "
+        dtype = (f"{_dtype_name(r.autocast_dtype)}" if r.autocast_dtype is not None or weights[0] in (None, torch.float32)
+                 else f"{str(weights[0]).removeprefix('torch.')} weights, no autocast")
+        fix = (f"under {dtype} that is divergence or an invalid operation ({invalid}), not "
                "a precision limit: else lower the learning rate, clip the gradients, check the data.")
     earlier = _poisoned_by(records, r.step)
     if earlier is not None:
         fix = (f"{_poisoned_text(earlier)}: the cause is that step (its batch or its loss), not this module's "
                f"precision — record step {earlier.step} with every=1.")
+    elif r.weights_finite is False:
+        fix = _broken_weights(records, r, weights)
     return Finding("overflow", r.step, name, f"{what}: {fix}")
+
+
+def _broken_weights(records: list[StepRecord], r: StepRecord,
+                    weights: tuple[torch.dtype | None, float | None]) -> str:
+    """The overflow's fix when the weights were already inf/NaN before step ``r``'s forward (its inputs finite):
+    the optimizer update that made them, named when one applied step lies between the last sampled step whose
+    weights were finite and ``r``."""
+    start = next((x.step for x in reversed(records[:r.step]) if x.sampled and x.weights_finite), 0)
+    updates = [x for x in records[start:r.step] if x.stepped]
+    if len(updates) == 1:
+        e = updates[0]
+        grads = "" if e.grad_norm is None else (" and gradients" if math.isfinite(e.grad_norm) else "")
+        which = (f"the optimizer update of step {e.step} made the weights inf/NaN (its loss {e.loss:.4g}{grads} "
+                 "finite" if math.isfinite(e.loss) and (not e.sampled or grads) else
+                 f"the optimizer update of step {e.step} made the weights inf/NaN (loss {e.loss}")
+        which += "), before this forward pass ran"
+    else:
+        which = (f"the weights were inf/NaN before this forward pass ran: an optimizer update between steps {start} "
+                 f"and {r.step - 1} made them so")
+    dtype, eps = weights
+    if dtype == torch.float16 and eps is not None and eps < FP16_NORMAL_MIN:
+        tiny = f"{FP16_NORMAL_MIN:.2g}"
+        return (f"{which}. In a float16 model the optimizer's eps={eps:g} is 0 in float16 (an update divides by "
+                f"sqrt(v) + eps: x/0 where a gradient is 0): use eps >= {tiny} (float16's smallest normal), or train "
+                "with autocast and float32 weights — not this module's precision.")
+    return (f"{which}: the cause is that update (a too-large learning rate, an eps of 0 in the weights' dtype, "
+            f"a division by 0 in the optimizer), not this module's precision — record step {r.step - 1} with every=1.")
 
 
 def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
@@ -1284,6 +1336,9 @@ def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
         source = "the batch already held inf/NaN (see the nonfinite_input finding)"
     elif earlier is not None:
         source = f"{_poisoned_text(earlier)}: look at step {earlier.step} (its batch or its loss) with every=1"
+    elif r.weights_finite is False:
+        source = ("the weights were inf/NaN already before this step's forward pass: an earlier optimizer update "
+                  "made them so (see the overflow finding)")
     elif r.first_nonfinite_module is not None:
         source = (f"the forward pass made it first, in {_label(r.first_nonfinite_module)} (see the overflow "
                   "finding)")
@@ -1595,6 +1650,9 @@ def _report(rec: AmpRecorder) -> str:
     scaler = "no GradScaler" if rec.scaler is None else ("GradScaler enabled" if rec.scaler.is_enabled()
                                                         else "GradScaler disabled")
     dtype = _dtype_name(sampled[-1].autocast_dtype) if sampled and sampled[-1].modules else "autocast unknown"
+    weights = rec._weights()[0]
+    if dtype == _dtype_name(None) and weights not in (None, torch.float32):
+        dtype = f"{str(weights).removeprefix('torch.')} weights, no autocast"
     lines = [f"AmpRecorder: {len(records)} steps, {len(sampled)} sampled (every={rec.every}), {dtype}, {scaler}, "
              f"{sum(r.skipped for r in records)} skipped"]
     rows = [{"step": r.step, "loss": r.loss, "scale": r.scale_before, "skipped": "yes" if r.skipped else "",

@@ -1678,3 +1678,44 @@ def test_r6_4_a_minus_inf_output_on_a_step_with_a_nonfinite_loss_still_counts():
     assert _first_bad_call(calls, values, loss_finite=True) is None
     assert _first_bad_call(calls, values, loss_finite=False) == calls[0]
     assert _first_bad_call(calls, [math.inf, math.inf], loss_finite=True) == calls[0]  # +inf: an overflow
+
+
+class HalfNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok, self.head = nn.Embedding(32, 16), nn.Linear(16, 32)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.tok(idx)))
+
+
+def _half_adam(eps: float, steps: int = 6, every: int = 1) -> AmpRecorder:
+    torch.manual_seed(0)
+    model = HalfNet().half()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=eps)
+    with AmpRecorder(model, optimizer, every=every) as rec:
+        for _ in range(steps):
+            idx, target = torch.randint(0, 32, (8, 4)), torch.randint(0, 32, (8, 4))
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(idx).float().reshape(-1, 32), target.reshape(-1))
+            loss.backward()
+            optimizer.step()
+            rec.step(loss)
+    return rec
+
+
+def test_r6_5_a_half_model_with_adam_eps_1e8_names_the_update_that_broke_the_weights():
+    rec = _half_adam(1e-8)
+    assert math.isfinite(rec.records[0].loss) and not math.isfinite(rec.records[1].loss)
+    assert rec.records[0].weights_finite and rec.records[1].weights_finite is False
+    f = finding(rec, "overflow")
+    assert (f.step, f.where) == (1, "tok")
+    assert "the optimizer update of step 0 made the weights inf/NaN" in f.message
+    assert "eps=1e-08 is 0 in float16" in f.message and "use eps >= 6.1e-05" in f.message
+    assert "FP32" not in f.message and "lower the learning rate" not in f.message
+    assert "float16 weights, no autocast" in rec.report()
+
+
+def test_r6_5_a_half_model_with_a_float16_safe_eps_is_healthy():
+    rec = _half_adam(1e-4)
+    assert kinds(rec) == ["healthy"] and all(r.weights_finite for r in rec.records)
