@@ -1221,7 +1221,8 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord],
                "train in bf16, or keep its values smaller (normalise its inputs; in attention, "
                "F.scaled_dot_product_attention and a mask of torch.finfo(dtype).min instead of -1e9).")
     else:
-        dtype = (f"{_dtype_name(r.autocast_dtype)}" if r.autocast_dtype is not None or weights[0] in (None, torch.float32)
+        plain = r.autocast_dtype is not None or weights[0] in (None, torch.float32)
+        dtype = (_dtype_name(r.autocast_dtype) if plain
                  else f"{str(weights[0]).removeprefix('torch.')} weights, no autocast")
         fix = (f"under {dtype} that is divergence or an invalid operation ({invalid}), not "
                "a precision limit: else lower the learning rate, clip the gradients, check the data.")
@@ -1592,8 +1593,8 @@ def _scheduler_on_skipped(records: list[StepRecord], epoch0: int | None) -> Find
     return Finding("scheduler_on_skipped_step", bad[0], "scheduler",
                    f"the scheduler stepped on {len(bad)} of the {n_skipped} steps the scaler skipped (first: step "
                    f"{bad[0]}), so the lr schedule runs ahead of the model. Call scheduler.step() only when the step "
-                   "ran: read scale = scaler.get_scale() after scaler.scale(loss) and before scaler.update(), then step "
-                   "the scheduler if scaler.get_scale() >= scale.")
+                   "ran: read scale = scaler.get_scale() after scaler.scale(loss) and before scaler.update(), then "
+                   "step the scheduler if scaler.get_scale() >= scale.")
 
 
 def _skip_phases(records: list[StepRecord]) -> tuple[int, int, int]:
