@@ -341,7 +341,8 @@ def _input_ok(values: list[float], i: int, minus_inf_ok: bool) -> bool:
     attended, -inf where masked, as ``nn.Transformer.generate_square_subsequent_mask`` gives; softmax turns it
     into 0); one that makes the first non-finite output is broken data (log-features or log-probabilities with
     log(0)). An attention module that overflows on its own while it receives such a mask reads as broken data
-    too: the recorder errs on the data's side there."""
+    on that step: the recorder errs on the data's side there, unless the same input position held a harmless
+    -inf on an earlier sampled step (:func:`_known_masks` then reads it as a mask, at diagnosis)."""
     top, high = values[i], values[i + 1]
     return not math.isnan(top) and high != math.inf and (top != math.inf or minus_inf_ok)
 
