@@ -201,6 +201,15 @@ class StepRecord:
         param_grad_lost: parameter name → fraction of its gradient 0 or below fp16's normal range at the
             current scale, in backward order (on a sample of at most :data:`SAMPLE` entries; for an
             ``nn.Embedding``: over all the rows that got a gradient).
+        step_called: ``optimizer.step()`` ran (see ``stepped``).
+        scaler_checked: an enabled GradScaler was given, so ``GradScaler.step`` checked this step's gradients
+            and applied it only if they were all finite (``torch/amp/grad_scaler.py``: ``optimizer.step()`` runs
+            only when ``found_inf_per_device`` sums to 0): an applied step had finite gradients, whatever its loss.
+        input_minus_inf: the positions (in the model's floating-point inputs, positional then keyword) of the
+            inputs whose only non-finite values are -inf (an additive mask, or log(0) data); sampled steps only.
+        input_broken: an input held NaN or +inf (broken data whatever came before); sampled steps only.
+        weights_finite: every trained parameter was finite when the step's hooks were attached (after the
+            previous step's update, before this step's forward); None if not sampled.
     """
 
     step: int
@@ -223,6 +232,10 @@ class StepRecord:
     first_nonfinite_output: str | None = None
     param_grad_lost: Mapping[str, float] = field(default_factory=dict)
     step_called: bool = False
+    scaler_checked: bool = False
+    input_minus_inf: tuple[int, ...] = ()
+    input_broken: bool = False
+    weights_finite: bool | None = None
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -334,20 +347,32 @@ def _input_ok(values: list[float], i: int, minus_inf_ok: bool) -> bool:
     attended, -inf where masked, as ``nn.Transformer.generate_square_subsequent_mask`` gives; softmax turns it
     into 0); one that makes the first non-finite output is broken data (log-features or log-probabilities with
     log(0)). An attention module that overflows on its own while it receives such a mask reads as broken data
-    too: the recorder errs on the data's side there."""
+    on that step: the recorder errs on the data's side there, unless the same input position held a harmless
+    -inf on an earlier sampled step (:func:`_known_masks` then reads it as a mask, at diagnosis)."""
     top, high = values[i], values[i + 1]
     return not math.isnan(top) and high != math.inf and (top != math.inf or minus_inf_ok)
 
 
-def _first_bad_call(calls: list[tuple], values: list[float]) -> tuple | None:
-    """The first module call (in completion order) whose output holds inf/NaN, or None."""
-    return next((c for c in calls if not all(math.isfinite(values[i]) for i in c[4])), None)
+def _minus_inf_only(values: list[float], i: int) -> bool:
+    """The tensor measured at ``i`` (max |x| at ``i``, max at ``i + 1``) holds -inf and no NaN or +inf."""
+    return values[i] == math.inf and not math.isnan(values[i + 1]) and values[i + 1] != math.inf
 
 
-def _minus_inf_ok(calls: list[tuple], values: list[float]) -> bool:
+def _first_bad_call(calls: list[tuple], values: list[float], loss_finite: bool = False) -> tuple | None:
+    """The first module call (in completion order) whose output holds inf/NaN, or None. With ``loss_finite`` (the
+    step's loss was finite) an output whose only non-finite values are -inf does not count: a mask module
+    (``scores.masked_fill(future, -inf)``, a LogSoftmax over masked logits) whose -inf a later softmax or
+    masked reduction turned finite again, not an overflow."""
+    def bad(i: int) -> bool:
+        return not math.isfinite(values[i]) and not (loss_finite and _minus_inf_only(values, i))
+    return next((c for c in calls if any(bad(i) for i in c[4])), None)
+
+
+def _minus_inf_ok(calls: list[tuple], values: list[float], loss_finite: bool = False) -> bool:
     """Whether a -inf in an input is harmless (an additive mask): no module output held inf/NaN, or the first
-    one that did was handed only finite inputs (its -inf came from elsewhere, not from the mask)."""
-    bad = _first_bad_call(calls, values)
+    one that did was handed only finite inputs (its -inf came from elsewhere, not from the mask). A mask input
+    that was harmless on an earlier sampled step stays a mask (:func:`_known_masks`, at diagnosis)."""
+    bad = _first_bad_call(calls, values, loss_finite)
     return bad is None or all(math.isfinite(values[i]) for i in bad[3])
 
 
@@ -436,6 +461,11 @@ class _Probe:
         self._made_by: dict[int, tuple[weakref.ref, list[str]]] = {}  # id(float32 output) -> modules returning it
         self._casts: dict[int, tuple[torch.dtype, list[str]]] = {}  # call number -> (autocast dtype, producers)
         self.cast_by: dict[str, str] = {}  # producer -> the first module that cast its float32 output down
+        # the weights as the previous step's update left them (max |w| per parameter, one fused kernel): a
+        # forward inf/NaN on finite inputs with inf/NaN weights is that update's doing, not this module's range
+        weights = [p.detach() for _, p, _ in params]
+        self.weights = None if not weights else self._put(
+            _stack([t.float() for t in torch._foreach_norm(weights, math.inf)]).amax())
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
         for name, module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
@@ -720,8 +750,10 @@ class _Probe:
         params.pop(name, None)
         params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
 
-    def collect(self, scale: float) -> dict[str, Any]:
-        """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by)."""
+    def collect(self, scale: float, loss_finite: bool = False) -> dict[str, Any]:
+        """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by;
+        ``loss_finite``: the step's loss was finite, so a module output whose only non-finite values are -inf
+        was a mask, not the start of an overflow: :func:`_first_bad_call`)."""
         if self._kept or self._pending:  # a backward pass that raised before its end: measured now, in order
             self._measure_all(force=True)
         # one stack of the measured 0-d tensors, one cat with the counts, one transfer (float32 holds every
@@ -762,12 +794,15 @@ class _Probe:
         params = {name: (lost(i), counted, norm if norm >= 0 else norms_at + norm_at[-1 - norm])
                   for name, (i, counted, norm) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
-        masks = _minus_inf_ok(calls, values)
+        masks = _minus_inf_ok(calls, values, loss_finite)
         return {
             "autocast_dtype": _lowest(self.autocast),
             "input_finite": None if not self.inputs else all(_input_ok(values, i, masks) for i in inputs),
+            "input_minus_inf": tuple(k for k, i in enumerate(inputs) if _minus_inf_only(values, i)),
+            "input_broken": not all(_input_ok(values, i, True) for i in inputs),
+            "weights_finite": None if self.weights is None else math.isfinite(values[self.weights]),
             "modules": self._modules(peaks, outs, events, values),
-            **_forward_culprit(calls, values),
+            **_forward_culprit(calls, values, loss_finite),
             "first_nonfinite_backward": _backward_culprit(events, values),
             **_param_fields(params, values, scale),
         }
@@ -898,17 +933,17 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:k]) for k in range(len(parts) - 1, -1, -1)]
 
 
-def _forward_culprit(calls: list[tuple], values: list[float]) -> dict[str, str | None]:
+def _forward_culprit(calls: list[tuple], values: list[float], loss_finite: bool = False) -> dict[str, str | None]:
     """Where a forward pass made its first inf/NaN. ``first_nonfinite_output``: the first module call (in
     completion order) whose output holds one. If that call's inputs were finite, its own forward made it;
     otherwise the inf/NaN was made between modules, in the code of an enclosing module's forward: the innermost
     enclosing call whose inputs were finite (``first_nonfinite_module``)."""
-    bad = _first_bad_call(calls, values)
+    bad = _first_bad_call(calls, values, loss_finite)
     if bad is None:
         return {"first_nonfinite_module": None, "first_nonfinite_output": None}
     by_number = {c[1]: c for c in calls}
     call = bad
-    masks = _minus_inf_ok(calls, values)
+    masks = _minus_inf_ok(calls, values, loss_finite)
     while call is not None and not all(_input_ok(values, i, masks) for i in call[3]):
         call = by_number.get(call[2])
     return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
@@ -1090,13 +1125,13 @@ class AmpRecorder:
         sampled = {}
         if self._probe is not None:
             self._probe.remove()
-            sampled = self._probe.collect(before or 1.0)
+            sampled = self._probe.collect(before or 1.0, loss_finite=math.isfinite(value))
             self._probe = None
         record = StepRecord(
             step=len(self._records), loss=value, scale_before=before, scale_after=after, stepped=stepped,
             skipped=not stepped, scale_decreased=decreased, lr=float(self.optimizer.param_groups[0]["lr"]),
             scheduler_epoch=None if self.scheduler is None else int(self.scheduler.last_epoch),
-            sampled=bool(sampled), step_called=called, **sampled)
+            sampled=bool(sampled), step_called=called, scaler_checked=before is not None, **sampled)
         self._records.append(record)
         self._scale = after
         self._open_probe()
@@ -1126,7 +1161,16 @@ class AmpRecorder:
         before the first ``rec.step``)."""
         if not self._records:
             return []
-        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0, self.every)
+        return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0, self.every, self._weights())
+
+    def _weights(self) -> tuple[torch.dtype | None, float | None]:
+        """(the dtype of the trained parameters, the smallest ``eps`` of the optimizer's groups): a float16
+        model's dtype names what it runs in without autocast, and an eps below float16's smallest normal is 0
+        in a float16 model (Adam's default 1e-8)."""
+        dtypes = {p.dtype for _, p, _ in self._params if p.is_floating_point()}
+        dtype = _lowest(dtypes) or (dtypes.pop() if len(dtypes) == 1 else None)
+        eps = [g["eps"] for g in self.optimizer.param_groups if isinstance(g.get("eps"), (int, float))]
+        return dtype, min(eps) if eps else None
 
     def report(self) -> str:
         """The recording as plain text: the run, the sampled steps, the modules nearest to overflow, the findings."""
@@ -1193,15 +1237,36 @@ def _module(record: StepRecord, name: str) -> ModuleStats | None:
     return next((m for m in record.modules if m.name == name), None)
 
 
+def _known_masks(records: list[StepRecord]) -> list[StepRecord]:
+    """The records with a mask input read as a mask: an input position whose -inf was harmless on an earlier
+    sampled step (the step's inputs passed as finite while that input held -inf: an additive attention mask
+    built once and passed on every step) stays a mask on later steps, so a sampled step whose only non-finite
+    inputs are such masks (no NaN, no +inf) has finite inputs: a forward overflow there is the model's (an
+    attention score past float16's range), not broken data. An input that was never harmless stays broken."""
+    known: set[int] = set()
+    out = []
+    for r in records:
+        if r.sampled and r.input_finite is True:
+            known.update(r.input_minus_inf)
+        elif (r.sampled and r.input_finite is False and not r.input_broken and r.input_minus_inf
+              and known.issuperset(r.input_minus_inf)):
+            r = dataclasses.replace(r, input_finite=True)
+        out.append(r)
+    return out
+
+
 def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None,
-              every: int | None = None) -> list[Finding]:
+              every: int | None = None,
+              weights: tuple[torch.dtype | None, float | None] = (None, None)) -> list[Finding]:
+    records = _known_masks(list(records))
     sampled = [r for r in records if r.sampled]
     found: list[Finding] = []
     applied_bad = _nonfinite_grad(records, sampled)
     if applied_bad is not None:
         found.append(applied_bad)
     for rule in (_nonfinite_input, _overflow, _nonfinite_loss, _not_stepped):
-        finding = rule(records, sampled, found, every) if rule is _nonfinite_loss else rule(records, sampled)
+        finding = (rule(records, sampled, found, every) if rule is _nonfinite_loss else
+                   _overflow(records, sampled, weights) if rule is _overflow else rule(records, sampled))
         # after a non-finite gradient was applied the weights are inf/NaN: later forward overflows and losses
         # only inherit it (nonfinite_grad says so)
         if finding is not None and not (applied_bad is not None and finding.kind in ("overflow", "nonfinite_loss")
@@ -1233,9 +1298,13 @@ def _nonfinite_input(records: list[StepRecord], sampled: list[StepRecord]) -> Fi
 
 
 def _poisoned_by(records: list[StepRecord], step: int) -> StepRecord | None:
-    """The first step before ``step`` whose loss was inf/NaN and whose optimizer step was applied all the same (no
-    GradScaler to skip it): it updated the weights with inf/NaN gradients, so a later overflow may be its doing."""
-    return next((e for e in records if e.step < step and e.stepped and not math.isfinite(e.loss)), None)
+    """The first step before ``step`` whose loss was inf/NaN and whose optimizer step was applied all the same with
+    no enabled GradScaler to check it: it updated the weights with inf/NaN gradients, so a later overflow may be
+    its doing. A step an enabled GradScaler checked and applied had finite gradients (``GradScaler.step`` calls
+    ``optimizer.step()`` only when no gradient is inf/NaN; a float16 loss can be inf with finite gradients: a
+    float16 sum above 65504), and a sampled step whose gradient norm was finite applied finite gradients."""
+    return next((e for e in records if e.step < step and e.stepped and not math.isfinite(e.loss)
+                 and not e.scaler_checked and (e.grad_norm is None or not math.isfinite(e.grad_norm))), None)
 
 
 def _poisoned_text(e: StepRecord) -> str:
@@ -1245,7 +1314,8 @@ def _poisoned_text(e: StepRecord) -> str:
             "inf/NaN already")
 
 
-def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
+def _overflow(records: list[StepRecord], sampled: list[StepRecord],
+              weights: tuple[torch.dtype | None, float | None] = (None, None)) -> Finding | None:
     r = next((r for r in sampled if r.first_nonfinite_module is not None and r.input_finite is not False), None)
     if r is None:
         return None
@@ -1290,13 +1360,45 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding |
                "train in bf16, or keep its values smaller (normalise its inputs; in attention, "
                "F.scaled_dot_product_attention and a mask of torch.finfo(dtype).min instead of -1e9).")
     else:
-        fix = (f"under {_dtype_name(r.autocast_dtype)} that is divergence or an invalid operation ({invalid}), not "
+        plain = r.autocast_dtype is not None or weights[0] in (None, torch.float32)
+        dtype = (_dtype_name(r.autocast_dtype) if plain
+                 else f"{str(weights[0]).removeprefix('torch.')} weights, no autocast")
+        fix = (f"under {dtype} that is divergence or an invalid operation ({invalid}), not "
                "a precision limit: else lower the learning rate, clip the gradients, check the data.")
     earlier = _poisoned_by(records, r.step)
     if earlier is not None:
         fix = (f"{_poisoned_text(earlier)}: the cause is that step (its batch or its loss), not this module's "
                f"precision — record step {earlier.step} with every=1.")
+    elif r.weights_finite is False:
+        fix = _broken_weights(records, r, weights)
     return Finding("overflow", r.step, name, f"{what}: {fix}")
+
+
+def _broken_weights(records: list[StepRecord], r: StepRecord,
+                    weights: tuple[torch.dtype | None, float | None]) -> str:
+    """The overflow's fix when the weights were already inf/NaN before step ``r``'s forward (its inputs finite):
+    the optimizer update that made them, named when one applied step lies between the last sampled step whose
+    weights were finite and ``r``."""
+    start = next((x.step for x in reversed(records[:r.step]) if x.sampled and x.weights_finite), 0)
+    updates = [x for x in records[start:r.step] if x.stepped]
+    if len(updates) == 1:
+        e = updates[0]
+        grads = "" if e.grad_norm is None else (" and gradients" if math.isfinite(e.grad_norm) else "")
+        which = (f"the optimizer update of step {e.step} made the weights inf/NaN (its loss {e.loss:.4g}{grads} "
+                 "finite" if math.isfinite(e.loss) and (not e.sampled or grads) else
+                 f"the optimizer update of step {e.step} made the weights inf/NaN (loss {e.loss}")
+        which += "), before this forward pass ran"
+    else:
+        which = (f"the weights were inf/NaN before this forward pass ran: an optimizer update between steps {start} "
+                 f"and {r.step - 1} made them so")
+    dtype, eps = weights
+    if dtype == torch.float16 and eps is not None and eps < FP16_NORMAL_MIN:
+        tiny = f"{FP16_NORMAL_MIN:.2g}"
+        return (f"{which}. In a float16 model the optimizer's eps={eps:g} is 0 in float16 (an update divides by "
+                f"sqrt(v) + eps: x/0 where a gradient is 0): use eps >= {tiny} (float16's smallest normal), or train "
+                "with autocast and float32 weights — not this module's precision.")
+    return (f"{which}: the cause is that update (a too-large learning rate, an eps of 0 in the weights' dtype, "
+            f"a division by 0 in the optimizer), not this module's precision — record step {r.step - 1} with every=1.")
 
 
 def _not_stepped(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
@@ -1374,6 +1476,9 @@ def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
         source = "the batch already held inf/NaN (see the nonfinite_input finding)"
     elif earlier is not None:
         source = f"{_poisoned_text(earlier)}: look at step {earlier.step} (its batch or its loss) with every=1"
+    elif r.weights_finite is False:
+        source = ("the weights were inf/NaN already before this step's forward pass: an earlier optimizer update "
+                  "made them so (see the overflow finding)")
     elif r.first_nonfinite_module is not None:
         source = (f"the forward pass made it first, in {_label(r.first_nonfinite_module)} (see the overflow "
                   "finding)")
@@ -1398,12 +1503,23 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
                   collapse: bool) -> tuple[str, str]:
     """Where the skipped steps' inf/NaN comes from, and what to do: (where, one or two sentences). ``collapse``:
     every recent step was skipped, down to a small scale (else: skips that keep coming back). Skips that began
-    before the first forward overflow are explained by what those earlier steps show (the overflow came later)."""
+    before the first forward overflow are explained by what those earlier steps show (the overflow came later).
+    The skips looked at are the last :data:`COLLAPSE_WINDOW` skipped steps (the collapse window), not the run's
+    first skip: a scale backing off from a large init_scale, or one earlier spike, does not hide the overflow
+    that makes the window's skips. The overflow explains them when no step before it was skipped, or when the
+    steps before it were mostly applied (the earlier skips were the scale settling or a spike) and the window
+    starts at or after it or most of the window's sampled skips saw a forward inf/NaN. When most steps before
+    the overflow were skipped already, the collapse began before it: those steps tell its cause."""
     kinds = {f.kind: f for f in found}
     overflow = kinds.get("overflow")
-    first_skip = next((r.step for r in records if r.skipped), None)
+    window = [r for r in records if r.skipped][-COLLAPSE_WINDOW:]
+    first_skip = window[0].step if window else None
+    seen = [r for r in sampled if r.skipped and window and window[0].step <= r.step <= window[-1].step]
+    before = [r.skipped for r in records if overflow is not None and r.step < overflow.step]
     later = ""
-    if overflow is not None and (first_skip is None or first_skip >= overflow.step):
+    if overflow is not None and (not any(before) or not _majority(before) and (
+            first_skip is None or first_skip >= overflow.step
+            or _majority([r.first_nonfinite_module is not None for r in seen]))):
         where = overflow.where
         return where, (f"the forward pass overflows in {_label(where)}, and no loss scale can fix a forward "
                        "overflow: fix that module (see the overflow finding).")
@@ -1616,8 +1732,8 @@ def _scheduler_on_skipped(records: list[StepRecord], epoch0: int | None) -> Find
     return Finding("scheduler_on_skipped_step", bad[0], "scheduler",
                    f"the scheduler stepped on {len(bad)} of the {n_skipped} steps the scaler skipped (first: step "
                    f"{bad[0]}), so the lr schedule runs ahead of the model. Call scheduler.step() only when the step "
-                   "ran: read scale = scaler.get_scale() before scaler.update(), then step the scheduler if "
-                   "scaler.get_scale() >= scale.")
+                   "ran: read scale = scaler.get_scale() after scaler.scale(loss) and before scaler.update(), then "
+                   "step the scheduler if scaler.get_scale() >= scale.")
 
 
 def _skip_phases(records: list[StepRecord]) -> tuple[int, int, int]:
@@ -1674,6 +1790,9 @@ def _report(rec: AmpRecorder) -> str:
     scaler = "no GradScaler" if rec.scaler is None else ("GradScaler enabled" if rec.scaler.is_enabled()
                                                         else "GradScaler disabled")
     dtype = _dtype_name(sampled[-1].autocast_dtype) if sampled and sampled[-1].modules else "autocast unknown"
+    weights = rec._weights()[0]
+    if dtype == _dtype_name(None) and weights not in (None, torch.float32):
+        dtype = f"{str(weights).removeprefix('torch.')} weights, no autocast"
     lines = [f"AmpRecorder: {len(records)} steps, {len(sampled)} sampled (every={rec.every}), {dtype}, {scaler}, "
              f"{sum(r.skipped for r in records)} skipped"]
     rows = [{"step": r.step, "loss": r.loss, "scale": r.scale_before, "skipped": "yes" if r.skipped else "",

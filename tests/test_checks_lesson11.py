@@ -464,6 +464,8 @@ RIGHT = {
         "dicts": diagnose_as_dicts,
         "lists, other case and spaces": diagnose_spelt_loosely,
         "E: bf16 for the underflow": _with("E", ("underflow", "embed.weight", "bf16_or_fp32_island")),
+        # the trace cannot tell a sum over 2**21 tokens from a leftover constant 2**21 (rev24-r6 #6)
+        "C: drop the constant": _with("C", ("scale_collapse", "lm_head.weight", "drop_constant")),
     },
     ("11", "applied_step"): {
         "scale comparison": applied_not_smaller,

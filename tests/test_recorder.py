@@ -297,6 +297,7 @@ def test_a_scheduler_stepped_on_skipped_steps_is_found_whether_stepped_before_or
     assert sum(r.skipped for r in rec.records) >= 2
     f = finding(rec, "scheduler_on_skipped_step")
     assert f.where == "scheduler"
+    assert "after scaler.scale(loss) and before scaler.update()" in f.message  # as grader 11, Task 2, asks
     assert f.step == (0 if order == "every step" else 1)  # stepped after rec.step: step 0's move shows at step 1
 
 
@@ -525,6 +526,13 @@ class Net(nn.Module):
     def forward(self, x: torch.Tensor, blow: bool = False) -> torch.Tensor:
         return self.head(self.attn(self.emb(x) * (1e4 if blow else 1.0)))
 
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every test starts from the same random state: a model built before ``loop`` (which seeds its data) gets
+    the same weights whichever tests ran before it."""
+    torch.manual_seed(0)
 
 def loop(model: nn.Module, steps: int, dtype: torch.dtype | None = torch.float16, *, scaler: bool = True,
          every: int = 1, lr: float = 1e-2, x_fn=None, loss_fn=None, blow=None, init_scale: float = 2.0**16,
@@ -1671,3 +1679,217 @@ def test_o_a_backward_that_raises_leaves_its_kept_gradients_measured_at_collect(
     r = rec.records[0]
     assert set(r.param_grad_lost) == {"b.weight", "b.bias"}  # accumulated before the raise
     assert {m.name for m in r.modules if m.grad_lost is not None} >= {"b", ""}
+
+
+# --- rev24-r6: the diagnosis (findings 1-5) ----------------------------------------------------------------
+
+class BlowNet(nn.Module):
+    """a -> ReLU -> (× blow, in the model's own code) -> b: the model's forward code overflows when blow is large."""
+
+    def __init__(self, width: int = 64) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, width), nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor, blow: float = 1.0) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)) * blow)
+
+
+def test_r6_1_an_inf_loss_on_a_step_the_scaler_checked_did_not_apply_inf_gradients():
+    # a float16 sum: the loss is inf on most steps while the gradients are finite once the scale backed off;
+    # GradScaler.step applies a step only when its gradients are finite, so no earlier step poisoned the weights
+    rec = loop(BlowNet(), 40, every=10, lr=1e-7, x_fn=lambda i: torch.randn(4, 50, 8) * 10,
+               loss_fn=lambda out: out.pow(2).sum(), blow=lambda i: 1e4 if i >= 30 else 1.0)
+    assert any(r.stepped and not math.isfinite(r.loss) for r in rec.records[:30])  # inf loss, step applied
+    f = finding(rec, "overflow")
+    assert (f.step, f.where) == (30, "")
+    assert "no GradScaler skipped it" not in f.message and "run it in FP32" in f.message
+    collapse = finding(rec, "scale_collapse")
+    assert collapse.where == "" and "the forward pass overflows in (model)" in collapse.message
+
+
+def test_r6_1_without_a_scaler_an_applied_inf_loss_step_is_still_named():
+    from ampcourse.recorder import _poisoned_by
+    rec = loop(BlowNet(), 4, dtype=None, scaler=False, every=10, lr=1e-3)
+    records = [dataclasses.replace(r, loss=math.inf) if r.step == 1 else r for r in rec.records]
+    assert not records[1].sampled and _poisoned_by(records, 3) is records[1]  # unsampled: its gradients unknown
+    checked = [dataclasses.replace(r, scaler_checked=True) for r in records]
+    assert _poisoned_by(checked, 3) is None  # a GradScaler checked it: it applied finite gradients
+
+
+class MaskAttn(nn.Module):
+    """Causal attention whose additive 0/-inf mask is a model input; q grows by ``grow``."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.grow = 1.0
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        scores = (self.q(x) * self.grow) @ self.k(x).transpose(-1, -2)
+        return (scores + bias).softmax(-1) @ self.v(x)
+
+
+class MaskInputNet(nn.Module):
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.attn, self.out = MaskAttn(d), nn.Linear(d, 4)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return self.out(self.attn(x, bias))
+
+
+def _mask_input_run(every: int, grow_from: int = 10, steps: int = 20) -> AmpRecorder:
+    torch.manual_seed(0)
+    model, t = MaskInputNet(), 8
+    optimizer, scaler = torch.optim.SGD(model.parameters(), lr=1e-3), torch.amp.GradScaler("cpu")
+    bias = torch.zeros(t, t).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    with AmpRecorder(model, optimizer, scaler, every=every) as rec:
+        for i in range(steps):
+            model.attn.grow = 1e5 if i >= grow_from else 1.0
+            x = torch.randn(4, t, 16)
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, bias).float().pow(2).mean()
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    return rec
+
+
+@pytest.mark.parametrize("every", [1, 5])
+def test_r6_2_a_mask_input_harmless_on_earlier_steps_stays_a_mask_when_attention_overflows(every):
+    rec = _mask_input_run(every)
+    assert "nonfinite_input" not in kinds(rec)
+    f = finding(rec, "overflow")
+    assert (f.step, f.where) == (10, "attn") and "run it in FP32" in f.message
+    assert "fix the data" not in finding(rec, "nonfinite_loss").message
+    collapse = finding(rec, "scale_collapse")
+    assert collapse.where == "attn" and "the forward pass overflows in attn" in collapse.message
+
+
+def test_r6_2_a_mask_input_never_seen_harmless_is_still_broken_data():
+    rec = _mask_input_run(1, grow_from=0, steps=12)  # the -inf input was never harmless: it cannot be told a mask
+    assert finding(rec, "nonfinite_input").step == 0
+
+
+class InputBlowNet(nn.Module):
+    """a -> ReLU -> b on x × blow: Linear a overflows float16 when blow is large."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.act, self.b = nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 4)
+
+    def forward(self, x: torch.Tensor, blow: float = 1.0) -> torch.Tensor:
+        return self.b(self.act(self.a(x * blow)))
+
+
+class SpikeLoss:
+    """The mean-square loss, plus on step ``at`` a float16 sum × 1e4 that overflows the gradient (one spike)."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.i = at, 0
+
+    def x(self, i: int) -> torch.Tensor:
+        self.i = i
+        return torch.randn(4, 5, 8)
+
+    def __call__(self, out: torch.Tensor) -> torch.Tensor:
+        loss = out.float().pow(2).mean()
+        return loss + (out.pow(2).sum() * 1e4 if self.i == self.at else 0.0)
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_r6_3_one_early_spike_skip_does_not_hide_the_overflow_that_makes_the_collapse(every):
+    spike = SpikeLoss(3)
+    rec = loop(InputBlowNet(), 30, every=every, x_fn=spike.x, loss_fn=spike, blow=lambda i: 1e5 if i >= 20 else 1.0)
+    assert rec.records[3].skipped and not any(r.skipped for r in rec.records[4:20])
+    f = finding(rec, "scale_collapse")
+    assert f.where == finding(rec, "overflow").where
+    assert "the forward pass overflows in" in f.message and "too large" not in f.message
+    assert "came later" not in f.message and "no sampled step saw" not in f.message
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_r6_3_a_large_init_scale_backing_off_does_not_hide_the_overflow_that_makes_the_collapse(every):
+    rec = loop(InputBlowNet(), 40, every=every, init_scale=2.0**24, blow=lambda i: 1e5 if i >= 30 else 1.0)
+    assert rec.records[0].skipped and not rec.records[29].skipped
+    f = finding(rec, "scale_collapse")
+    assert f.where == finding(rec, "overflow").where == "a"
+    assert "the forward pass overflows in a," in f.message and "too large" not in f.message
+
+
+class CausalMask(nn.Module):
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        t = scores.shape[-1]
+        return scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1), float("-inf"))
+
+
+class MaskModuleNet(nn.Module):
+    def __init__(self, d: int = 16, log: bool = False) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.mask = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d), CausalMask()
+        self.norm = nn.LogSoftmax(-1) if log else nn.Softmax(-1)
+        self.log, self.out = log, nn.Linear(d, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.norm(self.mask(self.q(x) @ self.k(x).transpose(-1, -2) / 4))
+        return self.out((p.exp() if self.log else p) @ self.v(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("log", [False, True])
+def test_r6_4_a_mask_module_returning_minus_inf_in_a_healthy_run_is_no_overflow(dtype, log):
+    rec = loop(MaskModuleNet(log=log), 12, dtype=dtype, x_fn=lambda i: torch.randn(4, 8, 16),
+               scaler=dtype == torch.float16, lr=1e-3)
+    assert all(math.isfinite(r.loss) for r in rec.records)
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+    assert all(r.first_nonfinite_module is None for r in rec.records)
+
+
+def test_r6_4_a_minus_inf_output_on_a_step_with_a_nonfinite_loss_still_counts():
+    from ampcourse.recorder import _first_bad_call
+    # one call whose output (peak index 0: max |x| inf, max finite) holds only -inf
+    calls, values = [("m", 0, None, [], [0])], [math.inf, 1.0]
+    assert _first_bad_call(calls, values, loss_finite=True) is None
+    assert _first_bad_call(calls, values, loss_finite=False) == calls[0]
+    assert _first_bad_call(calls, [math.inf, math.inf], loss_finite=True) == calls[0]  # +inf: an overflow
+
+
+class HalfNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok, self.head = nn.Embedding(32, 16), nn.Linear(16, 32)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.tok(idx)))
+
+
+def _half_adam(eps: float, steps: int = 6, every: int = 1) -> AmpRecorder:
+    torch.manual_seed(0)
+    model = HalfNet().half()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=eps)
+    with AmpRecorder(model, optimizer, every=every) as rec:
+        for _ in range(steps):
+            idx, target = torch.randint(0, 32, (8, 4)), torch.randint(0, 32, (8, 4))
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(idx).float().reshape(-1, 32), target.reshape(-1))
+            loss.backward()
+            optimizer.step()
+            rec.step(loss)
+    return rec
+
+
+def test_r6_5_a_half_model_with_adam_eps_1e8_names_the_update_that_broke_the_weights():
+    rec = _half_adam(1e-8)
+    assert math.isfinite(rec.records[0].loss) and not math.isfinite(rec.records[1].loss)
+    assert rec.records[0].weights_finite and rec.records[1].weights_finite is False
+    f = finding(rec, "overflow")
+    assert (f.step, f.where) == (1, "tok")
+    assert "the optimizer update of step 0 made the weights inf/NaN" in f.message
+    assert "eps=1e-08 is 0 in float16" in f.message and "use eps >= 6.1e-05" in f.message
+    assert "FP32" not in f.message and "lower the learning rate" not in f.message
+    assert "float16 weights, no autocast" in rec.report()
+
+
+def test_r6_5_a_half_model_with_a_float16_safe_eps_is_healthy():
+    rec = _half_adam(1e-4)
+    assert kinds(rec) == ["healthy"] and all(r.weights_finite for r in rec.records)

@@ -88,8 +88,11 @@ ANSWERS: dict[str, tuple[str, str, str]] = {
 }
 """The key: (kind, where, fix) of each trace."""
 
-ALSO_FIXES: dict[str, frozenset[str]] = {"E": frozenset({"bf16_or_fp32_island"})}
-"""Other fixes that remove a trace's cause: bf16 has float32's exponent range, so E's gradients do not underflow."""
+ALSO_FIXES: dict[str, frozenset[str]] = {"E": frozenset({"bf16_or_fp32_island"}), "C": frozenset({"drop_constant"})}
+"""Other fixes that remove a trace's cause: bf16 has float32's exponent range, so E's gradients do not underflow;
+C's loss is 2**21 times a cross-entropy, which a sum over 2**21 tokens and a leftover constant 2**21 give alike
+(the trace cannot tell them apart), so, as the recorder's own scale_collapse message lists both ("a constant
+multiplying it ..., a sum instead of a mean"), either fix is accepted."""
 
 WHERE: dict[str, str] = {
     "overflow": "the module in the `first inf/NaN output` column",
@@ -124,8 +127,9 @@ _WHY = {
     "A": "the first module whose output holds inf/NaN is the cause; the loss, the skips and the collapsing scale only "
          "inherit it",
     "B": "the forward ran in bfloat16, which has float32's range: a GradScaler is not needed",
-    "C": "the loss is in the millions, a sum over 2**21 tokens instead of their mean: every gradient is 2**21 times "
-         "the mean's, so lm_head.weight's gradient overflows float16 at every scale tried and the scale keeps halving",
+    "C": "the loss is in the millions, 2**21 times a cross-entropy near 2.5 (a sum over 2**21 tokens instead of their "
+         "mean, or a leftover constant 2**21 multiplying it): every gradient is 2**21 times too large, so "
+         "lm_head.weight's gradient overflows float16 at every scale tried and the scale keeps halving",
     "D": "the lr keeps falling on the skipped steps 0-3: the scheduler ran on steps the scaler skipped",
     "E": "the scale is stuck at 1, so the embedding's small gradients fall below fp16's normal range",
 }
@@ -139,13 +143,11 @@ _FIX_EXTRA = {
     ("A", "lower_lr"): " The module overflows float16 in the forward pass at this step already: a smaller lr does "
                        "not bring its values under 65504.",
     ("A", "fp32_loss"): " The loss is NaN because the module's output already is: an FP32 loss inherits it.",
-    ("C", "drop_constant"): " No constant in the code multiplies this loss: the factor 2**21 is the token count "
-                            "of a sum.",
     ("C", "larger_scale"): " A larger scale makes the overflow worse: the gradients are already too large.",
     ("C", "bf16_or_fp32_island"): " bf16 (float32's range) would stop the overflow, but not the cause: the loss is "
-                                  "still 2**21 times the mean, so with SGD every step is 2**21 times too large (the "
-                                  "lr multiplied by the token count) and the loss depends on the batch size. Average "
-                                  "it.",
+                                  "still 2**21 times too large, so with SGD every step is 2**21 times too large (the "
+                                  "lr multiplied by that factor). Remove the factor: average the loss, or drop the "
+                                  "constant.",
     ("E", "drop_scaler"): " Without a scaler the gradients stay as they are at scale 1 now, below float16's normal "
                           "range: the scale must grow, not go.",
 }
