@@ -6,6 +6,7 @@ Each wrong answer below is a fixture: a mistake a learner makes, and the words t
 
 import copy
 import dataclasses
+import numbers
 import sys
 
 import grader_fixtures
@@ -191,6 +192,17 @@ def _known_majors(c):  # review B5
     return (torch.float16, True) if c[0] == 7 or c in ((5, 3), (6, 0), (6, 2)) else (torch.float32, False)
 
 
+class _IndexReadsWant:  # review rev25-r5 E1: its __index__ read the check's `want` when exact_number converted it
+    def __init__(self, mine):
+        self.mine = mine
+
+    def __index__(self):
+        return sys._getframe(2).f_locals.get("want", self.mine)
+
+
+numbers.Integral.register(_IndexReadsWant)
+
+
 class _EqualToAnything(int):  # review rev25-r2 E4: passed when the check trusted the answer's ==
     def __eq__(self, other):
         return True
@@ -201,7 +213,9 @@ class _EqualToAnything(int):  # review rev25-r2 E4: passed when the check truste
 WRONG = {
     ("00", "tensor_bytes"): {
         "an int that equals anything (review rev25-r2 E4)": (lambda t: _EqualToAnything(0),
-                                                             "you returned 0, expected 4000"),
+                                                             "a _EqualToAnything, a subclass of int"),
+        "an Integral-registered object reading `want` in __index__ (review rev25-r5 E1)": (
+            lambda t: _IndexReadsWant(t.numel() * 4), "a _IndexReadsWant (a class of its own)"),
         "counts elements": (lambda t: t.numel(), "number of elements"),
         "counts bits": (lambda t: t.numel() * t.element_size() * 8, "which is bits"),
         "assumes float32": (lambda t: t.numel() * 4, "as if it were float32"),

@@ -385,9 +385,23 @@ def _wrong_updates(scale, tracker, found_inf, g, b, n):
     return out
 
 
+def _number(value):
+    """``value`` as a Python number: an exact int/float or numpy scalar (``exact_number``), or a one-element plain
+    ``torch.Tensor``'s item; None otherwise. Only C conversions run, never the answer's (review rev25-r5 E1)."""
+    if type(value) is torch.Tensor and value.numel() == 1:
+        return value.item()
+    return exact_number(value)
+
+
 def _as_pair(got):
+    """``(float(scale), int(tracker))`` of a returned 2-tuple of plain numbers, else None."""
+    if type(got) is not tuple or len(got) != 2:
+        return None
+    scale, tracker = _number(got[0]), _number(got[1])
+    if scale is None or tracker is None or isinstance(scale, bool) or isinstance(tracker, bool):
+        return None
     try:
-        return float(got[0]), int(got[1])
+        return float(scale), int(tracker)
     except (TypeError, ValueError, OverflowError):
         return None
 
@@ -411,21 +425,22 @@ def update_scale(fn) -> None:
             except CheckFailed as error:
                 answers.append((scale, tracker, None, error))
                 break
-            pair = _as_pair(got) if isinstance(got, tuple) and len(got) == 2 else None
-            answers.append((scale, tracker, got, None))
+            pair = _as_pair(got)  # plain numbers now, in the call pass (review rev25-r5 E1)
+            answers.append((scale, tracker, (got, pair), None))
             if pair is None:
                 break
             scale, tracker = pair
         runs.append(answers)
     steps = 0
     for (what, found, g, b, n, init), answers in zip(PATTERNS, runs, strict=True):
-        for i, (inf, want, (scale, tracker, got, error)) in enumerate(
+        for i, (inf, want, (scale, tracker, answer, error)) in enumerate(
                 zip(found, torch_updates(found, g, b, n, init), answers, strict=False)):
             if error is not None:
                 raise error
-            if not isinstance(got, tuple) or len(got) != 2 or _as_pair(got) is None:
-                raise fail(task, f"return a tuple (new_scale, new_tracker); you returned {got!r}.")
-            pair = _as_pair(got)
+            got, pair = answer
+            if pair is None:
+                raise fail(task, "return a tuple (new_scale, new_tracker) of two numbers; you returned "
+                                 f"{type(got).__name__} {got!r}.")
             if pair != want:
                 context = (f"pattern '{what}' (growth_factor={g}, backoff_factor={b}, growth_interval={n}), step {i}: "
                            f"from scale {scale!r}, tracker {tracker}, found_inf={inf} you returned "
