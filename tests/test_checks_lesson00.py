@@ -528,7 +528,7 @@ def test_the_autocast_default_table_is_torchs_own():
 def test_byte_counts_are_compared_as_ints_not_with_the_answers_eq():
     from ampcourse.checks import exact_number
 
-    assert type(exact_number(_EqualToAnything(0))) is int and exact_number(_EqualToAnything(0)) == 0
+    assert exact_number(_EqualToAnything(0)) is None and exact_number(_IndexReadsWant(4)) is None  # rev25-r5 E1
     assert exact_number(np.int64(7)) == 7 and type(exact_number(np.int64(7))) is int
     assert exact_number(True) is None and exact_number("3") is None and exact_number(torch.tensor(3)) is None
     assert type(exact_number(np.float64(2.5))) is float
