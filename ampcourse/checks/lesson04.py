@@ -452,7 +452,7 @@ def update_scale(fn) -> None:
             scale, tracker = pair
         runs.append(answers)
     steps = 0
-    for (what, found, g, b, n, init), answers, wants in zip(PATTERNS, runs, TORCH_UPDATES, strict=True):
+    for (what, found, g, b, n, _init), answers, wants in zip(PATTERNS, runs, TORCH_UPDATES, strict=True):
         for i, (inf, want, (scale, tracker, answer, error)) in enumerate(
                 zip(found, wants, answers, strict=False)):
             if error is not None:
