@@ -179,6 +179,7 @@ def _numpy_scalar_types() -> tuple[type, ...]:
 
 
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type()), not a C type
+_LIBRARIES = ("torch", "numpy", "collections", "enum", "fractions", "decimal", "ampcourse")  # their own classes
 _VALUE_TYPES = (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
 _COMPARE_DUNDERS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__index__", "__int__", "__float__",
                     "__complex__", "__bool__", "__hash__", "__repr__", "__str__", "__format__", "__len__",
@@ -223,7 +224,7 @@ def _refused(value: object, depth: int = 0) -> type | None:
         return None if kind in (torch.Tensor, torch.nn.Parameter) else kind
     for cls in kind.__mro__:
         if not cls.__flags__ & _HEAP_TYPE or (  # a C type (None, object, ...), or a library's own class
-                cls.__module__.split(".")[0] in ("torch", "numpy", "collections", "enum", "ampcourse")
+                cls.__module__.split(".")[0] in _LIBRARIES
                 and getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is cls):
             continue
         if any(name in vars(cls) for name in _COMPARE_DUNDERS):
