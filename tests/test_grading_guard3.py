@@ -205,7 +205,8 @@ def test_every_check_calls_the_learners_function_through_call():
     (``hook = fn``), a call of it (``fn(...)``), of its attribute (``fn.method(...)``), or passing it to a callable
     other than ``call``/``noted_call``/``require_callable``, inspection (``inspect.getsource``, ``getattr``) or a
     check module's own function taking ``fn`` (itself scanned) — ``functools.partial(fn)``, ``map(fn, ...)`` — is
-    flagged. Not seen: a callable the answer returned, or a learner object's methods (an object a check receives is the check's to handle)."""
+    flagged. Not seen: a callable the answer returned, or a learner object's methods (an object a check receives
+    is the check's to handle)."""
     import ast
     from pathlib import Path
 
