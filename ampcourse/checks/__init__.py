@@ -179,7 +179,7 @@ def _numpy_scalar_types() -> tuple[type, ...]:
 
 
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type()), not a C type
-_LIBRARIES = ("torch", "numpy", "collections", "enum", "fractions", "decimal", "ampcourse")  # their own classes
+_LIBRARIES = ("torch", "numpy", "collections", "enum", "fractions", "decimal", "numbers", "ampcourse")  # own classes
 _VALUE_TYPES = (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
 _COMPARE_DUNDERS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__index__", "__int__", "__float__",
                     "__complex__", "__bool__", "__hash__", "__repr__", "__str__", "__format__", "__len__",
