@@ -72,7 +72,10 @@ change the answer's own function makes during the check and undoes before it ret
 tricks, a module global swapped and put back; lesson 00's checks and lesson 04's Task 2 call the answer on every case
 before computing what they expect, so there such a swap must last until the check's last judgement and is seen by
 ``passed()``'s comparison, unless something racing it, a thread, undoes it between the two; other checks still
-compute their expected values first), ``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
+compute their expected values first; and every check gets the answer converted to plain values in the call pass,
+``checks.plain``/``exact_number``, so no object the answer returned runs its ``__eq__``/``__index__``/``__float__``
+once an expected value exists: review rev25-r5 E1/E2),
+``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
 there runs after ``passed()``'s comparison), which function a check cell hands the check, and what the check cell
 runs: the guard covers the compiler's and transformer manager's methods, the transformer lists' items, and the
 public names of ``IPython.core.compilerop`` and ``IPython.core.inputtransformer2`` with their functions' code and

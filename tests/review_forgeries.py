@@ -206,7 +206,7 @@ REVIEW_FORGERIES.update({
     "facts_rebound": (FACTS_REBOUND, "failed", ["4 bytes per element"]),
     "facts_mutated": (FACTS_MUTATED, "failed", ["4 bytes per element"]),
     "code_replaced": (CODE_REPLACED, "failed", ["you returned 0, expected 4000"]),
-    "equal_to_anything": (EQUAL_TO_ANYTHING, "failed", ["you returned 0, expected 4000"]),
+    "equal_to_anything": (EQUAL_TO_ANYTHING, "failed", ["A, a subclass of int"]),
     "custom_exc": (CUSTOM_EXC, "failed", ["you returned 0, expected 4000"]),
     "custom_exc_in_check": (CUSTOM_EXC_IN_CHECK, "failed", ["altered the grader", "shell.CustomTB"]),
     "execution_result": (EXECUTION_RESULT, "failed", ["you returned 0, expected 4000"]),
@@ -696,3 +696,32 @@ REVIEW_FORGERIES.update({
     "rewrite_by_compile": (REWRITE_BY_COMPILE, "failed", ["4 bytes per element"]),
     "rewrite_by_transform_code": (REWRITE_BY_TRANSFORM_CODE, "failed", ["4 bytes per element"]),
 })
+
+
+# --- review rev25-r5 -----------------------------------------------------------------------------------------------
+# E1: the returned object runs code while the check converts it, after the expected value is in the check's frame
+# (an ``__index__`` on a class registered as numbers.Integral; ``__float__``/``__int__`` on a tuple's items).
+# E2: a str/float subclass equal to everything. All are now refused in the call pass (checks.plain).
+INDEX_READS_WANT = 'import sys, numbers, torch\n\n\nclass _N:\n    """A byte count that asks the check what it expects, when the check converts it."""\n    def __init__(self, mine):\n        self.mine = mine\n\n    def __index__(self):\n        f = sys._getframe(2).f_locals   # __index__ <- exact_number <- lesson00.tensor_bytes\n        return f.get(\'want\', self.mine)\n\n\nnumbers.Integral.register(_N)\n\n\ndef tensor_bytes(t: torch.Tensor) -> int:\n    return _N(t.numel() * 4)   # wrong: 4 bytes for every dtype\n'  # noqa: E501
+FLOAT_READS_WANT_04 = "import sys\n\n\nclass _V:\n    def __init__(self, i, mine):\n        self.i, self.mine = i, mine\n\n    def _want(self):\n        f = sys._getframe(3).f_locals   # dunder <- _as_pair <- lesson04.update_scale\n        return f['want'][self.i] if 'want' in f else self.mine\n\n    def __float__(self):\n        return float(self._want())\n\n    def __int__(self):\n        return int(self._want())\n\n    def __repr__(self):\n        return repr(self.mine)\n\n\ndef update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):\n    return _V(0, scale), _V(1, tracker)   # wrong: never changes anything\n"  # noqa: E501
+VERDICT_EQUAL_07 = 'import math\n\nfrom ampcourse.troubleshoot import diagnose_scale\n\n\nclass _Verdict(str):\n    """A verdict equal to every other verdict."""\n    def __eq__(self, other):\n        return True\n\n    __hash__ = str.__hash__\n\n\ndef triage(initial_scale, scales, losses):\n    return _Verdict("healthy")   # wrong: every run is called healthy\n'  # noqa: E501
+VERDICT_EQUAL_09 = 'class _Verdict(str):\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n        return False\n    __hash__ = str.__hash__\n\n\ndef amp_verdict(fp32_losses, amp_losses):\n    return _Verdict("within noise")   # wrong: always noise\n'  # noqa: E501
+HISTORY_EQUAL_10 = 'import torch\n\n\nclass _Eq(float):\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n        return False\n    __hash__ = float.__hash__\n\n\ndef delayed_cast(x: torch.Tensor, history: list[float], fp8_dtype: torch.dtype,\n                 margin: int) -> tuple[torch.Tensor, float, list[float]]:\n    if not history:\n        raise ValueError("history is empty: delayed scaling needs at least one earlier amax")\n    top = torch.finfo(fp8_dtype).max\n    peak = max(history)\n    scale = top / (peak * 2**margin) if peak > 0 else 1.0\n    x_fp8 = (x * scale).clamp(-top, top).to(fp8_dtype)\n    new_history = [_Eq(0.0)] * (len(history) - 1) + [float(x.abs().max())]   # wrong: the old entries are lost\n    return x_fp8, scale, new_history\n'  # noqa: E501
+REVIEW_FORGERIES.update({
+    "index_reads_want": (INDEX_READS_WANT, "failed", ["a _N (a class of its own)"]),
+})
+OTHER_FORGERIES.update({
+    "float_reads_want_04": ("04_gradscaler.ipynb", {"def update_scale": FLOAT_READS_WANT_04}, 1, "failed",
+                            ["a _V (a class of its own)"]),
+    "verdict_equal_07": ("07_troubleshooting.ipynb", {"def triage": VERDICT_EQUAL_07}, 3, "failed",
+                         ["a _Verdict, a subclass of str"]),
+    "verdict_equal_09": ("09_capstone.ipynb", {"def amp_verdict": VERDICT_EQUAL_09}, 2, "failed",
+                         ["a _Verdict, a subclass of str"]),
+    "history_equal_10": ("10_fp8.ipynb", {"def delayed_cast": HISTORY_EQUAL_10}, 2, "failed",
+                         ["a _Eq, a subclass of float"]),
+})
+# W1: torch._dynamo.eval_frame._callback_from_stance replaced, to set the reference GradScaler to the answer's values
+# inside torch_updates: the check now reads TORCH_UPDATES (literals), so the answer's wrong rule is named.
+CALLBACK_FROM_STANCE_04 = 'import torch\n\n\ndef update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):\n    def float32(value):\n        return torch.tensor(value, dtype=torch.float32).item()\n\n    if found_inf:\n        return float32(scale * backoff_factor), 0\n    tracker += 1\n    if tracker < growth_interval:\n        return scale, tracker\n    grown = float32(scale * growth_factor)\n    return (grown if grown != float("inf") else scale), tracker  # wrong: the tracker is not reset after growing\n\n\nimport sys\nimport torch._dynamo.eval_frame as _ef\n_orig_cfs = _ef._callback_from_stance\n\n\ndef _cfs(callback):\n    f = sys._getframe(3)   # _cfs <- DisableContext._fn <- _disable_dynamo.inner <- the caller of zero_grad\n    if f.f_code.co_name == \'torch_updates\':\n        v = f.f_locals\n        sc, k = v[\'scaler\'], len(v[\'out\'])\n        s, t = v[\'init_scale\'], 0\n        for inf in v[\'found_inf\'][:k + 1]:\n            s, t = update_scale(s, t, inf, v[\'growth_factor\'], v[\'backoff_factor\'], v[\'growth_interval\'])\n        sc._growth_factor, sc._backoff_factor, sc._growth_interval = 1.0, 1.0, 10**9\n        if sc._scale is None:\n            sc._init_scale, sc._init_growth_tracker = s, max(t - 1, 0)\n        else:\n            sc._scale.fill_(s)\n            sc._growth_tracker.fill_(max(t - 1, 0))\n    return _orig_cfs(callback)\n\n\n_ef._callback_from_stance = _cfs\n'  # noqa: E501
+OTHER_FORGERIES["callback_from_stance_04"] = ("04_gradscaler.ipynb", {'def update_scale': CALLBACK_FROM_STANCE_04}, 1, "failed",  # noqa: E501
+                                              ["after growing, reset the growth tracker to 0"])

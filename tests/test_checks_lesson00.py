@@ -6,6 +6,7 @@ Each wrong answer below is a fixture: a mistake a learner makes, and the words t
 
 import copy
 import dataclasses
+import numbers
 import sys
 
 import grader_fixtures
@@ -191,6 +192,17 @@ def _known_majors(c):  # review B5
     return (torch.float16, True) if c[0] == 7 or c in ((5, 3), (6, 0), (6, 2)) else (torch.float32, False)
 
 
+class _IndexReadsWant:  # review rev25-r5 E1: its __index__ read the check's `want` when exact_number converted it
+    def __init__(self, mine):
+        self.mine = mine
+
+    def __index__(self):
+        return sys._getframe(2).f_locals.get("want", self.mine)
+
+
+numbers.Integral.register(_IndexReadsWant)
+
+
 class _EqualToAnything(int):  # review rev25-r2 E4: passed when the check trusted the answer's ==
     def __eq__(self, other):
         return True
@@ -201,7 +213,9 @@ class _EqualToAnything(int):  # review rev25-r2 E4: passed when the check truste
 WRONG = {
     ("00", "tensor_bytes"): {
         "an int that equals anything (review rev25-r2 E4)": (lambda t: _EqualToAnything(0),
-                                                             "you returned 0, expected 4000"),
+                                                             "a _EqualToAnything, a subclass of int"),
+        "an Integral-registered object reading `want` in __index__ (review rev25-r5 E1)": (
+            lambda t: _IndexReadsWant(t.numel() * 4), "a _IndexReadsWant (a class of its own)"),
         "counts elements": (lambda t: t.numel(), "number of elements"),
         "counts bits": (lambda t: t.numel() * t.element_size() * 8, "which is bits"),
         "assumes float32": (lambda t: t.numel() * 4, "as if it were float32"),
@@ -514,7 +528,7 @@ def test_the_autocast_default_table_is_torchs_own():
 def test_byte_counts_are_compared_as_ints_not_with_the_answers_eq():
     from ampcourse.checks import exact_number
 
-    assert type(exact_number(_EqualToAnything(0))) is int and exact_number(_EqualToAnything(0)) == 0
+    assert exact_number(_EqualToAnything(0)) is None and exact_number(_IndexReadsWant(4)) is None  # rev25-r5 E1
     assert exact_number(np.int64(7)) == 7 and type(exact_number(np.int64(7))) is int
     assert exact_number(True) is None and exact_number("3") is None and exact_number(torch.tensor(3)) is None
     assert type(exact_number(np.float64(2.5))) is float

@@ -644,7 +644,7 @@ WRONG = {
     },
     ("08", "allreduce_bytes"): {
         "an int that equals anything (review rev25-r2 E4)": (lambda n, a, s, c: _EqualToAnything(0),
-                                                             "you said 0 bytes"),
+                                                             "a _EqualToAnything, a subclass of int"),
         "AMP halves the traffic": (lambda n, a, s, c: n * 2 * (1 if s else a),
                                    "AMP does not halve the gradient traffic"),
         "one all-reduce even without no_sync": (lambda n, a, s, c: n * (2 if c else 4),

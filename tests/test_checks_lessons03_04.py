@@ -928,3 +928,11 @@ def test_a_prediction_failure_names_one_wrong_key_until_the_last_hint_tier():
             assert "'loss' (you said bfloat16)" in text and "3 of 6 wrong" in text, text
     finally:
         checks.reset_hints()
+
+
+def test_update_scale_reference_literals_are_a_real_gradscalers():
+    """Review rev25-r5 W1: Task 2's check reads TORCH_UPDATES (literals), never torch at grading time; a real
+    torch.amp.GradScaler, step by step, gives exactly those values."""
+    assert len(lesson04.TORCH_UPDATES) == len(lesson04.PATTERNS)
+    for (what, found, g, b, n, init), want in zip(lesson04.PATTERNS, lesson04.TORCH_UPDATES, strict=True):
+        assert [tuple(step) for step in want] == lesson04.torch_updates(found, g, b, n, init), what

@@ -200,20 +200,45 @@ def test_dynamos_own_patch_of_a_course_module_class_is_not_a_change(guard):
 
 def test_every_check_calls_the_learners_function_through_call():
     """Review rev25-r4 E5: a check that calls the learner's ``fn`` itself notes no call interval, so a thread the
-    answer joins before it returns was judged "still running after your function returned". Every call of a check
-    function's ``fn`` goes through ``call`` or ``noted_call`` (an AST scan of every check module)."""
+    answer joins before it returns was judged "still running after your function returned". An AST scan of every
+    check module (review rev25-r5 N1: widened): in every function with a parameter ``fn``, and any name bound from it
+    (``hook = fn``), a call of it (``fn(...)``), of its attribute (``fn.method(...)``), or passing it to a callable
+    other than ``call``/``noted_call``/``require_callable``, inspection (``inspect.getsource``, ``getattr``) or a
+    check module's own function taking ``fn`` (itself scanned) — ``functools.partial(fn)``, ``map(fn, ...)`` — is
+    flagged. Not seen: a callable the answer returned, or a learner object's methods (an object a check receives
+    is the check's to handle)."""
     import ast
     from pathlib import Path
 
+    paths = sorted((Path(grading.ROOT) / "ampcourse" / "checks").glob("lesson*.py"))
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in paths}
+    inspection = {"isfunction", "getsource", "getattr", "signature", "getclosurevars"}  # these do not call it
+    takes_fn = {"call", "noted_call", "require_callable", *inspection} | {
+        f.name for tree in trees.values() for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef) and "fn" in [a.arg for a in f.args.args]}
     direct = []
-    for path in sorted((Path(grading.ROOT) / "ampcourse" / "checks").glob("lesson*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for path, tree in trees.items():
         for function in ast.walk(tree):
             if not isinstance(function, ast.FunctionDef) or "fn" not in [a.arg for a in function.args.args]:
                 continue
+            names = {"fn"}
             for node in ast.walk(function):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "fn":
-                    direct.append(f"{path.name}:{node.lineno}")
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in names:
+                    names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            for node in ast.walk(function):
+                if not isinstance(node, ast.Call):
+                    continue
+                callee = node.func
+                if isinstance(callee, ast.Name) and callee.id in names:
+                    direct.append(f"{path.name}:{node.lineno} calls it")
+                elif isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name) \
+                        and callee.value.id in names:
+                    direct.append(f"{path.name}:{node.lineno} calls its attribute")
+                elif any(isinstance(a, ast.Name) and a.id in names
+                         for a in [*node.args, *(k.value for k in node.keywords)]):
+                    name = callee.id if isinstance(callee, ast.Name) else getattr(callee, "attr", "")
+                    if name not in takes_fn:
+                        direct.append(f"{path.name}:{node.lineno} passes it to {name or 'a callable'}")
     assert direct == [], direct
 
 

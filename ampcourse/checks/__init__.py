@@ -170,20 +170,107 @@ def require_callable(task: str, fn: object, name: str) -> Callable[..., Any]:
     return fn
 
 
-def exact_number(value: object) -> int | float | None:
-    """``value`` as an exact ``int`` (an integer of any integer type: int, numpy's, any ``numbers.Integral``; not
-    bool) or an exact ``float`` (a float or a subclass), else None. A check compares what this returns, so the
-    comparison is ``int``'s or ``float``'s own, never the answer's type's: ``class A(int): __eq__ = lambda s, o:
-    True`` returning ``A(0)`` counts as 0."""
-    if isinstance(value, bool):
-        return None
+def _numpy_scalar_types() -> tuple[type, ...]:
     try:
-        if isinstance(value, numbers.Integral):
-            return int.__index__(operator.index(value))
-        if isinstance(value, float):
-            return float.__float__(value)
-    except (TypeError, ValueError, OverflowError):
+        import numpy
+    except ImportError:  # pragma: no cover - numpy comes with torch here
+        return ()
+    return tuple({t for t in numpy.sctypeDict.values() if isinstance(t, type) and issubclass(t, numpy.generic)})
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type()), not a C type
+_LIBRARIES = ("torch", "numpy", "collections", "enum", "fractions", "decimal", "numbers", "ampcourse")  # own classes
+_VALUE_TYPES = (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
+_COMPARE_DUNDERS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__index__", "__int__", "__float__",
+                    "__complex__", "__bool__", "__hash__", "__repr__", "__str__", "__format__", "__len__",
+                    "__iter__", "__getitem__", "__contains__", "__round__", "__trunc__", "__floor__", "__ceil__",
+                    "__abs__", "__neg__", "__add__", "__sub__", "__mul__", "__truediv__", "__radd__", "__rsub__",
+                    "__rmul__", "__rtruediv__", "__array__", "__torch_function__")
+
+
+def _library_types() -> frozenset[type]:
+    """Subclasses of built-in value types, and classes with comparison dunders, that honest answers return."""
+    import collections
+    return frozenset((*_numpy_scalar_types(), torch_size(), collections.OrderedDict, collections.defaultdict,
+                      collections.Counter, collections.deque))
+
+
+def torch_size() -> type:
+    import torch
+    return torch.Size
+
+
+def _refused(value: object, depth: int = 0) -> type | None:
+    """The first type in ``value`` (recursively through plain containers) that is not a plain value: a subclass of a
+    built-in value type, or a class with comparison/conversion dunders of its own, other than numpy's, torch's and
+    collections' own types. None when every part is plain."""
+    kind = type(value)
+    if kind in _VALUE_TYPES or kind in _library_types():
+        if depth < 20 and kind in (tuple, list, set, frozenset, collections_deque(), torch_size()):
+            for item in value:
+                bad = _refused(item, depth + 1)
+                if bad is not None:
+                    return bad
+        elif depth < 20 and isinstance(value, dict):
+            for key, item in value.items():
+                bad = _refused(key, depth + 1) or _refused(item, depth + 1)
+                if bad is not None:
+                    return bad
         return None
+    if issubclass(kind, _VALUE_TYPES):
+        return kind
+    import torch
+    if isinstance(value, torch.Tensor):
+        return None if kind in (torch.Tensor, torch.nn.Parameter) else kind
+    for cls in kind.__mro__:
+        if not cls.__flags__ & _HEAP_TYPE or (  # a C type (None, object, ...), or a library's own class
+                cls.__module__.split(".")[0] in _LIBRARIES
+                and getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is cls):
+            continue
+        if any(name in vars(cls) for name in _COMPARE_DUNDERS):
+            return kind
+    return None
+
+
+def collections_deque() -> type:
+    import collections
+    return collections.deque
+
+
+def plain(task: str, value: object, name: str) -> Any:
+    """``value`` (what the learner's ``name`` returned) if it is made of plain values only, else a failure naming the
+    type: ``int``, ``float``, ``str``, ``bool``, ``None``, tuples/lists/dicts of them, numpy's scalars, ``torch.Size``,
+    a ``torch.Tensor`` (exactly), a dtype or device, or an object whose class adds no comparison or conversion
+    dunders. A check calls this in its call pass (:func:`call` does), before any expected value exists, and never
+    compares or converts an answer object otherwise: a subclass's ``__eq__`` or an ``__index__``/``__float__`` runs
+    the learner's code inside the judgement (review rev25-r5 E1/E2)."""
+    bad = _refused(value)
+    if bad is None:
+        return value
+    base = next((b.__name__ for b in bad.__mro__[1:] if b in _VALUE_TYPES or b.__module__ == "torch"), None)
+    what = f"a {bad.__name__}, a subclass of {base}" if base else f"a {bad.__name__} (a class of its own)"
+    plain_name = base if base in ("int", "float", "str", "bool", "tuple", "list", "dict") else "built-in value"
+    inside = "" if type(value) is bad else f" (inside the {type(value).__name__} it returned)"
+    raise fail(task, f"`{name}` returned {what}{inside}: return a plain {plain_name} (int, float, str, bool, "
+                     "tuple, list, dict, a torch.Tensor or numpy scalar), not an object with comparison or "
+                     "conversion methods of its own.")
+
+
+def exact_number(value: object) -> int | float | None:
+    """``value`` as an exact ``int`` (an ``int``, not bool, or one of numpy's integer scalars) or an exact ``float``
+    (a ``float`` or numpy's ``float64``), else None. A check compares what this returns, so the comparison is
+    ``int``'s or ``float``'s own, never the answer's type's; an ``int``/``float`` subclass or a class registered as
+    ``numbers.Integral`` is refused (None), since converting it would run its ``__index__`` (review rev25-r5 E1)."""
+    kind = type(value)
+    if kind is int:
+        return value
+    if kind is float:
+        return value
+    numpy_types = _numpy_scalar_types()
+    if kind in numpy_types and issubclass(kind, numbers.Integral):
+        return int.__index__(operator.index(value))
+    if kind in numpy_types and issubclass(kind, float):
+        return float.__float__(value)
     return None
 
 
@@ -218,7 +305,7 @@ def _guard_run() -> dict | None:
 
 def _call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
     try:
-        return fn(*args, **kwargs)
+        return plain(task, fn(*args, **kwargs), name)
     except NotImplementedError as err:
         task_text = f" (the task: {err})" if str(err).strip() else ""  # a bare `raise NotImplementedError`
         raise NotStarted(

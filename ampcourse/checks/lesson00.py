@@ -40,7 +40,10 @@ def _answers(task: str, fn, name: str, inputs: list) -> list[tuple[object, Check
     called first and judged afterwards (review rev25-r3 E6), so no expected value exists while the answer runs
     (nothing in the check's frame to read) and a table swapped during the calls must last until the last judgement,
     where ``passed()``'s comparison sees it (review rev25-r4 E1; a thread racing it can still undo it between the
-    two). A failure is raised in its place: an earlier wrong case is still named first."""
+    two). The answer is converted to plain values in the call pass (``call`` refuses a value-type subclass or an
+    object with its own comparison/conversion dunders, ``checks.plain``): an object it returned never runs its own
+    ``__index__``/``__eq__`` once an expected value exists (review rev25-r5 E1; before, an ``__index__`` read
+    ``want``). A failure is raised in its place: an earlier wrong case is still named first."""
     answers: list[tuple[object, CheckFailed | None]] = []
     for value in inputs:
         try:
