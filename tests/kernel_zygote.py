@@ -214,7 +214,10 @@ def serve(folder: str, key: str) -> dict | None:
                     os.close(fd)
                 kernels[pid] = conn
                 selector.register(conn, selectors.EVENT_READ, pid)
-                _send(conn, {"pid": pid})
+                try:
+                    _send(conn, {"pid": pid})
+                except OSError:  # the client went away meanwhile: its closed connection kills the kernel below
+                    pass
             elif what == "child":
                 os.read(wake_r, 4096)
                 while True:
