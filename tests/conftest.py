@@ -133,10 +133,16 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+# Unit-test files of minutes (each starts many kernels and pytest runs): handed out with the notebooks, not last
+# (one of them alone at the end kept one worker busy for 10 minutes while the other idled).
+_LONG_TEST_FILES = ("test_pytest_plugin.py", "test_grading_integrity.py", "test_grading_robust.py", "test_grading.py",
+                    "test_working_copy.py")
+
+
 def _long_files_first(item) -> int:
     """The browser tests (the longest file: a JupyterLab, every lesson with a widget run in it), then the notebooks
-    (nbval: 10-60 s each), then the unit-test files (most a few seconds)."""
-    if item.path.suffix == ".ipynb":
+    (nbval: 10-60 s each) and the unit-test files of minutes, then the other unit-test files (most a few seconds)."""
+    if item.path.suffix == ".ipynb" or item.path.name in _LONG_TEST_FILES:
         return 1
     return 0 if ROOT / "tests" / "browser" in item.path.parents else 2
 
