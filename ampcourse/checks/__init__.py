@@ -24,6 +24,8 @@ request. A task that was never attempted shows no hint (``NotStarted`` carries n
 
 from __future__ import annotations
 
+import collections
+import functools
 import numbers
 import operator
 import re
@@ -188,16 +190,19 @@ _COMPARE_DUNDERS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", 
                     "__rmul__", "__rtruediv__", "__array__", "__torch_function__")
 
 
+@functools.cache
 def _library_types() -> frozenset[type]:
     """Subclasses of built-in value types, and classes with comparison dunders, that honest answers return."""
-    import collections
-    return frozenset((*_numpy_scalar_types(), torch_size(), collections.OrderedDict, collections.defaultdict,
+    import torch
+    return frozenset((*_numpy_scalar_types(), torch.Size, collections.OrderedDict, collections.defaultdict,
                       collections.Counter, collections.deque))
 
 
-def torch_size() -> type:
+@functools.cache
+def _sequence_types() -> tuple[type, ...]:
+    """The containers :func:`_refused` looks inside, item by item."""
     import torch
-    return torch.Size
+    return (tuple, list, set, frozenset, collections.deque, torch.Size)
 
 
 def _refused(value: object, depth: int = 0) -> type | None:
@@ -206,7 +211,7 @@ def _refused(value: object, depth: int = 0) -> type | None:
     collections' own types. None when every part is plain."""
     kind = type(value)
     if kind in _VALUE_TYPES or kind in _library_types():
-        if depth < 20 and kind in (tuple, list, set, frozenset, collections_deque(), torch_size()):
+        if depth < 20 and kind in _sequence_types():
             for item in value:
                 bad = _refused(item, depth + 1)
                 if bad is not None:
@@ -230,11 +235,6 @@ def _refused(value: object, depth: int = 0) -> type | None:
         if any(name in vars(cls) for name in _COMPARE_DUNDERS):
             return kind
     return None
-
-
-def collections_deque() -> type:
-    import collections
-    return collections.deque
 
 
 def plain(task: str, value: object, name: str) -> Any:
