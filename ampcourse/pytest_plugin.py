@@ -25,6 +25,7 @@ twice). Lessons, solutions and any other notebook are left alone, and an intact 
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from queue import Empty
@@ -228,6 +229,23 @@ def _sanitize_file_from_anywhere(config) -> None:
                 return
 
 
+SUITE_KERNELS = "AMPCOURSE_KERNEL_ZYGOTE"  # set by the course's own test suite (tests/conftest.py) only
+
+
+def _suite_kernels(config) -> None:
+    """In the course's test suite, nbval's kernels are forked like its other kernels (``tests/kernel_zygote.py``).
+    pyproject's ``--nbval-current-env`` makes nbval build ipykernel's kernelspec itself, which would bypass the
+    ``python3`` kernelspec ``tests/conftest.py`` puts first on ``JUPYTER_PATH``; where that folder is set and on
+    the path, nbval is asked for that kernel by name instead (the same interpreter and environment)."""
+    folder = os.environ.get(SUITE_KERNELS, "")
+    on_path = folder and folder in os.environ.get("JUPYTER_PATH", "").split(os.pathsep)
+    if not (on_path and os.path.isfile(os.path.join(folder, "kernels", "python3", "kernel.json"))):
+        return
+    if getattr(config.option, "nbval_current_env", False) and not getattr(config.option, "nbval_kernel_name", None):
+        config.option.nbval_current_env = False
+        config.option.nbval_kernel_name = "python3"
+
+
 def _guard(item, call: str):
     """Run a grader guard call in nbval's kernel (as ``user_expressions``: no input transformer sees it; see
     ``ampcourse.grading.guard_expression``); its value, or None when it could not run."""
@@ -323,6 +341,7 @@ def in_exercises(path) -> bool:
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the first cell left is the one that runs first
 def pytest_collection_modifyitems(config, items):
     _sanitize_file_from_anywhere(config)
+    _suite_kernels(config)
     from .authoring import tags, task_title
     from .grading import _guard_modules, exercise_template
 

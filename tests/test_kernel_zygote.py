@@ -96,3 +96,27 @@ def test_other_import_time_settings_or_off_give_an_ordinary_kernel(tmp_path):
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_nbvals_own_kernels_are_forked_too(tmp_path):
+    """pyproject's ``--nbval-current-env`` would have nbval build ipykernel's kernelspec and start every lesson's
+    and exercise's kernel afresh; ``ampcourse.pytest_plugin`` asks nbval for the suite's ``python3`` kernel instead."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    from ampcourse import pytest_plugin
+
+    assert pytest_plugin.SUITE_KERNELS == kernel_zygote.DIR_VARIABLE
+    km, kc, _ = _forked_kernel(tmp_path)  # this run's template of these settings is up
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+    found = tmp_path / "parent.txt"
+    code = f"import os\nopen({str(found)!r}, 'w').write(open(f'/proc/{{os.getppid()}}/cmdline').read())"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), tmp_path / "probe.ipynb")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          "--rootdir", str(tmp_path), "--nbval-lax", "--nbval-current-env", "probe.ipynb"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "serve" in found.read_text().split("\0"), "nbval's kernel was started afresh, not forked"
