@@ -407,6 +407,14 @@ def _cell_filled(cell) -> bool:
     return True
 
 
+def _closure_contents(fn) -> list | None:
+    """The values held in ``fn``'s closure, in order; None where a cell is empty."""
+    cells = fn.__closure__ or ()
+    if not all(_cell_filled(c) for c in cells):
+        return None
+    return [c.cell_contents for c in cells]
+
+
 def _module_entry(module) -> tuple:
     """``(module, {attribute: value}, {attribute: plain copy}, {attribute: function state}, {attribute: class
     state})``: every attribute but submodules and dunders (by identity), the public plain data by value (a table
@@ -692,12 +700,9 @@ def _dynamo_disable(new, fn) -> bool:
     path = os.path.realpath(str(getattr(frame, "__file__", "")))
     if not code.co_qualname.startswith("DisableContext.__call__.<locals>.") or code not in _file_codes(path):
         return False
-    cells = []
-    for cell in new.__closure__ or ():
-        try:
-            cells.append(cell.cell_contents)
-        except ValueError:
-            return False
+    cells = _closure_contents(new)
+    if cells is None:
+        return False
     return any(c is fn for c in cells) and all(c is fn or type(c) is frame.DisableContext for c in cells)
 
 
@@ -781,12 +786,9 @@ def _torch_wrapper(new, old, name: str = "") -> bool:
         return False
     if not code.co_qualname.startswith(factory + ".<locals>.") or code not in _file_codes(path):
         return False
-    cells = []
-    for cell in fn.__closure__ or ():
-        try:
-            cells.append(cell.cell_contents)
-        except ValueError:
-            return False
+    cells = _closure_contents(fn)
+    if cells is None:
+        return False
     wraps_old = [c is old or getattr(c, "__func__", None) is old for c in cells]
     plain = [c is None or type(c) in (bool, int, str) for c in cells]
     return any(wraps_old) and all(w or p for w, p in zip(wraps_old, plain, strict=True))
@@ -1234,6 +1236,7 @@ def guard_verify(shell) -> tuple[list[str], list[str], list[str]]:
 
 
 _KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy, _same, _function_state, _cell_filled,
+                _closure_contents,
                 _module_entry, _member_state, _class_state, _restore_function, _class_changes, _course_modules,
                 _put_back, _course_changes, _namespaces, _namespace_state, _function_dicts, _dynamo_disable,
                 _function_dict_changes, _file_codes, _torch_wrapper,
