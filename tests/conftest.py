@@ -65,8 +65,8 @@ def _kernels_from_templates(config) -> None:
 @pytest.fixture(autouse=True)
 def _share_of_the_cpus_for_started_processes(monkeypatch):
     """The processes a test under tests/ starts (kernels of the graders, ``pytest``, ``python -m ampcourse``) get
-    the worker's share of the CPUs too. Not the lessons' and solutions' own nbval runs (this conftest does not
-    apply to them): those keep the learner's default threads, and the second pass runs them on one."""
+    the worker's share of the CPUs too. Not the lessons' and solutions' own nbval runs (no fixture of this conftest
+    applies to them): those keep the learner's default threads, and the second pass runs them on one."""
     threads = _threads_per_worker()
     if threads is not None:
         monkeypatch.setenv("OMP_NUM_THREADS", str(threads))

@@ -7,20 +7,26 @@ file, as the client of a fork server:
 
 * ``kernel_zygote.py -f CONNECTION_FILE`` (the client, started by jupyter_client as "the kernel"): asks the
   template for its settings to fork a kernel, then stands in for it: signals it receives (an interrupt, a
-  terminate) go to the kernel, and it exits as the kernel exits (with its code, or by its signal). If it is
-  killed, the template kills the kernel. Where there is no template yet, it starts one in the background and runs
-  this kernel the ordinary way (``exec python -m ipykernel_launcher``).
+  terminate) go to the kernel's process group, and it exits as the kernel exits (with its code, or by its signal).
+  If it is killed, the template kills the kernel's group; if the process that started it (the kernel's manager)
+  dies, it kills the kernel, as ipykernel's parent poller ends an ordinary one. Where there is no template yet (or
+  only a dead one's lock), it starts one in the background and runs this kernel the ordinary way
+  (``exec python -m ipykernel_launcher``).
 * ``kernel_zygote.py serve DIR KEY`` (a template): imports torch, numpy and ipykernel once, then forks one kernel
-  per request. The child takes the client's environment, working folder, standard streams and arguments and runs
-  ipykernel's launcher as ``python -m ipykernel_launcher`` would; it is a fresh process in every other way
-  (a new PID, no threads, nothing run but the imports).
+  per request. The child takes the client's environment, working folder, standard streams and arguments, leads a
+  process group of its own, re-seeds torch's and numpy's generators and runs ipykernel's launcher as
+  ``python -m ipykernel_launcher`` would; it is a fresh process in every other way but the ones below (a new PID,
+  no threads, nothing run but the imports).
 
 What is not the same as a kernel started afresh, and why that is safe: modules are imported before the learner's
 code rather than by it (the same modules, from the same files); the environment variables those imports read
-are part of the template's key (``_KEY_PREFIXES``: a kernel with other ``OMP_*``, ``ATEN_*``, ``PYTHON*`` … gets a
-template of its own, started with those), as is the interpreter. The second pass of ``./course test`` (lessons and
-solutions under other CPU kernels) and every learner's run use ordinary kernels: this file is only used where
-``tests/conftest.py`` sets ``AMPCOURSE_KERNEL_ZYGOTE``.
+are part of the template's key (``_KEY_PREFIXES``: a kernel with other ``OMP_*``, ``ATEN_*``, ``PYTHON*``, ``TZ`` …
+gets a template of its own, started with those), as are the interpreter and the process settings a child inherits
+(:func:`process_settings`: CPU affinity, niceness, umask, resource limits). The string hash seed is the template's
+(every kernel of a template iterates a set of strings in one order: set ``PYTHONHASHSEED`` to compare), and the
+kernel's command line in ``ps`` is the template's. The second pass of ``./course test`` (lessons and solutions
+under other CPU kernels) and every learner's run use ordinary kernels: this file is only used where
+``tests/conftest.py`` sets ``AMPCOURSE_KERNEL_ZYGOTE`` (to a private folder of this user's; ``off``: ordinary).
 """
 import hashlib
 import json
@@ -36,15 +42,30 @@ DIR_VARIABLE = "AMPCOURSE_KERNEL_ZYGOTE"
 # The environment variables that what a template imports reads at import time (OpenMP and oneDNN read theirs when
 # the library loads): a kernel whose values differ gets its own template.
 _KEY_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL", "OPENBLAS", "ATEN_", "DNNL_", "ONEDNN_", "TORCH", "PYTORCH",
-                 "CUDA", "NVIDIA", "LD_", "PYTHON", "NUMPY", "MPL", "MATPLOTLIB", "LANG", "LC_", DIR_VARIABLE)
+                 "CUDA", "NVIDIA", "LD_", "PYTHON", "NUMPY", "MPL", "MATPLOTLIB", "LANG", "LC_", "TZ", DIR_VARIABLE)
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_WATCH = 1.0  # seconds between a client's looks at whether the process that started it is still there
 
 
-def template_key(env: dict, executable: str) -> str:
-    """The template a kernel with this environment and interpreter can be forked from (and this file's text)."""
+def process_settings() -> list:
+    """What a process hands its children besides its environment and reads at import (torch sizes its thread
+    pool from the CPUs it may use): CPU affinity, niceness, umask, resource limits. A kernel asked for with other
+    settings gets a template of its own, started with them (it inherits them from the client that starts it)."""
+    import resource
+
+    umask = os.umask(0)
+    os.umask(umask)
+    limits = [resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_")]
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return [affinity, os.getpriority(os.PRIO_PROCESS, 0), umask, limits]
+
+
+def template_key(env: dict, executable: str, settings: list | None = None) -> str:
+    """The template a kernel with this environment, interpreter and process settings (:func:`process_settings`)
+    can be forked from (and this file's text)."""
     with open(__file__, "rb") as f:
         text = f.read()
-    parts = [executable, hashlib.sha256(text).hexdigest()]
+    parts = [executable, hashlib.sha256(text).hexdigest(), json.dumps(settings)]
     parts += [f"{k}={v}" for k, v in sorted(env.items()) if k.startswith(_KEY_PREFIXES)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -57,12 +78,18 @@ def _send(conn: socket.socket, message: dict, fds: list[int] = ()) -> None:
         conn.sendall(data)
 
 
-def _lines(conn: socket.socket):
-    """The JSON messages on ``conn``, one per line, until it closes."""
+def _lines(conn: socket.socket, still_wanted=None):
+    """The JSON messages on ``conn``, one per line, until it closes (or, where given, until ``still_wanted()``,
+    asked every :data:`_WATCH` seconds of silence, says False)."""
     buffer = b""
+    conn.settimeout(_WATCH if still_wanted else None)
     while True:
         try:
             chunk = conn.recv(65536)
+        except TimeoutError:
+            if still_wanted():
+                continue
+            return
         except OSError:
             return
         if not chunk:
@@ -79,22 +106,78 @@ def _ordinary_kernel(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *argv])
 
 
-def _start_template(folder: str, key: str) -> None:
-    """Start the template for ``key`` in the background, once (the first client to take its lock starts it)."""
+def _lock_holder_gone(lock: str) -> bool:
+    """Whether the template that took ``lock`` has died (its pid, written in the lock, is no process): a template
+    killed or failed at its imports must not turn the rest of the run into ordinary kernels."""
     try:
-        fd = os.open(os.path.join(folder, key + ".lock"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        with open(lock) as f:
+            pid = int(f.read() or 0)
+    except (OSError, ValueError):
+        return False
+    if not pid:
+        return time.time() - os.path.getmtime(lock) > 60  # a starter that died before writing it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
+def _start_template(folder: str, key: str) -> None:
+    """Start the template for ``key`` in the background, once (the first client to take its lock starts it; the
+    lock holds the template's pid, and a dead template's lock is taken over). What fails is logged in
+    ``templates.log`` of the folder."""
+    lock = os.path.join(folder, key + ".lock")
+    if _lock_holder_gone(lock):
+        for stale in (lock, os.path.join(folder, key + ".sock")):
+            try:
+                os.unlink(stale)
+            except OSError:
+                pass
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except OSError:
         return
-    os.close(fd)
-    subprocess.Popen([sys.executable, __file__, "serve", folder, key], cwd=folder, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    starter = os.fork()  # started by a child that exits at once: the template is no child of this kernel-to-be
+    if starter:
+        os.close(fd)
+        os.waitpid(starter, 0)
+        return
+    try:
+        with open(os.path.join(folder, "templates.log"), "ab") as log:
+            template = subprocess.Popen([sys.executable, __file__, "serve", folder, key], cwd=folder,
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        os.write(fd, str(template.pid).encode())
+    finally:
+        os._exit(0)
+
+
+def _own_private_folder(folder: str) -> bool:
+    """``folder`` is an absolute path to a folder of this user's that no one else can read or write, made by a run
+    of the suite (it holds ``owner``): nothing else is asked for a kernel (nor sent this environment)."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return False
+    return (os.path.isabs(folder) and os.path.isfile(os.path.join(folder, "owner")) and info.st_uid == os.getuid()
+            and info.st_mode & 0o077 == 0)
+
+
+def _kill_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def client(argv: list[str]) -> None:
     folder = os.environ.get(DIR_VARIABLE, "")
-    if not folder or not os.path.isdir(folder):
+    if folder == "off" or not _own_private_folder(folder):
         _ordinary_kernel(argv)
-    key = template_key(dict(os.environ), sys.executable)
+    settings = process_settings()
+    key = template_key(dict(os.environ), sys.executable, settings)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(os.path.join(folder, key + ".sock"))
@@ -102,27 +185,28 @@ def client(argv: list[str]) -> None:
         conn.close()
         _start_template(folder, key)
         _ordinary_kernel(argv)
-    _send(conn, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, [0, 1, 2])
-    messages = _lines(conn)
+    _send(conn, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "settings": settings}, [0, 1, 2])
+    parent = os.getppid()  # the kernel's manager: a kernel outlives it no more than an ordinary one does
+    messages = _lines(conn, still_wanted=lambda: os.getppid() == parent)
     first = next(messages, None)
+    if os.getppid() != parent:
+        sys.exit(1)
     if not first or "pid" not in first:
         conn.close()
         _ordinary_kernel(argv)
-    pid = first["pid"]
-
-    def forward(signum, frame):
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
+    pid = first["pid"]  # the kernel leads a process group of its own: signals reach its children too
 
     for s in _SIGNALS:
-        signal.signal(s, forward)
+        signal.signal(s, lambda signum, frame: _kill_group(pid, signum))
     status = next(messages, None)
-    if status is None:  # the template went away: so did the kernel (it dies with its template)
+    if status is None:  # the template went away (so did the kernel), or the manager did: end the kernel with it
+        _kill_group(pid, signal.SIGKILL)
         sys.exit(1)
     if status.get("signal"):
-        for s in _SIGNALS:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the kernel's crash, not a core file of this client
+        for s in {*_SIGNALS, status["signal"]}:
             signal.signal(s, signal.SIG_DFL)
         os.kill(os.getpid(), status["signal"])
         time.sleep(1)
@@ -131,13 +215,15 @@ def client(argv: list[str]) -> None:
 
 # --- the template: imports once, forks a kernel per request -------------------------------------------------------
 
-def _die_with_parent() -> None:
+def _die_with_parent(template: int) -> None:
     """Linux: this process gets SIGKILL when the template that forked it exits."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != template:  # the template died before the line above took effect
+        os._exit(1)
 
 
 def _wanted(folder: str, owner: int) -> bool:
@@ -190,12 +276,13 @@ def serve(folder: str, key: str) -> dict | None:
                     conn.close()
                     continue
                 conn.settimeout(None)
-                if template_key(request["env"], sys.executable) != key or len(fds) != 3:
+                if template_key(request["env"], sys.executable, request.get("settings")) != key or len(fds) != 3:
                     for fd in fds:
                         os.close(fd)
                     _send(conn, {"refused": "other settings"})
                     conn.close()
                     continue
+                request["template"] = os.getpid()
                 pid = os.fork()
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
@@ -212,6 +299,10 @@ def serve(folder: str, key: str) -> dict | None:
                     return request
                 for fd in fds:
                     os.close(fd)
+                try:
+                    os.setpgid(pid, pid)  # as the child does: the group exists when its pid is sent
+                except OSError:
+                    pass
                 kernels[pid] = conn
                 selector.register(conn, selectors.EVENT_READ, pid)
                 try:
@@ -244,28 +335,32 @@ def serve(folder: str, key: str) -> dict | None:
             else:  # a client's connection: readable means it closed (it was killed): so is its kernel
                 pid = what
                 selector.unregister(kernels[pid])
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                _kill_group(pid, signal.SIGKILL)
     for pid in kernels:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(pid, signal.SIGKILL)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
     return None
 
 
 def run_kernel(request: dict) -> None:
     """In the forked child: become the kernel ``python -m ipykernel_launcher ARGV`` in the client's settings."""
-    _die_with_parent()
+    os.setpgid(0, 0)  # its own process group, as the kernel of a fresh start is: its client signals the group
+    _die_with_parent(request["template"])
     for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if "numpy.random" in sys.modules:  # a fresh process seeds numpy's global generator afresh; a fork would share it
+    time.tzset()
+    # A fresh process seeds torch's and numpy's global generators from entropy; a fork would share the template's
+    # (Python's ``random`` re-seeds itself after a fork).
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+    if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     if "tempfile" in sys.modules:  # the temporary folder is looked up again, in the client's environment
         sys.modules["tempfile"].tempdir = None

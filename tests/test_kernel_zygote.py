@@ -44,6 +44,50 @@ def _forked_kernel(tmp_path, env: dict | None = None, tries: int = 20):
     pytest.fail(f"no kernel of this run came from a template in {tries} tries: {text}")
 
 
+templates_on = pytest.mark.skipif(not os.path.isdir(os.environ.get(kernel_zygote.DIR_VARIABLE, "")),
+                                  reason="kernel templates off (AMPCOURSE_KERNEL_ZYGOTE=off)")
+SAME = ("import os, sys, signal, threading, time, torch\n"
+        "print(sys.path, sorted(t.name for t in threading.enumerate()), torch.get_num_threads(),"
+        " torch.backends.cpu.get_cpu_capability(), signal.pthread_sigmask(signal.SIG_BLOCK, []), time.tzname,"
+        " os.getpgid(0) == os.getpid(), sorted(os.sched_getaffinity(0)), sep='|')")
+FRESH = "import numpy, torch\nprint(torch.initial_seed(), torch.rand(1).item(), numpy.random.rand())"
+
+
+def _probe(tmp_path, env: dict, code: str) -> str:
+    km = _started(tmp_path, env)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        return _run(kc, code)[0]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+@templates_on
+def test_a_forked_kernel_is_one_started_afresh_in_what_it_shows(tmp_path):
+    """What a cell can see: the same as a kernel started the ordinary way (sys.path, threads, torch's threads and
+    CPU kernels, signal mask, time zone, its own process group), and generators seeded afresh in each kernel."""
+    env = {"TZ": "Asia/Tokyo"}
+    km, kc, _ = _forked_kernel(tmp_path, env)
+    try:
+        forked = [_run(kc, SAME)[0], _run(kc, FRESH)[0]]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    km, kc, _ = _forked_kernel(tmp_path, env)
+    try:
+        forked_again = _run(kc, FRESH)[0]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    ordinary = _probe(tmp_path, {**env, kernel_zygote.DIR_VARIABLE: "off"}, SAME)
+    assert forked[0] == ordinary and "JST" in ordinary and "|True|" in ordinary
+    assert len(set(forked[1].split()) & set(forked_again.split())) == 0, "two forked kernels share torch/numpy seeds"
+
+
+@templates_on
 def test_the_runs_kernels_are_forked_and_take_the_clients_folder_and_environment(tmp_path):
     assert os.path.isdir(os.environ[kernel_zygote.DIR_VARIABLE]), "tests/conftest.py sets the templates' folder"
     km, kc, text = _forked_kernel(tmp_path)
@@ -65,12 +109,69 @@ def test_the_runs_kernels_are_forked_and_take_the_clients_folder_and_environment
         while km.is_alive() and time.time() < deadline:
             time.sleep(0.1)
         assert not km.is_alive() and km.provisioner.process.returncode == 3
-        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+        assert not os.path.exists(f"/proc/{pid}"), "the template reaps its kernel before it reports the exit"
     finally:
         kc.stop_channels()
         km.cleanup_resources()
 
 
+@templates_on
+def test_an_interrupt_and_a_kill_reach_the_kernels_own_children(tmp_path):
+    km, kc, _ = _forked_kernel(tmp_path)
+    try:
+        started = time.time()
+        msg_id = kc.execute("import os; os.system('sleep 30')")
+        time.sleep(2)
+        km.interrupt_kernel()
+        while kc.get_shell_msg(timeout=40)["parent_header"]["msg_id"] != msg_id:
+            pass
+        assert time.time() - started < 20, "the interrupt did not reach the cell's child process"
+        child = int(_run(kc, "import subprocess; p = subprocess.Popen(['sleep', '300']); print(p.pid)")[0])
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    deadline = time.time() + 10
+    while os.path.exists(f"/proc/{child}") and time.time() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{child}"), "a killed kernel's child process outlived it"
+
+
+MANAGER = """
+import os, sys, time
+from jupyter_client.manager import KernelManager
+km = KernelManager(kernel_name="python3")
+km.start_kernel(cwd=sys.argv[1])
+kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
+reply = []
+kc.execute_interactive("import os; print(os.getpid(), open(f'/proc/{os.getppid()}/cmdline').read())",
+                       output_hook=lambda m: reply.append(m["content"].get("text", "")))
+print("".join(reply), flush=True)
+time.sleep(600)
+"""
+
+
+@templates_on
+def test_a_killed_manager_takes_its_forked_kernel_with_it(tmp_path):
+    """As ipykernel's parent poller ends an ordinary kernel whose manager died (``grade`` killed by a timeout)."""
+    import subprocess
+    import sys
+
+    for _ in range(10):
+        manager = subprocess.Popen([sys.executable, "-c", MANAGER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        pid, parent = manager.stdout.readline().split(" ", 1)
+        manager.kill()
+        manager.wait()
+        if "serve" in parent:
+            break
+        time.sleep(0.5)
+    assert "serve" in parent, "no forked kernel in 10 tries"
+    deadline = time.time() + 15
+    while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}"), "the forked kernel outlived its killed manager"
+
+
+@templates_on
 def test_a_killed_client_takes_its_kernel_with_it(tmp_path):
     km, kc, _ = _forked_kernel(tmp_path)
     pid = int(_run(kc, "print(os.getpid())")[0])
@@ -98,6 +199,7 @@ def test_other_import_time_settings_or_off_give_an_ordinary_kernel(tmp_path):
         km.shutdown_kernel(now=True)
 
 
+@templates_on
 def test_nbvals_own_kernels_are_forked_too(tmp_path):
     """pyproject's ``--nbval-current-env`` would have nbval build ipykernel's kernelspec and start every lesson's
     and exercise's kernel afresh; ``ampcourse.pytest_plugin`` asks nbval for the suite's ``python3`` kernel instead."""
