@@ -131,6 +131,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section(title)
         for line in lines:
             terminalreporter.write_line(line)
+    log = os.path.join(os.environ.get(kernel_zygote.DIR_VARIABLE, ""), "templates.log")
+    if not hasattr(terminalreporter.config, "workerinput") and os.path.isfile(log) and os.path.getsize(log):
+        with open(log, errors="replace") as f:  # a template that failed: its kernels were ordinary (slower)
+            lines = f.read().splitlines()
+        terminalreporter.section("kernel templates (tests/kernel_zygote.py) wrote")
+        for line in lines[-20:]:
+            terminalreporter.write_line(line)
 
 
 # Unit-test files of minutes (each starts many kernels and pytest runs): handed out with the notebooks, not last

@@ -16,7 +16,8 @@ file, as the client of a fork server:
   per request. The child takes the client's environment, working folder, standard streams and arguments, leads a
   process group of its own, re-seeds torch's and numpy's generators and runs ipykernel's launcher as
   ``python -m ipykernel_launcher`` would; it is a fresh process in every other way but the ones below (a new PID,
-  no threads, nothing run but the imports).
+  no threads, nothing run but the imports). A template with no kernel and no request for :data:`IDLE` seconds
+  exits (a key used once, a test's own ``PYTHONPATH``, does not hold its memory for the rest of the run).
 
 What is not the same as a kernel started afresh, and why that is safe: modules are imported before the learner's
 code rather than by it (the same modules, from the same files); the environment variables those imports read
@@ -45,6 +46,7 @@ _KEY_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL", "OPENBLAS", "ATEN_", "DNNL_", "
                  "CUDA", "NVIDIA", "LD_", "PYTHON", "NUMPY", "MPL", "MATPLOTLIB", "LANG", "LC_", "TZ", DIR_VARIABLE)
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _WATCH = 1.0  # seconds between a client's looks at whether the process that started it is still there
+IDLE = 120.0  # seconds a template with no kernel waits for a request before it exits (its memory back)
 
 
 def process_settings() -> list:
@@ -60,12 +62,14 @@ def process_settings() -> list:
     return [affinity, os.getpriority(os.PRIO_PROCESS, 0), umask, limits]
 
 
-def template_key(env: dict, executable: str, settings: list | None = None) -> str:
+def template_key(env: dict, executable: str, settings: list | None = None, cwd: str = "") -> str:
     """The template a kernel with this environment, interpreter and process settings (:func:`process_settings`)
-    can be forked from (and this file's text)."""
+    can be forked from (and this file's text); and its working folder where ``PYTHONPATH`` holds a relative entry
+    (the template, started there, resolves it as the kernel would)."""
     with open(__file__, "rb") as f:
         text = f.read()
-    parts = [executable, hashlib.sha256(text).hexdigest(), json.dumps(settings)]
+    relative = any(p and not os.path.isabs(p) for p in env.get("PYTHONPATH", "").split(os.pathsep))
+    parts = [executable, hashlib.sha256(text).hexdigest(), json.dumps(settings), cwd if relative else ""]
     parts += [f"{k}={v}" for k, v in sorted(env.items()) if k.startswith(_KEY_PREFIXES)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -107,8 +111,12 @@ def _ordinary_kernel(argv: list[str]) -> None:
 
 
 def _lock_holder_gone(lock: str) -> bool:
-    """Whether the template that took ``lock`` has died (its pid, written in the lock, is no process): a template
-    killed or failed at its imports must not turn the rest of the run into ordinary kernels."""
+    """Whether the template that took ``lock`` has died (its pid, written in the lock, is no process) after it
+    served (its socket is there; a template idle too long removes both): a killed template must not turn the rest
+    of the run into ordinary kernels, and one that fails at start-up is not started again and again (its failure
+    is in ``templates.log``, which the run's summary shows)."""
+    if not os.path.exists(lock[:-len(".lock")] + ".sock"):
+        return False
     try:
         with open(lock) as f:
             pid = int(f.read() or 0)
@@ -147,7 +155,7 @@ def _start_template(folder: str, key: str) -> None:
         return
     try:
         with open(os.path.join(folder, "templates.log"), "ab") as log:
-            template = subprocess.Popen([sys.executable, __file__, "serve", folder, key], cwd=folder,
+            template = subprocess.Popen([sys.executable, __file__, "serve", folder, key], cwd=os.getcwd(),
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         os.write(fd, str(template.pid).encode())
     finally:
@@ -177,7 +185,7 @@ def client(argv: list[str]) -> None:
     if folder == "off" or not _own_private_folder(folder):
         _ordinary_kernel(argv)
     settings = process_settings()
-    key = template_key(dict(os.environ), sys.executable, settings)
+    key = template_key(dict(os.environ), sys.executable, settings, os.getcwd())
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(os.path.join(folder, key + ".sock"))
@@ -206,7 +214,7 @@ def client(argv: list[str]) -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the kernel's crash, not a core file of this client
-        for s in {*_SIGNALS, status["signal"]}:
+        for s in {*_SIGNALS, status["signal"]} - {signal.SIGKILL, signal.SIGSTOP}:  # those two cannot be caught
             signal.signal(s, signal.SIG_DFL)
         os.kill(os.getpid(), status["signal"])
         time.sleep(1)
@@ -258,9 +266,11 @@ def serve(folder: str, key: str) -> dict | None:
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "child")
     kernels: dict[int, socket.socket] = {}  # pid -> its client's connection
-    while _wanted(folder, owner):
+    last = time.monotonic()
+    while _wanted(folder, owner) and (kernels or time.monotonic() - last < IDLE):
         for event, _ in selector.select(timeout=1.0):
             what = event.data
+            last = time.monotonic()
             if what == "accept":
                 conn, _ = listener.accept()
                 conn.settimeout(10)
@@ -276,7 +286,8 @@ def serve(folder: str, key: str) -> dict | None:
                     conn.close()
                     continue
                 conn.settimeout(None)
-                if template_key(request["env"], sys.executable, request.get("settings")) != key or len(fds) != 3:
+                if (template_key(request["env"], sys.executable, request.get("settings"), request["cwd"]) != key
+                        or len(fds) != 3):
                     for fd in fds:
                         os.close(fd)
                     _send(conn, {"refused": "other settings"})
@@ -338,10 +349,11 @@ def serve(folder: str, key: str) -> dict | None:
                 _kill_group(pid, signal.SIGKILL)
     for pid in kernels:
         _kill_group(pid, signal.SIGKILL)
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    for gone in (path, os.path.join(folder, key + ".lock")):  # the next kernel of this key starts a template again
+        try:
+            os.unlink(gone)
+        except OSError:
+            pass
     return None
 
 

@@ -183,6 +183,43 @@ def test_a_killed_client_takes_its_kernel_with_it(tmp_path):
     assert not os.path.exists(f"/proc/{pid}"), "the forked kernel outlived its killed client"
 
 
+@templates_on
+def test_a_kernel_killed_by_a_signal_is_reported_so_and_a_killed_template_is_replaced(tmp_path):
+    km, kc, text = _forked_kernel(tmp_path)
+    template = int(_run(kc, "print(os.getppid())")[0])
+    kc.execute("os.kill(os.getpid(), 9)")
+    deadline = time.time() + 20
+    while km.is_alive() and time.time() < deadline:
+        time.sleep(0.1)
+    assert km.provisioner.process.returncode == -9, "a SIGKILLed kernel's client must end by SIGKILL too"
+    kc.stop_channels()
+    km.cleanup_resources()
+    os.kill(template, 9)  # the OOM killer, say: the next kernels get a new template, not ordinary ones for good
+    km, kc, _ = _forked_kernel(tmp_path)
+    try:
+        assert int(_run(kc, "print(os.getppid())")[0]) != template
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_the_key_holds_the_process_settings_and_only_a_private_folder_is_asked(tmp_path):
+    settings = kernel_zygote.process_settings()
+    other = [settings[0], settings[1] + 5, *settings[2:]]
+    assert kernel_zygote.template_key({}, "py", settings) != kernel_zygote.template_key({}, "py", other)
+    relative = {"PYTHONPATH": "sub"}
+    assert kernel_zygote.template_key(relative, "py", settings, "/a") != kernel_zygote.template_key(
+        relative, "py", settings, "/b")
+    assert kernel_zygote.template_key({}, "py", settings, "/a") == kernel_zygote.template_key({}, "py", settings, "/b")
+    folder = tmp_path / "templates"
+    folder.mkdir(mode=0o700)
+    (folder / "owner").write_text("1")
+    assert kernel_zygote._own_private_folder(str(folder))
+    folder.chmod(0o755)
+    assert not kernel_zygote._own_private_folder(str(folder)), "a folder others can read is not asked"
+    assert not kernel_zygote._own_private_folder("templates"), "nor a relative path"
+
+
 def test_other_import_time_settings_or_off_give_an_ordinary_kernel(tmp_path):
     # a setting torch reads on import: never a template of other settings (the first such kernel is ordinary)
     assert kernel_zygote.template_key({"OMP_NUM_THREADS": "1"}, "py") != kernel_zygote.template_key({}, "py")
