@@ -185,7 +185,10 @@ def test_a_killed_client_takes_its_kernel_with_it(tmp_path):
 
 @templates_on
 def test_a_kernel_killed_by_a_signal_is_reported_so_and_a_killed_template_is_replaced(tmp_path):
-    km, kc, text = _forked_kernel(tmp_path)
+    # a template of this test's own (a TORCH* variable is in the key): killing the run's shared one would kill the
+    # kernels other workers are grading with
+    own = {"TORCH_ZYGOTE_TEST_KEY": str(tmp_path)}
+    km, kc, text = _forked_kernel(tmp_path, own)
     template = int(_run(kc, "print(os.getppid())")[0])
     kc.execute("os.kill(os.getpid(), 9)")
     deadline = time.time() + 20
@@ -195,7 +198,7 @@ def test_a_kernel_killed_by_a_signal_is_reported_so_and_a_killed_template_is_rep
     kc.stop_channels()
     km.cleanup_resources()
     os.kill(template, 9)  # the OOM killer, say: the next kernels get a new template, not ordinary ones for good
-    km, kc, _ = _forked_kernel(tmp_path)
+    km, kc, _ = _forked_kernel(tmp_path, own)
     try:
         assert int(_run(kc, "print(os.getppid())")[0]) != template
     finally:
