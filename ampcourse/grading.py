@@ -44,7 +44,9 @@ torch's own file, never by the file name or ``__wrapped__`` they claim: :func:`_
 
 The verdict (:func:`guard_verdict`, the same in ``pytest --nbval``). A task fails as "cannot be graded" when the guard
 could not answer before or after its check (:data:`UNVERIFIED`: an answer replaced the shell's
-``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a thread
+``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a
+``gc.callbacks`` entry or a changed gc threshold, a torch function or dispatch mode left entered (code that runs inside
+the check without a thread: review rev25-r6 E5), a thread
 started with ``_thread`` that ``threading`` does not list, or a Python thread started after the guard was installed
 that runs the learner's code (:func:`_thread_code`: its target, or a frame on its stack, is not code compiled from a
 file of the standard library, site-packages or the course, as that file is on disk: a claimed ``co_filename`` is not
@@ -72,9 +74,12 @@ change the answer's own function makes during the check and undoes before it ret
 tricks, a module global swapped and put back; lesson 00's checks and lesson 04's Task 2 call the answer on every case
 before computing what they expect, so there such a swap must last until the check's last judgement and is seen by
 ``passed()``'s comparison, unless something racing it, a thread, undoes it between the two; other checks still
-compute their expected values first; and every check gets the answer converted to plain values in the call pass,
-``checks.plain``/``exact_number``, so no object the answer returned runs its ``__eq__``/``__index__``/``__float__``
-once an expected value exists: review rev25-r5 E1/E2),
+compute their expected values first, and there the answer's own function can read them while it runs; an answer
+returned through ``checks.call``, or ``noted_call(..., plain_as=...)``, is converted to plain values in the call pass,
+``checks.plain``/``exact_number``: a value-type subclass becomes its content, an object whose class defines
+comparison or conversion dunders, a tensor with a method shadowed by an attribute of its own, a ChainMap or
+mappingproxy is refused, and the checks call tensor methods through the class, ``torch.Tensor.float(t)``; an object
+of another class passes as it is: review rev25-r5 E1/E2, rev25-r6 E1-E4),
 ``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
 there runs after ``passed()``'s comparison), which function a check cell hands the check, and what the check cell
 runs: the guard covers the compiler's and transformer manager's methods, the transformer lists' items, and the
