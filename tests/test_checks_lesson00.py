@@ -212,10 +212,12 @@ class _EqualToAnything(int):  # review rev25-r2 E4: passed when the check truste
 
 WRONG = {
     ("00", "tensor_bytes"): {
+        # an int subclass is judged by its int content (review rev25-r6 M1: checks.plain converts it)
         "an int that equals anything (review rev25-r2 E4)": (lambda t: _EqualToAnything(0),
-                                                             "a _EqualToAnything, a subclass of int"),
+                                                             "you returned 0, expected 4000"),
         "an Integral-registered object reading `want` in __index__ (review rev25-r5 E1)": (
-            lambda t: _IndexReadsWant(t.numel() * 4), "a _IndexReadsWant (a class of its own)"),
+            lambda t: _IndexReadsWant(t.numel() * 4), "an object of type `_IndexReadsWant`, whose class defines "
+                                                      "`__index__`"),
         "counts elements": (lambda t: t.numel(), "number of elements"),
         "counts bits": (lambda t: t.numel() * t.element_size() * 8, "which is bits"),
         "assumes float32": (lambda t: t.numel() * 4, "as if it were float32"),
