@@ -474,7 +474,8 @@ RIGHT = {
         "losses first, then diagnose_scale": triage_right,
         "the rule by hand with tensors and the constants": triage_by_hand,
         "the rule by hand, the fixture generator with no mistake": triage_with(),
-        "a str subclass of its own (review rev25-r6 M1)": lambda i, s, losses: _HonestVerdict(triage_right(i, s, losses)),
+        "a str subclass of its own (review rev25-r6 M1)": (
+            lambda i, s, losses: _HonestVerdict(triage_right(i, s, losses))),
     },
 }
 
