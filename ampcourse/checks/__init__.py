@@ -282,7 +282,7 @@ def _plain_value(value: object, depth: int = 0) -> Any:
         shadowing = sorted(k for k in vars(value) if hasattr(torch.Tensor, k))
         if shadowing:  # t.float = lambda: ... (review rev25-r6 E3); a buffer's `persistent` shadows nothing
             raise _Refused(f"a torch.Tensor with {', '.join(f'`{k}`' for k in shadowing)} set on it as an "
-                           "attribute of its own (it replaces the tensor's method)",
+                           "attribute of its own, replacing the tensor's method",
                            "return the tensor itself, without attributes that replace its methods.", depth)
         return value
     mro = _TYPE_MRO(kind)
