@@ -421,6 +421,11 @@ def test_plain_refuses_a_tensor_with_a_method_shadowed_and_containers_it_cannot_
     assert "a ChainMap: return a plain dict (`dict(result)`)" in _refusal(collections.ChainMap(answer))
     assert "a mappingproxy: return a plain dict" in _refusal(types_module.MappingProxyType(answer))
     assert "an iterator (a generator)" in _refusal(x for x in (1, 2))
+    import numpy as np
+
+    assert "a numpy array of Python objects (dtype=object)" in _refusal(np.array([1, "a"], dtype=object))
+    assert _refusal(np.ones(2)) is None
+    assert "`UserString`, whose class defines `__eq__`" in _refusal(collections.UserString("healthy"))
     nested: list = []
     for _ in range(30):
         nested = [nested]

@@ -213,10 +213,12 @@ def _find_library_classes() -> frozenset[type]:
         if module is None or name.split(".")[0] not in _LIBRARIES or type(module) is not type(sys):
             continue
         found.update(v for v in list(vars(module).values()) if issubclass(type(v), type))
-    return frozenset(found)
+    import collections as mine  # its User* wrappers compare what they wrap, which an answer chooses: not taken
+    return frozenset(found - {mine.UserDict, mine.UserList, mine.UserString})
 
 
 _LIBRARY_CLASSES = _find_library_classes()
+_NDARRAY = getattr(sys.modules.get("numpy"), "ndarray", None)  # taken when this module is imported
 _VALUE_TYPES = (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
 #: what each value type's content is read with: its own C method, unbound, so no method of a subclass runs
 _AS_BASE = {int: int.__int__, float: float.__float__, complex: complex.__complex__, str: str.__str__,
@@ -279,7 +281,7 @@ def _plain_value(value: object, depth: int = 0) -> Any:
             return value
         return kind(items)
     if kind in (torch.Tensor, torch.nn.Parameter):
-        shadowing = sorted(k for k in vars(value) if hasattr(torch.Tensor, k))
+        shadowing = sorted(str(k) for k in vars(value) if type(k) is not str or hasattr(torch.Tensor, k))
         if shadowing:  # t.float = lambda: ... (review rev25-r6 E3); a buffer's `persistent` shadows nothing
             raise _Refused(f"a torch.Tensor with {', '.join(f'`{k}`' for k in shadowing)} set on it as an "
                            "attribute of its own, replacing the tensor's method",
@@ -300,6 +302,9 @@ def _plain_value(value: object, depth: int = 0) -> Any:
                        "return a plain torch.Tensor (a result of torch's own operations).", depth)
     if kind is collections.ChainMap or kind is types.MappingProxyType or kind is types.SimpleNamespace:
         raise _Refused(f"a {name}", "return a plain dict (`dict(result)`), so that the check reads its items.", depth)
+    if kind is _NDARRAY and value.dtype.kind == "O":
+        raise _Refused("a numpy array of Python objects (dtype=object)",
+                       "return numbers: a float array, a tensor, or a list of floats.", depth)
     if any("__next__" in _TYPE_DICT(cls) for cls in mro):
         raise _Refused(f"an iterator (a {name})", "return a list (`list(...)`) or a tuple of the values.", depth)
     own = _dunders_of_its_own(kind)
