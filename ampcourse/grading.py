@@ -73,12 +73,14 @@ values inside objects other than the course modules' public tables (a tensor a c
 change the answer's own function makes during the check and undoes before it returns (frames, ``sys._getframe``
 tricks, a module global swapped and put back; lesson 00's checks and lesson 04's Task 2 call the answer on every case
 before computing what they expect, so there such a swap must last until the check's last judgement and is seen by
-``passed()``'s comparison, unless something racing it, a thread, undoes it between the two; other checks still
+``passed()``'s comparison, unless something racing it, a thread, undoes it between the two (a gc callback or a torch
+mode would too: those are hazards, above); other checks still
 compute their expected values first, and there the answer's own function can read them while it runs; an answer
 returned through ``checks.call``, or ``noted_call(..., plain_as=...)``, is converted to plain values in the call pass,
 ``checks.plain``/``exact_number``: a value-type subclass becomes its content, an object whose class defines
 comparison or conversion dunders, a tensor with a method shadowed by an attribute of its own, a ChainMap or
-mappingproxy is refused, and the checks call tensor methods through the class, ``torch.Tensor.float(t)``; an object
+mappingproxy is refused, and the judgements of lessons 00, 04, 07 and 10 that read a returned tensor call its
+methods through the class, ``torch.Tensor.float(t)``; an object
 of another class passes as it is: review rev25-r5 E1/E2, rev25-r6 E1-E4),
 ``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
 there runs after ``passed()``'s comparison), which function a check cell hands the check, and what the check cell
