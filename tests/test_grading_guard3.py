@@ -397,6 +397,13 @@ def test_plain_reads_class_facts_from_types_own_slots_and_library_classes_by_ide
         assert "(inside the tuple it returned)" in _refusal((1, ClaimsNumpy()))
     finally:
         del sys.modules["numpy._fake"], fractions.ClaimsFractions
+    # M1: a type refusal shows no hint tier of the task (its hints are about the algorithm)
+    from ampcourse.checks import lesson04, plain, with_hint
+
+    with pytest.raises(CheckFailed) as failed:
+        plain("Task 2 (update_scale)", (EqFlags(), 0), "update_scale")
+    assert failed.value.hint_key is None and "Hint" not in with_hint(failed.value)
+    assert lesson04.HINTS["update_scale"]
     # N1: no "a I" / "a Update": a class's name is quoted after "an object of type"
     assert " a I," not in _refusal(EqFlags()) and "returned an object of type" in _refusal(EqFlags())
 

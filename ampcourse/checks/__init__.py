@@ -332,7 +332,9 @@ def plain(task: str, value: object, name: str) -> Any:
         return _plain_value(value)
     except _Refused as refused:
         where = f" (inside the {_TYPE_NAME(type(value))} it returned)" if refused.depth else ""
-        raise fail(task, f"`{name}` returned {refused.what}{where}: {refused.fix}") from None
+        err = fail(task, f"`{name}` returned {refused.what}{where}: {refused.fix}")
+        err.hint_key = None  # a type refusal: the task's hints (about its algorithm) do not apply (rev25-r6 M1)
+        raise err from None
 
 
 def exact_number(value: object) -> int | float | None:
