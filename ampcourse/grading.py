@@ -44,7 +44,9 @@ torch's own file, never by the file name or ``__wrapped__`` they claim: :func:`_
 
 The verdict (:func:`guard_verdict`, the same in ``pytest --nbval``). A task fails as "cannot be graded" when the guard
 could not answer before or after its check (:data:`UNVERIFIED`: an answer replaced the shell's
-``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a thread
+``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a
+``gc.callbacks`` entry or a changed gc threshold, a torch function or dispatch mode left entered (code that runs inside
+the check without a thread: review rev25-r6 E5), a thread
 started with ``_thread`` that ``threading`` does not list, or a Python thread started after the guard was installed
 that runs the learner's code (:func:`_thread_code`: its target, or a frame on its stack, is not code compiled from a
 file of the standard library, site-packages or the course, as that file is on disk: a claimed ``co_filename`` is not
@@ -71,10 +73,15 @@ values inside objects other than the course modules' public tables (a tensor a c
 change the answer's own function makes during the check and undoes before it returns (frames, ``sys._getframe``
 tricks, a module global swapped and put back; lesson 00's checks and lesson 04's Task 2 call the answer on every case
 before computing what they expect, so there such a swap must last until the check's last judgement and is seen by
-``passed()``'s comparison, unless something racing it, a thread, undoes it between the two; other checks still
-compute their expected values first; and every check gets the answer converted to plain values in the call pass,
-``checks.plain``/``exact_number``, so no object the answer returned runs its ``__eq__``/``__index__``/``__float__``
-once an expected value exists: review rev25-r5 E1/E2),
+``passed()``'s comparison, unless something racing it, a thread, undoes it between the two (a gc callback or a torch
+mode would too: those are hazards, above); other checks still
+compute their expected values first, and there the answer's own function can read them while it runs; an answer
+returned through ``checks.call``, or ``noted_call(..., plain_as=...)``, is converted to plain values in the call pass,
+``checks.plain``/``exact_number``: a value-type subclass becomes its content, an object whose class defines
+comparison or conversion dunders, a tensor with a method shadowed by an attribute of its own, a ChainMap or
+mappingproxy is refused, and the judgements of lessons 00, 04, 07 and 10 that read a returned tensor call its
+methods through the class, ``torch.Tensor.float(t)``; an object
+of another class passes as it is: review rev25-r5 E1/E2, rev25-r6 E1-E4),
 ``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
 there runs after ``passed()``'s comparison), which function a check cell hands the check, and what the check cell
 runs: the guard covers the compiler's and transformer manager's methods, the transformer lists' items, and the
@@ -1007,6 +1014,7 @@ def guard_hazards(notes: bool = True) -> list[str]:
             found.append(f"a {what} hook")
     if _GUARD["audit"]:
         found.append("an audit hook (sys.addaudithook)")
+    found += _code_without_a_thread()
     found += [f"{LEFT_VALUE}{what})" for what in _GUARD.get("left", [])]
     if not notes:  # at the verify: every thread started while the check ran, finished or not
         calls = list((_GUARD.get("run") or {}).get("calls") or ())
@@ -1032,6 +1040,42 @@ def guard_hazards(notes: bool = True) -> list[str]:
             if getattr(owner, attr, None) is not (_GUARD.get("starters") or {}).get((owner.__name__, attr)):
                 found.append(f"{LEFT_VALUE}{owner.__name__}.{attr})")
     return list(dict.fromkeys(found))
+
+
+def _mode_stacks() -> dict:
+    """torch's function and dispatch mode stacks as they are now (``[]`` each when torch is not loaded), without the
+    ``DeviceContext`` that ``torch.set_default_device`` pushes (each check's state reset takes it out)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {"function": [], "dispatch": []}
+    from torch.utils._device import DeviceContext
+
+    function = [m for m in (torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack()))
+                if type(m) is not DeviceContext]
+    dispatch = [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
+    return {"function": function, "dispatch": dispatch}
+
+
+def _code_without_a_thread() -> list[str]:
+    """What runs code of the answer's inside a check without a thread (review rev25-r6 E5): a ``gc.callbacks`` entry
+    added since the guard was installed (with ``gc.set_threshold(1, ...)`` a callback runs at nearly every
+    allocation, and can walk the check's frames), a changed gc threshold, and a torch function or dispatch mode left
+    entered (``TorchFunctionMode().__enter__()`` stays on across cells: every torch call the check makes runs
+    through it)."""
+    import gc
+
+    found = []
+    saved = _GUARD.get("gc") or ([], gc.get_threshold())
+    if [id(c) for c in gc.callbacks] != [id(c) for c in saved[0]]:
+        found.append("a gc callback (gc.callbacks)")
+    if gc.get_threshold() != saved[1]:
+        found.append(f"a gc threshold of {gc.get_threshold()} (gc.set_threshold){IN_EFFECT}")
+    modes, before = _mode_stacks(), _GUARD.get("modes") or {"function": [], "dispatch": []}
+    for kind, label in (("function", "TorchFunctionMode"), ("dispatch", "TorchDispatchMode")):
+        if [id(m) for m in modes[kind]] != [id(m) for m in before[kind]]:
+            names = ", ".join(type(m).__name__ for m in modes[kind]) or "none"
+            found.append(f"a torch {kind} mode ({label}: {names}){IN_EFFECT}")
+    return found
 
 
 def _thread_entry_points() -> list:
@@ -1072,6 +1116,10 @@ def guard_install(shell, modules: dict[str, str]) -> str:
         1 for t in threading.enumerate() if t is not main and not isinstance(t, threading._DummyThread))
     _GUARD["hooks"] = {"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile(),
                        "threading.settrace": threading.gettrace(), "threading.setprofile": threading.getprofile()}
+    import gc
+
+    _GUARD["gc"] = (list(gc.callbacks), gc.get_threshold())
+    _GUARD["modes"] = _mode_stacks()
     state = vars(sys.modules["_ampcourse_grader_guard"])
     state["audit"] = _GUARD["audit"] = state.get("audit", [])
     if not state.get("audit hook"):  # audit hooks cannot be removed: one per kernel, noting each hook added later
@@ -1240,7 +1288,8 @@ _KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy
                 _module_entry, _member_state, _class_state, _restore_function, _class_changes, _course_modules,
                 _put_back, _course_changes, _namespaces, _namespace_state, _function_dicts, _dynamo_disable,
                 _function_dict_changes, _file_codes, _torch_wrapper,
-                _namespace_changes, _code_roots, _thread_code, _thread_starter, _thread_entry_points, guard_hazards,
+                _namespace_changes, _code_roots, _thread_code, _thread_starter, _mode_stacks, _code_without_a_thread,
+                _thread_entry_points, guard_hazards,
                 guard_install, _check_codes, _from_a_cell, _undo, guard_reset, guard_verify)
 _KERNEL_CODE: list[str] = []
 
@@ -1261,6 +1310,7 @@ def guard_expression(call: str, nonce: str) -> str:
              f"GUARDED_METHODS = {GUARDED_METHODS!r}", f"SILENT_THREAD_CODE = {SILENT_THREAD_CODE!r}",
              f"RUNNING_THREAD = {RUNNING_THREAD!r}", f"CELL_THREAD = {CELL_THREAD!r}", f"LEFT_VALUE = {LEFT_VALUE!r}",
              f"STARTED_IN_CHECK = {STARTED_IN_CHECK!r}", f"STARTED_NOTE = {STARTED_NOTE!r}",
+             f"IN_EFFECT = {IN_EFFECT!r}",
              f"IPYTHON_NAMESPACES = {IPYTHON_NAMESPACES!r}", f"TORCH_OWN_ATTRIBUTES = {TORCH_OWN_ATTRIBUTES!r}",
              f"TORCH_WRAPPERS = {TORCH_WRAPPERS!r}",
              f"GUARDED_PRIVATE = {GUARDED_PRIVATE!r}", f"LAZY_CACHES = {LAZY_CACHES!r}",
@@ -1543,17 +1593,26 @@ def running_note(threads: list[str]) -> str:
             "check unchanged after it (a change made and undone while it ran cannot be ruled out)")
 
 
+#: the end of a :func:`guard_hazards` entry for a setting in effect (a torch mode entered, a gc threshold), not a thing
+#: left running
+IN_EFFECT = " in effect"
+
+
 def cannot_grade(hazards: list[str]) -> str:
     """The reason of a task whose check could not be trusted: ``hazards`` (:func:`guard_hazards`) were there, in a
     sentence per kind: what was left running (threads, hooks), and what was changed beyond repair."""
     values = [h[len(LEFT_VALUE):-1] for h in hazards if h.startswith(LEFT_VALUE)]
     started = [h for h in hazards if h.endswith(STARTED_IN_CHECK)]
-    running = [h for h in hazards if not h.startswith(LEFT_VALUE) and h not in started]
+    in_effect = [h[:-len(IN_EFFECT)] for h in hazards if h.endswith(IN_EFFECT)]
+    running = [h for h in hazards if not h.startswith(LEFT_VALUE) and h not in started and not h.endswith(IN_EFFECT)]
     parts = []
     if started:
         parts.append(f"your code started {', '.join(started)}, so it could alter the grader while it checks")
     if running:
         parts.append(f"your cells left {', '.join(running)} running that could alter the grader while it checks")
+    if in_effect:
+        parts.append(f"your cells left {', '.join(in_effect)} in effect, through which code of theirs can run inside "
+                     "the check")
     if values:
         parts.append(f"your cells changed {', '.join(values)}, which the grader could not put back")
     return (f"cannot be graded: {'; and '.join(parts)}. Restart the kernel (Kernel > Restart) and run your cells "

@@ -206,7 +206,7 @@ REVIEW_FORGERIES.update({
     "facts_rebound": (FACTS_REBOUND, "failed", ["4 bytes per element"]),
     "facts_mutated": (FACTS_MUTATED, "failed", ["4 bytes per element"]),
     "code_replaced": (CODE_REPLACED, "failed", ["you returned 0, expected 4000"]),
-    "equal_to_anything": (EQUAL_TO_ANYTHING, "failed", ["A, a subclass of int"]),
+    "equal_to_anything": (EQUAL_TO_ANYTHING, "failed", ["you returned 0, expected 4000"]),  # judged as its int
     "custom_exc": (CUSTOM_EXC, "failed", ["you returned 0, expected 4000"]),
     "custom_exc_in_check": (CUSTOM_EXC_IN_CHECK, "failed", ["altered the grader", "shell.CustomTB"]),
     "execution_result": (EXECUTION_RESULT, "failed", ["you returned 0, expected 4000"]),
@@ -701,27 +701,71 @@ REVIEW_FORGERIES.update({
 # --- review rev25-r5 -----------------------------------------------------------------------------------------------
 # E1: the returned object runs code while the check converts it, after the expected value is in the check's frame
 # (an ``__index__`` on a class registered as numbers.Integral; ``__float__``/``__int__`` on a tuple's items).
-# E2: a str/float subclass equal to everything. All are now refused in the call pass (checks.plain).
+# E2: a str/float subclass equal to everything. All are now refused or, a value-type subclass, judged by its content
+# (review rev25-r6 M1) in the call pass (checks.plain).
 INDEX_READS_WANT = 'import sys, numbers, torch\n\n\nclass _N:\n    """A byte count that asks the check what it expects, when the check converts it."""\n    def __init__(self, mine):\n        self.mine = mine\n\n    def __index__(self):\n        f = sys._getframe(2).f_locals   # __index__ <- exact_number <- lesson00.tensor_bytes\n        return f.get(\'want\', self.mine)\n\n\nnumbers.Integral.register(_N)\n\n\ndef tensor_bytes(t: torch.Tensor) -> int:\n    return _N(t.numel() * 4)   # wrong: 4 bytes for every dtype\n'  # noqa: E501
 FLOAT_READS_WANT_04 = "import sys\n\n\nclass _V:\n    def __init__(self, i, mine):\n        self.i, self.mine = i, mine\n\n    def _want(self):\n        f = sys._getframe(3).f_locals   # dunder <- _as_pair <- lesson04.update_scale\n        return f['want'][self.i] if 'want' in f else self.mine\n\n    def __float__(self):\n        return float(self._want())\n\n    def __int__(self):\n        return int(self._want())\n\n    def __repr__(self):\n        return repr(self.mine)\n\n\ndef update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):\n    return _V(0, scale), _V(1, tracker)   # wrong: never changes anything\n"  # noqa: E501
 VERDICT_EQUAL_07 = 'import math\n\nfrom ampcourse.troubleshoot import diagnose_scale\n\n\nclass _Verdict(str):\n    """A verdict equal to every other verdict."""\n    def __eq__(self, other):\n        return True\n\n    __hash__ = str.__hash__\n\n\ndef triage(initial_scale, scales, losses):\n    return _Verdict("healthy")   # wrong: every run is called healthy\n'  # noqa: E501
 VERDICT_EQUAL_09 = 'class _Verdict(str):\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n        return False\n    __hash__ = str.__hash__\n\n\ndef amp_verdict(fp32_losses, amp_losses):\n    return _Verdict("within noise")   # wrong: always noise\n'  # noqa: E501
 HISTORY_EQUAL_10 = 'import torch\n\n\nclass _Eq(float):\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n        return False\n    __hash__ = float.__hash__\n\n\ndef delayed_cast(x: torch.Tensor, history: list[float], fp8_dtype: torch.dtype,\n                 margin: int) -> tuple[torch.Tensor, float, list[float]]:\n    if not history:\n        raise ValueError("history is empty: delayed scaling needs at least one earlier amax")\n    top = torch.finfo(fp8_dtype).max\n    peak = max(history)\n    scale = top / (peak * 2**margin) if peak > 0 else 1.0\n    x_fp8 = (x * scale).clamp(-top, top).to(fp8_dtype)\n    new_history = [_Eq(0.0)] * (len(history) - 1) + [float(x.abs().max())]   # wrong: the old entries are lost\n    return x_fp8, scale, new_history\n'  # noqa: E501
 REVIEW_FORGERIES.update({
-    "index_reads_want": (INDEX_READS_WANT, "failed", ["a _N (a class of its own)"]),
+    "index_reads_want": (INDEX_READS_WANT, "failed", ["an object of type `_N`, whose class defines `__index__`"]),
 })
 OTHER_FORGERIES.update({
     "float_reads_want_04": ("04_gradscaler.ipynb", {"def update_scale": FLOAT_READS_WANT_04}, 1, "failed",
-                            ["a _V (a class of its own)"]),
+                            ["an object of type `_V`, whose class defines `__int__`, `__float__`"]),
+    # a str/float subclass is judged by its content (review rev25-r6 M1): the wrong verdict is named
     "verdict_equal_07": ("07_troubleshooting.ipynb", {"def triage": VERDICT_EQUAL_07}, 3, "failed",
-                         ["a _Verdict, a subclass of str"]),
+                         ["you said 'healthy', it is 'forward overflow'"]),
     "verdict_equal_09": ("09_capstone.ipynb", {"def amp_verdict": VERDICT_EQUAL_09}, 2, "failed",
-                         ["a _Verdict, a subclass of str"]),
+                         ["you said 'within noise', the course's rule says 'amp worse'"]),
     "history_equal_10": ("10_fp8.ipynb", {"def delayed_cast": HISTORY_EQUAL_10}, 2, "failed",
-                         ["a _Eq, a subclass of float"]),
+                         ["new_history should be the history without its oldest (first) entry"]),
 })
 # W1: torch._dynamo.eval_frame._callback_from_stance replaced, to set the reference GradScaler to the answer's values
 # inside torch_updates: the check now reads TORCH_UPDATES (literals), so the answer's wrong rule is named.
 CALLBACK_FROM_STANCE_04 = 'import torch\n\n\ndef update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):\n    def float32(value):\n        return torch.tensor(value, dtype=torch.float32).item()\n\n    if found_inf:\n        return float32(scale * backoff_factor), 0\n    tracker += 1\n    if tracker < growth_interval:\n        return scale, tracker\n    grown = float32(scale * growth_factor)\n    return (grown if grown != float("inf") else scale), tracker  # wrong: the tracker is not reset after growing\n\n\nimport sys\nimport torch._dynamo.eval_frame as _ef\n_orig_cfs = _ef._callback_from_stance\n\n\ndef _cfs(callback):\n    f = sys._getframe(3)   # _cfs <- DisableContext._fn <- _disable_dynamo.inner <- the caller of zero_grad\n    if f.f_code.co_name == \'torch_updates\':\n        v = f.f_locals\n        sc, k = v[\'scaler\'], len(v[\'out\'])\n        s, t = v[\'init_scale\'], 0\n        for inf in v[\'found_inf\'][:k + 1]:\n            s, t = update_scale(s, t, inf, v[\'growth_factor\'], v[\'backoff_factor\'], v[\'growth_interval\'])\n        sc._growth_factor, sc._backoff_factor, sc._growth_interval = 1.0, 1.0, 10**9\n        if sc._scale is None:\n            sc._init_scale, sc._init_growth_tracker = s, max(t - 1, 0)\n        else:\n            sc._scale.fill_(s)\n            sc._growth_tracker.fill_(max(t - 1, 0))\n    return _orig_cfs(callback)\n\n\n_ef._callback_from_stance = _cfs\n'  # noqa: E501
 OTHER_FORGERIES["callback_from_stance_04"] = ("04_gradscaler.ipynb", {'def update_scale': CALLBACK_FROM_STANCE_04}, 1, "failed",  # noqa: E501
                                               ["after growing, reset the growth tracker to 0"])
+
+
+# --- review rev25-r6 -----------------------------------------------------------------------------------------------
+# The review's cells as it wrote them (/tmp/r6/e_*.json; a cell it appended after the solution's is given whole here).
+# E5: code that runs inside the judgement without a thread (a gc callback with gc.set_threshold(1, 1, 1); a
+# TorchFunctionMode left entered): "cannot be graded". E1/E2: a __float__ reading the check's `expected`, returned
+# through noted_call (06 Task 2b) or from a class claiming the fractions module (06 Task 2a); a metaclass `__mro__`
+# property with a `__class__` property (07, 09). E3: an exact tensor whose own `float` attribute hands the check its
+# reference/want (00 Task 2, 10 Task 1). E4: a ChainMap of str subclasses (11 Task 1). M1: a namedtuple from
+# update_scale, refused at 1a57d2e, passes.
+GC_CALLBACK_00 = 'import gc, sys, torch\n\n\ndef _fix(phase, info):\n    """Runs at every garbage collection; inside the check\'s judgement it rewrites the answers not yet judged."""\n    f = sys._getframe(0)\n    while f is not None:\n        v = f.f_locals if f.f_code.co_name == "tensor_bytes" else {}\n        if "answers" in v and "cases" in v and "want" in v:\n            for i, (t, elements, _) in enumerate(v["cases"]):\n                if i < len(v["answers"]):\n                    v["answers"][i] = (elements * t.element_size(), None)\n            return\n        f = f.f_back\n\n\ngc.callbacks.append(_fix)\ngc.set_threshold(1, 1, 1)\n\n\ndef tensor_bytes(t: torch.Tensor) -> int:\n    return t.numel() * 4   # wrong: 4 bytes for every dtype (right for the first case, float32, only)\n'  # noqa: E501
+TENSOR_FLOAT_00 = 'import sys, torch\nfrom ampcourse.device import describe\n\nhardware = describe()\n\n\ndef amp_forward(model, x):\n    rec = hardware.recommendation\n    with torch.autocast(device_type=hardware.device.type, dtype=rec.dtype, enabled=rec.dtype != torch.float32):\n        out = model(x)\n    wrong = torch.zeros_like(out)   # wrong: zeros\n    wrong.float = lambda: sys._getframe(1).f_locals["reference"]\n    return wrong\n'  # noqa: E501
+FLOAT_THROUGH_NOTED_CALL_06 = 'import sys, numbers\n\nclass _F:\n    def __init__(self, mine): self.mine = mine\n    def __float__(self):\n        f = sys._getframe(2).f_locals   # __float__ <- lesson06._number <- lesson06.fraction_of_peak\n        return float(f.get("expected", self.mine))\n    def __repr__(self): return repr(self.mine)\n\nnumbers.Real.register(_F)\n\ndef fraction_of_peak(achieved_tflops, datasheet_tflops, sparse):\n    fraction = achieved_tflops / datasheet_tflops   # wrong: the sparse figure is not halved\n    if fraction > 0.6:\n        raise ValueError("impossible")\n    grader = sys._getframe(1).f_globals.get("__name__", "").startswith("ampcourse.checks")\n    return _F(fraction) if grader else fraction\n'  # noqa: E501
+MODULE_CLAIMED_06 = 'import sys, numbers, fractions\n\nclass _F:\n    def __init__(self, mine): self.mine = mine\n    def __float__(self):\n        f = sys._getframe(2).f_locals   # __float__ <- lesson06._number <- lesson06.achieved_tflops\n        return float(f.get("expected", self.mine))\n    def __repr__(self): return repr(self.mine)\n\n_F.__module__ = "fractions"     # plain() skips a class that a library module names as its own\nfractions._F = _F\nnumbers.Real.register(_F)\n\ndef achieved_tflops(m, k, n, milliseconds):\n    wrong = m * k * n / (milliseconds / 1e3) / 1e12   # wrong: no factor 2 (a multiply-add is 2 FLOPs)\n    grader = sys._getframe(1).f_globals.get("__name__", "").startswith("ampcourse.checks")\n    return _F(wrong) if grader else wrong\n'  # noqa: E501
+METACLASS_MRO_07 = '\n\nclass _Meta(type):\n    __mro__ = property(lambda cls: (object,))   # the ancestry checks.plain reads (type\'s own __mro__ is not asked)\n\n\nclass _Verdict(metaclass=_Meta):\n    """Equal to every verdict; poses as a str for isinstance()."""\n    __class__ = property(lambda self: str)\n    def __init__(self, text): self.text = text\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n    __hash__ = object.__hash__\n    def __repr__(self): return repr(self.text)\n    def __str__(self): return self.text\n\n\ndef triage(initial_scale, scales, losses):\n    return _Verdict("healthy")   # wrong: every run is called healthy\n'  # noqa: E501
+METACLASS_MRO_09 = '\n\nclass _Meta(type):\n    __mro__ = property(lambda cls: (object,))   # the ancestry checks.plain reads (type\'s own __mro__ is not asked)\n\n\nclass _Verdict(metaclass=_Meta):\n    """Equal to every verdict; poses as a str for isinstance()."""\n    __class__ = property(lambda self: str)\n    def __init__(self, text): self.text = text\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n    __hash__ = object.__hash__\n    def __repr__(self): return repr(self.text)\n    def __str__(self): return self.text\n\n\ndef amp_verdict(fp32_losses, amp_losses):\n    return _Verdict("within noise")   # wrong: always noise\n'  # noqa: E501
+TENSOR_FLOAT_10 = 'import torch\n\nE4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2\n\nimport sys\n\n\ndef _float_as_the_check_wants(t):\n    def float_():\n        want = sys._getframe(1).f_locals.get("want")      # the check\'s own expected tensor\n        return torch.Tensor.float(want if isinstance(want, torch.Tensor) else t)\n    return float_\n\n\ndef scaled_cast(x, fp8_dtype):\n    top = torch.finfo(fp8_dtype).max\n    scale = top / x.abs().max()\n    x_fp8 = torch.zeros_like(x, dtype=fp8_dtype)   # wrong: all zeros\n    x_fp8.float = _float_as_the_check_wants(x_fp8)  # an instance attribute of an exact torch.Tensor\n    return x_fp8, scale\n'  # noqa: E501
+FUNCTION_MODE_10 = 'import torch\n\nE4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2\n\nimport sys\nfrom torch.overrides import TorchFunctionMode\n\n\nclass _Equal(TorchFunctionMode):\n    def __torch_function__(self, func, types, args=(), kwargs=None):\n        caller = sys._getframe(1)\n        if func is torch.equal and caller.f_code.co_name == "scaled_cast" and "want" in caller.f_locals:\n            return True\n        return func(*args, **(kwargs or {}))\n\n\n_Equal().__enter__()   # left on: the check\'s torch.equal runs here\n\n\ndef scaled_cast(x, fp8_dtype):\n    top = torch.finfo(fp8_dtype).max\n    scale = top / x.abs().max()\n    return torch.zeros_like(x, dtype=fp8_dtype), scale   # wrong: all zeros\n'  # noqa: E501
+CHAINMAP_11 = 'import collections\n\n\nclass _Any(str):\n    """A str equal to every other; plain() never sees it inside a ChainMap."""\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n    __hash__ = str.__hash__\n    def strip(self, *chars): return self\n    def lower(self): return self\n\n\ndef diagnose(trace):\n    # wrong: the same diagnosis for every trace\n    return collections.ChainMap({"kind": _Any("overflow"), "where": _Any("nowhere"), "fix": _Any("mean_loss")})\n'  # noqa: E501
+NAMEDTUPLE_04 = 'import torch\n\n\ndef update_scale_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):\n    def float32(value):\n        return torch.tensor(value, dtype=torch.float32).item()\n\n    if found_inf:\n        return float32(scale * backoff_factor), 0\n    tracker += 1\n    if tracker < growth_interval:\n        return scale, tracker\n    grown = float32(scale * growth_factor)\n    return (grown if grown != float("inf") else scale), 0\n\n\nfrom collections import namedtuple\n\nUpdate = namedtuple("Update", "scale tracker")\n_update_scale_right = update_scale_right\n\n\ndef update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):\n    return Update(*_update_scale_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval))\n'  # noqa: E501
+REVIEW_FORGERIES.update({
+    "gc_callback": (GC_CALLBACK_00, "failed", NOT_GRADED + ["a gc callback (gc.callbacks)"]),
+})
+OTHER_FORGERIES.update({
+    "tensor_float_00": ("00_start_here.ipynb", {"def amp_forward": TENSOR_FLOAT_00}, 1, "failed",
+                        ["`float` set on it as an attribute of its own"]),
+    "float_through_noted_call_06": ("06_speed_memory.ipynb", {"def fraction_of_peak": FLOAT_THROUGH_NOTED_CALL_06}, 2,
+                                    "failed", ["an object of type `_F`, whose class defines `__float__`"]),
+    "module_claimed_06": ("06_speed_memory.ipynb", {"def achieved_tflops": MODULE_CLAIMED_06}, 1, "failed",
+                          ["an object of type `_F`, whose class defines `__float__`"]),
+    "metaclass_mro_07": ("07_troubleshooting.ipynb", {"def triage": METACLASS_MRO_07}, 3, "failed",
+                         ["an object of type `_Verdict`, whose class defines `__eq__`"]),
+    "metaclass_mro_09": ("09_capstone.ipynb", {"def amp_verdict": METACLASS_MRO_09}, 2, "failed",
+                         ["an object of type `_Verdict`, whose class defines `__eq__`"]),
+    "tensor_float_10": ("10_fp8.ipynb", {"def scaled_cast": TENSOR_FLOAT_10}, 0, "failed",
+                        ["`float` set on it as an attribute of its own"]),
+    "function_mode_10": ("10_fp8.ipynb", {"def scaled_cast": FUNCTION_MODE_10}, 0, "failed",
+                         NOT_GRADED + ["a torch function mode (TorchFunctionMode: _Equal)"]),
+    "chainmap_11": ("11_own_model.ipynb", {"def diagnose": CHAINMAP_11}, 0, "failed",
+                    ["`diagnose` returned a ChainMap: return a plain dict"]),
+    "namedtuple_04": ("04_gradscaler.ipynb", {"def update_scale": NAMEDTUPLE_04}, 1, "passed", []),
+})

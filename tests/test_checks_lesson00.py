@@ -62,6 +62,28 @@ def right_forward(model, x):
         return model(x)
 
 
+def _zeros_whose_float_is_the_reference(model, x):
+    """Review rev25-r6 E3: zeros, with an instance attribute ``float`` that hands back the check's ``reference``."""
+    wrong = torch.zeros_like(right_forward(model, x))
+
+    def float_():
+        frame = sys._getframe(1)
+        while frame is not None and "reference" not in frame.f_locals:
+            frame = frame.f_back
+        return frame.f_locals["reference"] if frame is not None else torch.Tensor.float(wrong)
+
+    wrong.float = float_
+    return wrong
+
+
+def _forward_returns_a_parameter_like_output(model, x):
+    """A right answer: the output with ``retain_grad()`` (its ``__dict__`` stays empty)."""
+    out = right_forward(model, x)
+    if out.requires_grad:
+        out.retain_grad()
+    return out
+
+
 def _forward_amp_decorator(model, x):  # torch.amp.autocast as a decorator, device read from the input
     @torch.amp.autocast(x.device.type, dtype=recommend(x.device.type).dtype)
     def run(inputs):
@@ -212,10 +234,12 @@ class _EqualToAnything(int):  # review rev25-r2 E4: passed when the check truste
 
 WRONG = {
     ("00", "tensor_bytes"): {
+        # an int subclass is judged by its int content (review rev25-r6 M1: checks.plain converts it)
         "an int that equals anything (review rev25-r2 E4)": (lambda t: _EqualToAnything(0),
-                                                             "a _EqualToAnything, a subclass of int"),
+                                                             "you returned 0, expected 4000"),
         "an Integral-registered object reading `want` in __index__ (review rev25-r5 E1)": (
-            lambda t: _IndexReadsWant(t.numel() * 4), "a _IndexReadsWant (a class of its own)"),
+            lambda t: _IndexReadsWant(t.numel() * 4), "an object of type `_IndexReadsWant`, whose class defines "
+                                                      "`__index__`"),
         "counts elements": (lambda t: t.numel(), "number of elements"),
         "counts bits": (lambda t: t.numel() * t.element_size() * 8, "which is bits"),
         "assumes float32": (lambda t: t.numel() * 4, "as if it were float32"),
@@ -244,6 +268,8 @@ WRONG = {
         "converts the input": (_converted_input, "you converted `x`"),
         "last layer outside the region": (_last_layer_outside, "outside the autocast region (Linear)"),
         "returns a tuple": (lambda m, x: (right_forward(m, x),), "return the model's output tensor"),
+        "zeros whose own .float() is the reference (review rev25-r6 E3)": (
+            _zeros_whose_float_is_the_reference, "`float` set on it as an attribute of its own"),
     },
     ("00", "choose_recipe"): {
         "bfloat16 everywhere": (lambda c: (torch.bfloat16, False), "no bfloat16 Tensor Cores"),
@@ -281,6 +307,7 @@ RIGHT = {
         "torch.amp.autocast as a decorator, device from x": _forward_amp_decorator,
         "device from the parameters, enabled=True": _forward_param_device,
         "enabled= from the recipe (the solution)": _forward_solution,
+        "retain_grad() on the output (review rev25-r6 E3: an empty __dict__)": _forward_returns_a_parameter_like_output,
     },
     ("00", "choose_recipe"): {
         "the rule written out": recipe_right,

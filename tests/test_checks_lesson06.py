@@ -1,9 +1,13 @@
 """Exercise 06: the checks pass right answers and name each typical wrong one (the fixtures)."""
 
+import fractions
+import numbers
 import statistics
+import sys
 import time
 
 import grader_fixtures
+import numpy as np
 import pytest
 
 from ampcourse.checks import CheckFailed, NotStarted, lesson06
@@ -171,6 +175,41 @@ def mfu_by_rate(n_params, tokens, seconds, peak_tflops):
     return achieved_tflops / peak_tflops
 
 
+class _ReadsExpected:
+    """Review rev25-r6 E1/E2: registered as numbers.Real, its ``__float__`` returns the check's ``expected``."""
+
+    def __init__(self, mine):
+        self.mine = mine
+
+    def __float__(self):
+        frame = sys._getframe(1)
+        while frame is not None and "expected" not in frame.f_locals:
+            frame = frame.f_back
+        return float(frame.f_locals["expected"] if frame is not None else self.mine)
+
+    def __repr__(self):
+        return repr(self.mine)
+
+
+numbers.Real.register(_ReadsExpected)
+
+
+class _ClaimsFractions(_ReadsExpected):
+    """The same, posing as a class of the fractions module (``__module__`` and an attribute there: rev25-r6 E2)."""
+
+
+_ClaimsFractions.__module__ = "fractions"
+fractions._ClaimsFractions = _ClaimsFractions
+
+
+def _peak_unhalved_reads_expected(achieved_tflops, datasheet_tflops, sparse):
+    """Review rev25-r6 E1: through noted_call (Task 2b), the sparse figure not halved, hidden in a __float__."""
+    fraction = achieved_tflops / datasheet_tflops
+    if fraction > 0.6:
+        raise ValueError("impossible")
+    return _ReadsExpected(fraction)
+
+
 WRONG = {
     ("06", "benchmark"): {
         "no warm-up": (make_benchmark(warm=False), "forgot the warm-up"),
@@ -195,6 +234,9 @@ WRONG = {
         "k twice": (lambda m, k, n, ms: 2 * m * k * k / (ms / 1e3) / 1e12, "2·m·k·n"),
         "milliseconds multiplied": (tflops(seconds_divisor=1e-3), "multiplied the milliseconds by 1000"),
         "MFLOP/s": (tflops(scale=1e6), "divided by 1e6"),
+        "no factor 2, in a __float__ of a class claiming fractions (review rev25-r6 E2)": (
+            lambda m, k, n, ms: _ClaimsFractions(m * k * n / (ms / 1e3) / 1e12),
+            "an object of type `_ClaimsFractions`, whose class defines `__float__`"),
     },
     ("06", "fraction_of_peak"): {
         "sparse figure as the peak": (peak_fraction(halve_sparse=False), "used the sparse figure as the peak"),
@@ -206,6 +248,8 @@ WRONG = {
         "raises at exactly the peak": (peak_fraction(above_one="raise at 1"), "1.0 is not above 1"),
         "impossible judged against the sparse figure": (peak_fraction(above_one="against the datasheet figure"),
                                                         "raise valueerror"),
+        "sparse figure, in a __float__ returned through noted_call (review rev25-r6 E1)": (
+            _peak_unhalved_reads_expected, "an object of type `_ReadsExpected`, whose class defines `__float__`"),
     },
     ("06", "training_mfu"): {
         "forward only": (lambda n, t, s, p: 2 * n * t / s / (p * 1e12), "the forward pass only"),
@@ -226,10 +270,13 @@ RIGHT = {
     ("06", "achieved_tflops"): {
         "2·m·k·n / s / 1e12": tflops(),
         "in one expression": lambda m, k, n, milliseconds: 2e3 * m * n * k / milliseconds / 1e12,
+        "numpy float32 (review rev25-r6 M1)": lambda m, k, n, ms: np.float32(2 * m * k * n / (ms / 1e3) / 1e12),
     },
     ("06", "fraction_of_peak"): {
         "halve, divide, refuse above 1": peak_fraction(),
         "a dict and a comparison": fraction_with_assert_style,
+        "numpy float64 of a float32 (review rev25-r6 M1)": lambda a, d, s: (
+            np.float64(np.float32(peak_fraction()(a, d, s)))),
     },
     ("06", "training_mfu"): {
         "6·N·T / s / peak": mfu_right,

@@ -216,6 +216,39 @@ def weighted(divide="rows", reduction="sum", autocast=torch.float16, one_backwar
 
 
 # --- Task 3: amp_verdict -------------------------------------------------------------------------------------------
+class _MroMeta(type):
+    """Review rev25-r6 E2: a metaclass whose ``__mro__`` property says the class is a plain ``object``."""
+
+    __mro__ = property(lambda cls: (object,))
+
+
+class _VerdictPosingAsStr(metaclass=_MroMeta):
+    """Equal to every verdict; poses as a str for isinstance() through a ``__class__`` property."""
+
+    __class__ = property(lambda self: str)
+
+    def __init__(self, text):
+        self.text = text
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return repr(self.text)
+
+    def __str__(self):
+        return self.text
+
+
+class _HonestVerdict09(str):
+    """A right answer's own str subclass (review rev25-r6 M1: judged by its content)."""
+
+
 def verdict(paired=True, ddof=1, flip=False):
     def amp_verdict(fp32, amp):
         a, f = torch.tensor(amp, dtype=torch.float64), torch.tensor(fp32, dtype=torch.float64)
@@ -473,6 +506,9 @@ WRONG = {
         "population std": (verdict(ddof=0), "population standard deviation"),
         "same sign on every seed (the reviewer's case)": (same_sign_rule, "every seed's difference has the same sign"),
         "sign reversed": (verdict(flip=True), "the sign is reversed"),
+        "always 'within noise' behind a metaclass __mro__ property (review rev25-r6 E2)": (
+            lambda fp32, amp: _VerdictPosingAsStr("within noise"),
+            "an object of type `_VerdictPosingAsStr`, whose class defines `__eq__`, `__ne__`, `__class__`"),
         "strict <": (strict_rule, "compare with `≤`, not `<`"),
         "t statistic, identical runs divide 0 by 0": (t_statistic_unguarded, "0 / 0 is nan"),
         "any difference counts": (lambda f, a: "amp better" if sum(a) > sum(f) else "amp worse",
@@ -509,6 +545,7 @@ RIGHT = {
         "torch, paired, 2 SE": verdict(),
         "mean² against 4·var / n (review 08-09)": squares_no_sqrt,
         "numpy t statistic with a guard": t_statistic_with_guard,
+        "a str subclass of its own (review rev25-r6 M1)": lambda fp32, amp: _HonestVerdict09(verdict()(fp32, amp)),
     },
 }
 

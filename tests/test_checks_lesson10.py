@@ -1,7 +1,9 @@
 """Exercise 10: each check passes answers written in several ways and names each typical mistake (fixtures in the
 shape of tests/grader_fixtures.py), plus the stub and the CPU-without-FP8-matmul path."""
 
+import collections
 import math
+import sys
 
 import grader_fixtures
 import pytest
@@ -431,12 +433,41 @@ def blocks_where_zero_scale_one(x, block):
     return (b * s[..., None]).reshape(rows, cols).to(E4M3), s
 
 
+def _zeros_whose_float_is_want(x, fp8_dtype):
+    """Review rev25-r6 E3: an all-zero x_fp8 (an exact torch.Tensor) whose own ``float`` attribute returns the check's
+    ``want``."""
+    _, scale = cast()(x, fp8_dtype)
+    x_fp8 = torch.zeros_like(x, dtype=fp8_dtype)
+
+    def float_():
+        frame = sys._getframe(1)
+        while frame is not None and "want" not in frame.f_locals:
+            frame = frame.f_back
+        return frame.f_locals["want"] if frame is not None else torch.Tensor.float(x_fp8)
+
+    x_fp8.float = float_
+    return x_fp8, scale
+
+
+def _times_zero_in_fp8(x, fp8_dtype):
+    """Review rev25-r6 W2: torch itself raises NotImplementedError (no float8 multiply on the CPU): not a stub."""
+    x_fp8, scale = cast()(x, fp8_dtype)
+    return x_fp8 * 0, scale
+
+
+_Cast = collections.namedtuple("_Cast", "x_fp8 scale")
+
+
 WRONG = {
     ("10", "scaled_cast"): {
         "scale inverted": (cast(invert=True), "your scale is inverted"),
         "amax without abs": (cast(amax="signed"), "largest *signed* value"),
         "mean magnitude as amax": (cast(amax="mean"), "mean magnitude"),
         "E4M3's max for E5M2": (cast(fmt_max="e4m3"), "the other format's max"),
+        "zeros whose own .float() is the check's want (review rev25-r6 E3)": (
+            _zeros_whose_float_is_want, "`float` set on it as an attribute of its own"),
+        "torch's own NotImplementedError (review rev25-r6 W2)": (
+            _times_zero_in_fp8, "raised NotImplementedError: \"mul_cpu_reduced_float\" not implemented"),
         "no scale": (cast(fmt_max="none"), "no scaling"),
         "scale not applied": (cast(apply=False), "cast without the scale"),
         "divided by the scale": (cast(divide=True), "you divided x by the scale"),
@@ -544,6 +575,7 @@ RIGHT = {
         "torchao's float8 helpers": cast_torchao,
         "python floats, no clamp": cast_python_floats,
         "validated input, infinity norm, torch.clip": r1_strict,
+        "a namedtuple (review rev25-r6 M1)": lambda x, fp8_dtype: _Cast(*cast()(x, fp8_dtype)),
     },
     ("10", "fp8_linear"): {
         "task-1 casts, keyword arguments": linear(),

@@ -1,6 +1,8 @@
 """Exercises 03–04: the checks pass right answers and name each typical wrong one (the fixtures)."""
 
+import collections
 import math
+import typing
 import warnings
 
 import grader_fixtures
@@ -344,6 +346,48 @@ def update_numpy_style(scale, tracker, found_inf, growth_factor, backoff_factor,
     return (scale if grown > top else grown), 0
 
 
+_Update = collections.namedtuple("_Update", "scale tracker")
+
+
+class _TypedUpdate(typing.NamedTuple):
+    scale: float
+    tracker: int
+
+
+def update_namedtuple(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """Review rev25-r6 M1: a namedtuple is a tuple (refused at 1a57d2e with "methods of its own")."""
+    return _Update(*update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval))
+
+
+def update_typed_namedtuple_numpy_float32(scale, tracker, found_inf, growth_factor, backoff_factor,
+                                          growth_interval):
+    """Review rev25-r6 M1: a typing.NamedTuple holding numpy float32 scales (float32 rounding by numpy)."""
+    top = np.finfo(np.float32).max
+    if found_inf:
+        return _TypedUpdate(np.float32(scale * backoff_factor), 0)
+    if tracker + 1 < growth_interval:
+        return _TypedUpdate(np.float32(scale), tracker + 1)
+    with np.errstate(over="ignore"):
+        grown = np.float32(scale * growth_factor)
+    return _TypedUpdate(np.float32(scale) if not np.isfinite(grown) or grown > top else grown, 0)
+
+
+def update_tracker_off_by_half(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """Review rev25-r6 W1: right rule, tracker + 0.5 (int() truncated it to the right count at 1a57d2e)."""
+    new_scale, new_tracker = update_right(scale, int(tracker), found_inf, growth_factor, backoff_factor,
+                                          growth_interval)
+    return new_scale, new_tracker + 0.5
+
+
+def _tracker_item_shadowed(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """Review rev25-r6 E3: a one-element tensor whose own `item` attribute returns the check's expected pair."""
+    new_scale, new_tracker = update_right(scale, tracker, found_inf, growth_factor, backoff_factor,
+                                          growth_interval)
+    wrong = torch.tensor(float(new_scale) * 2)
+    wrong.item = lambda: new_scale
+    return wrong, new_tracker
+
+
 def update_python_floats(scale, tracker, found_inf, g, b, n):
     """The rule right, but the scale kept as a Python float (float64): no float32 rounding, no inf guard needed."""
     if found_inf:
@@ -670,6 +714,9 @@ WRONG = {
         "float32 arithmetic (factor rounded first)": (update_float32_maths, "you multiplied in float32"),
         "grows into inf": (update_grows_into_inf, "never grows its scale into inf"),
         "tracker kept when growth is refused": (update_guard_keeps_tracker, "the tracker still goes back to 0"),
+        "tracker + 0.5 (review rev25-r6 W1)": (update_tracker_off_by_half, "the growth tracker counts steps"),
+        "a tensor whose own item() lies (review rev25-r6 E3)": (_tracker_item_shadowed,
+                                                                "`item` set on it as an attribute of its own"),
     },
     ("04", "skipped_steps"): {
         "any change is a skip": (lambda i, s: [k for k, (b, a) in enumerate(_pairs(i, s)) if a != b],
@@ -730,7 +777,10 @@ RIGHT = {
                          step_alternative_style, "explicit unscale_, model.zero_grad": step_explicit_unscale,
                          "grads cleared by hand, unscale_ and clipping": step_by_hand_zero_and_clip},
     ("04", "update_scale"): {"torch float32": update_right, "numpy float32": update_numpy_style,
-                             "torch's update kernel": update_torch_kernel},
+                             "torch's update kernel": update_torch_kernel,
+                             "a namedtuple (review rev25-r6 M1)": update_namedtuple,
+                             "a typing.NamedTuple of numpy float32 (review rev25-r6 M1)":
+                                 update_typed_namedtuple_numpy_float32},
     ("04", "skipped_steps"): {"zip": skipped_right, "a loop": skipped_loop, "numpy integers": skipped_numpy,
                               "validated, pairwise": skipped_strict},
     ("04", "unscale_by_hand"): {"float64 reciprocal": unscale_right, "Python reciprocal": unscale_python_reciprocal,

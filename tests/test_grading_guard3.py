@@ -305,3 +305,253 @@ def test_a_library_thread_the_answer_started_during_the_check_is_a_note():
     own = f"{grading.CELL_THREAD}Thread-1: undo in 1.py{grading.STARTED_IN_CHECK}"
     reason, _ = grading.guard_verdict([], [], [], [started, own])
     assert reason.startswith("cannot be graded") and "undo in 1.py" in reason
+
+
+# --- review rev25-r6 -------------------------------------------------------------------------------------------------
+def _refusal(value) -> str | None:
+    from ampcourse.checks import plain
+
+    try:
+        plain("Task 1 (f)", value, "f")
+    except CheckFailed as failed:
+        return str(failed)
+    return None
+
+
+def test_plain_turns_value_type_subclasses_into_their_content():
+    """M1: a namedtuple, torch's result tuples (structseqs), ``sys.float_info``, an IntEnum, a str subclass equal to
+    everything: each becomes its built-in content (read with the base type's C method), so none of its methods
+    runs in the judgement and an honest one passes."""
+    import collections
+    import enum
+
+    from ampcourse.checks import plain
+
+    update = collections.namedtuple("Update", "scale tracker")
+    for value, want in ((update(2048.0, 0), (2048.0, 0)), (torch.aminmax(torch.tensor([1.0, 3.0])), None),
+                        (torch.max(torch.tensor([[1.0, 3.0]]), dim=1), None), (sys.float_info, tuple(sys.float_info))):
+        got = plain("Task 1 (f)", value, "f")
+        assert type(got) is tuple and len(got) == len(value), (value, got)
+        assert want is None or got == want
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Always(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    assert type(plain("T", Level.HIGH, "f")) is int and plain("T", Level.HIGH, "f") == 3
+    got = plain("T", {"kind": Always("overflow"), "n": [Always("x")]}, "f")
+    assert type(got["kind"]) is str and got["kind"] != "nan" and type(got["n"][0]) is str
+    same = [1, (2.0, "a"), {"k": None}]
+    assert plain("T", same, "f") is same  # nothing to convert: the answer's own object, unchanged
+
+
+def test_plain_reads_class_facts_from_types_own_slots_and_library_classes_by_identity():
+    """E2: a metaclass ``__flags__``/``__mro__`` property, a ``__module__`` naming a library (with the class put into
+    that module, or a module of its own made up), and a ``__class__`` property do not make an object plain."""
+    import fractions
+    import types as types_module
+
+    class Flags(type):
+        __flags__ = property(lambda cls: 0)
+
+    class Mro(type):
+        __mro__ = property(lambda cls: (object,))
+
+    class EqFlags(metaclass=Flags):
+        def __eq__(self, other):
+            return True
+
+    class PosingAsStr(metaclass=Mro):
+        __class__ = property(lambda self: str)
+
+        def __eq__(self, other):
+            return True
+
+        __hash__ = object.__hash__
+
+    class ClaimsFractions:
+        def __float__(self):
+            return 1.0
+
+    ClaimsFractions.__module__ = "fractions"
+    fractions.ClaimsFractions = ClaimsFractions
+
+    class ClaimsNumpy:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = object.__hash__
+
+    ClaimsNumpy.__module__ = "numpy._fake"
+    sys.modules["numpy._fake"] = types_module.SimpleNamespace(ClaimsNumpy=ClaimsNumpy)
+    try:
+        assert "an object of type `EqFlags`, whose class defines `__eq__`" in _refusal(EqFlags())
+        assert "`PosingAsStr`, whose class defines `__eq__`, `__class__`" in _refusal(PosingAsStr())
+        assert "`ClaimsFractions`, whose class defines `__float__`" in _refusal(ClaimsFractions())
+        assert "`ClaimsNumpy`, whose class defines `__eq__`" in _refusal((1, ClaimsNumpy()))
+        assert "(inside the tuple it returned)" in _refusal((1, ClaimsNumpy()))
+    finally:
+        del sys.modules["numpy._fake"], fractions.ClaimsFractions
+    # M1: a type refusal shows no hint tier of the task (its hints are about the algorithm)
+    from ampcourse.checks import lesson04, plain, with_hint
+
+    with pytest.raises(CheckFailed) as failed:
+        plain("Task 2 (update_scale)", (EqFlags(), 0), "update_scale")
+    assert failed.value.hint_key is None and "Hint" not in with_hint(failed.value)
+    assert lesson04.HINTS["update_scale"]
+    # N1: no "a I" / "a Update": a class's name is quoted after "an object of type"
+    assert " a I," not in _refusal(EqFlags()) and "returned an object of type" in _refusal(EqFlags())
+
+
+def test_plain_refuses_a_tensor_with_a_method_shadowed_and_containers_it_cannot_read():
+    """E3: ``t.float = ...`` on an exact tensor is refused (a buffer's ``persistent``, a ``retain_grad`` output's
+    empty ``__dict__``, a Parameter pass); E4: a ChainMap or mappingproxy (lesson 11 Task 1's forgery carried str
+    subclasses in one), an iterator, nesting past 20 are refused with what to return instead."""
+    import collections
+    import types as types_module
+
+    from ampcourse.checks import plain
+
+    shadowed = torch.zeros(2)
+    shadowed.float = lambda: torch.ones(2)
+    assert "a torch.Tensor with `float` set on it as an attribute of its own" in _refusal(shadowed)
+    assert _refusal(torch.nn.Buffer(torch.zeros(1))) is None and _refusal(torch.nn.Parameter(torch.ones(1))) is None
+    out = torch.ones(2, requires_grad=True) * 2
+    out.retain_grad()
+    assert plain("T", out, "f") is out
+    answer = {"kind": "overflow", "where": "nowhere", "fix": "mean_loss"}
+    assert "a ChainMap: return a plain dict (`dict(result)`)" in _refusal(collections.ChainMap(answer))
+    assert "a mappingproxy: return a plain dict" in _refusal(types_module.MappingProxyType(answer))
+    assert "an iterator (a generator)" in _refusal(x for x in (1, 2))
+    import numpy as np
+
+    assert "a numpy array of Python objects (dtype=object)" in _refusal(np.array([1, "a"], dtype=object))
+    assert _refusal(np.ones(2)) is None
+    assert "`UserString`, whose class defines `__eq__`" in _refusal(collections.UserString("healthy"))
+    nested: list = []
+    for _ in range(30):
+        nested = [nested]
+    assert "nested more than 20 levels deep" in _refusal(nested)
+
+
+def test_exact_number_takes_every_numpy_float_and_a_tracker_with_a_fraction_is_named():
+    """M1: numpy's float16/float32/longdouble scalars are numbers (numpy's own C conversion); W1: lesson 04 names a
+    growth tracker of 1.5 instead of truncating it to 1."""
+    import numpy as np
+
+    from ampcourse.checks import exact_number, lesson04
+
+    for kind in (np.float16, np.float32, np.float64, np.longdouble):
+        assert type(exact_number(kind(1.5))) is float and exact_number(kind(1.5)) == 1.5
+    assert exact_number(np.bool_(True)) is None and exact_number(np.complex64(1)) is None
+    assert lesson04._as_pair((np.float32(2048.0), 0)) == ((2048.0, 0), None)
+    assert lesson04._as_pair((1024.0, 1.0)) == ((1024.0, 1), None)
+    pair, problem = lesson04._as_pair((1024.0, 1.5))
+    assert pair is None and "the growth tracker counts steps, a whole number: you returned 1.5" in problem
+
+
+def test_torchs_own_not_implemented_error_is_a_failure_not_a_stub():
+    """W2: only a ``raise`` of the learner's own code is "not started"; torch's kernel missing for a dtype is named."""
+    def stub(x):
+        raise NotImplementedError("scale, then cast")
+
+    def float8_multiply(x):
+        return x.to(torch.float8_e4m3fn) * 0
+
+    with pytest.raises(NotStarted, match="not started"):
+        call("Task 1 (f)", stub, "f", torch.ones(2))
+    with pytest.raises(CheckFailed) as failed:
+        call("Task 1 (f)", float8_multiply, "f", torch.ones(2))
+    assert not isinstance(failed.value, NotStarted) and "raised NotImplementedError" in str(failed.value)
+
+
+def test_noted_call_converts_when_asked():
+    """E1: ``noted_call(..., plain_as=(task, name))`` hands back plain values, and refuses what plain refuses."""
+    import collections
+
+    from ampcourse.checks import noted_call
+
+    pair = collections.namedtuple("Pair", "a b")
+    assert type(noted_call(lambda: pair(1, 2), plain_as=("Task 1 (f)", "f"))) is tuple
+    assert type(noted_call(lambda: pair(1, 2))) is pair  # not asked: as it is (a check that only reads its type)
+    shadowed = torch.zeros(1)
+    shadowed.item = lambda: 1.0
+    with pytest.raises(CheckFailed, match="`item` set on it"):
+        noted_call(lambda: shadowed, plain_as=("Task 1 (f)", "f"))
+
+
+def test_every_noted_call_whose_value_is_used_converts_it():
+    """E1: an AST scan: ``x = noted_call(fn, ...)`` in a check module without ``plain_as`` is flagged, except where
+    the value's real type alone is read (listed here with why)."""
+    import ast
+    from pathlib import Path
+
+    only_type_read = {("lesson08.py", "result"),  # the DDP hook's Future: issubclass(type(result), Future), then()
+                      ("lesson10.py", "result")}  # an empty history must raise: only type(result).__name__ is shown
+    flagged = []
+    for path in sorted((Path(grading.ROOT) / "ampcourse" / "checks").glob("lesson*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and getattr(node.value.func, "id", None) == "noted_call"):
+                continue
+            if any(k.arg == "plain_as" for k in node.value.keywords):
+                continue
+            for target in node.targets:
+                if isinstance(target, ast.Name) and (path.name, target.id) not in only_type_read:
+                    flagged.append(f"{path.name}:{node.lineno} {target.id}")
+    assert flagged == [], flagged
+
+
+def test_gc_callbacks_and_torch_modes_left_by_an_answer_are_hazards(guard):
+    """E5: code that runs inside the judgement without a thread: a gc callback, a changed gc threshold, a torch
+    function or dispatch mode left entered; ``torch.set_default_device``'s own mode is not one."""
+    import gc
+
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Equal(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    guard["gc"] = (list(gc.callbacks), gc.get_threshold())
+    guard["modes"] = grading._mode_stacks()
+    assert grading._code_without_a_thread() == []
+    threshold = gc.get_threshold()
+    callback = lambda phase, info: None  # noqa: E731
+    torch.set_default_device("cpu")
+    try:
+        assert grading._code_without_a_thread() == []  # set_default_device's DeviceContext
+        gc.callbacks.append(callback)
+        gc.set_threshold(1, 1, 1)
+        function_mode, dispatch_mode = Equal(), Spy()
+        function_mode.__enter__()
+        dispatch_mode.__enter__()
+        try:
+            found = grading._code_without_a_thread()
+        finally:
+            dispatch_mode.__exit__(None, None, None)
+            function_mode.__exit__(None, None, None)
+    finally:
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
+        gc.set_threshold(*threshold)
+        torch.set_default_device(None)
+    assert found == ["a gc callback (gc.callbacks)",
+                     f"a gc threshold of (1, 1, 1) (gc.set_threshold){grading.IN_EFFECT}",
+                     f"a torch function mode (TorchFunctionMode: Equal){grading.IN_EFFECT}",
+                     f"a torch dispatch mode (TorchDispatchMode: Spy){grading.IN_EFFECT}"]
+    reason = grading.cannot_grade(found)
+    assert reason.startswith("cannot be graded") and "left a gc callback (gc.callbacks) running" in reason
+    assert "a torch function mode (TorchFunctionMode: Equal), a torch dispatch mode (TorchDispatchMode: Spy) " \
+           "in effect, through which code of theirs can run inside the check" in reason
+    assert grading._code_without_a_thread() == []

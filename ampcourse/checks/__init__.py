@@ -25,12 +25,11 @@ request. A task that was never attempted shows no hint (``NotStarted`` carries n
 from __future__ import annotations
 
 import collections
-import functools
-import numbers
 import operator
 import re
 import sys
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -173,104 +172,188 @@ def require_callable(task: str, fn: object, name: str) -> Callable[..., Any]:
 
 
 def _numpy_scalar_types() -> tuple[type, ...]:
+    """numpy's own scalar types (C types: a class an answer adds to ``numpy.sctypeDict`` is a heap type, left out)."""
+    return _NUMPY_SCALARS
+
+
+def _find_numpy_scalars() -> tuple[type, ...]:
     try:
         import numpy
     except ImportError:  # pragma: no cover - numpy comes with torch here
         return ()
-    return tuple({t for t in numpy.sctypeDict.values() if isinstance(t, type) and issubclass(t, numpy.generic)})
+    return tuple({t for t in numpy.sctypeDict.values() if type(t) is type and issubclass(t, numpy.generic)
+                  and not _TYPE_FLAGS(t) & _HEAP_TYPE})
 
 
+# A class's facts read from ``type``'s own slots, never through the class: a metaclass can define ``__mro__``,
+# ``__flags__``, ``__name__`` or ``__dict__`` as properties that say anything (review rev25-r6 E2).
+_TYPE_MRO = type.__dict__["__mro__"].__get__
+_TYPE_FLAGS = type.__dict__["__flags__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__
+_TYPE_NAME = type.__dict__["__name__"].__get__
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type()), not a C type
-_LIBRARIES = ("torch", "numpy", "collections", "enum", "fractions", "decimal", "numbers", "ampcourse")  # own classes
-_VALUE_TYPES = (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
-_COMPARE_DUNDERS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__index__", "__int__", "__float__",
-                    "__complex__", "__bool__", "__hash__", "__repr__", "__str__", "__format__", "__len__",
-                    "__iter__", "__getitem__", "__contains__", "__round__", "__trunc__", "__floor__", "__ceil__",
-                    "__abs__", "__neg__", "__add__", "__sub__", "__mul__", "__truediv__", "__radd__", "__rsub__",
-                    "__rmul__", "__rtruediv__", "__array__", "__torch_function__")
+_NUMPY_SCALARS = _find_numpy_scalars()
+_LIBRARIES = ("torch", "numpy", "collections", "enum", "fractions", "decimal", "numbers", "abc", "typing")
 
 
-@functools.cache
-def _library_types() -> frozenset[type]:
-    """Subclasses of built-in value types, and classes with comparison dunders, that honest answers return."""
-    import torch
-    return frozenset((*_numpy_scalar_types(), torch.Size, collections.OrderedDict, collections.defaultdict,
-                      collections.Counter, collections.deque))
+def _find_library_classes() -> frozenset[type]:
+    """Every class of torch, numpy and the standard library's value modules loaded now (when ``ampcourse.checks`` is
+    imported, before any answer cell runs), found by walking those modules: a later class is never one of them,
+    whatever its ``__module__`` says or wherever an answer puts it (review rev25-r6 E2)."""
+    import abc  # noqa: F401 - loaded so that their classes are found
+    import decimal  # noqa: F401
+    import enum  # noqa: F401
+    import fractions  # noqa: F401
+    import typing  # noqa: F401
 
+    import torch  # noqa: F401
 
-@functools.cache
-def _sequence_types() -> tuple[type, ...]:
-    """The containers :func:`_refused` looks inside, item by item."""
-    import torch
-    return (tuple, list, set, frozenset, collections.deque, torch.Size)
-
-
-def _refused(value: object, depth: int = 0) -> type | None:
-    """The first type in ``value`` (recursively through plain containers) that is not a plain value: a subclass of a
-    built-in value type, or a class with comparison/conversion dunders of its own, other than numpy's, torch's and
-    collections' own types. None when every part is plain."""
-    kind = type(value)
-    if kind in _VALUE_TYPES or kind in _library_types():
-        if depth < 20 and kind in _sequence_types():
-            for item in value:
-                bad = _refused(item, depth + 1)
-                if bad is not None:
-                    return bad
-        elif depth < 20 and isinstance(value, dict):
-            for key, item in value.items():
-                bad = _refused(key, depth + 1) or _refused(item, depth + 1)
-                if bad is not None:
-                    return bad
-        return None
-    if issubclass(kind, _VALUE_TYPES):
-        return kind
-    import torch
-    if isinstance(value, torch.Tensor):
-        return None if kind in (torch.Tensor, torch.nn.Parameter) else kind
-    for cls in kind.__mro__:
-        if not cls.__flags__ & _HEAP_TYPE or (  # a C type (None, object, ...), or a library's own class
-                cls.__module__.split(".")[0] in _LIBRARIES
-                and getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is cls):
+    found = set()
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split(".")[0] not in _LIBRARIES or type(module) is not type(sys):
             continue
-        if any(name in vars(cls) for name in _COMPARE_DUNDERS):
-            return kind
-    return None
+        found.update(v for v in list(vars(module).values()) if issubclass(type(v), type))
+    import collections as mine  # its User* wrappers compare what they wrap, which an answer chooses: not taken
+    return frozenset(found - {mine.UserDict, mine.UserList, mine.UserString})
+
+
+_LIBRARY_CLASSES = _find_library_classes()
+_NDARRAY = getattr(sys.modules.get("numpy"), "ndarray", None)  # taken when this module is imported
+_VALUE_TYPES = (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
+#: what each value type's content is read with: its own C method, unbound, so no method of a subclass runs
+_AS_BASE = {int: int.__int__, float: float.__float__, complex: complex.__complex__, str: str.__str__,
+            bytes: bytes.__bytes__}
+#: the dunders through which a check's comparison or conversion of an object runs the object's own code
+_COMPARE_DUNDERS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__index__", "__int__",
+                    "__float__", "__complex__", "__round__", "__trunc__", "__floor__", "__ceil__", "__array__",
+                    "__torch_function__", "__torch_dispatch__", "__class__", "__instancecheck__",
+                    "__subclasscheck__")
+
+
+class _Refused(Exception):
+    """What :func:`_plain_value` found that a check cannot judge: ``what`` (words) and ``fix`` (a sentence)."""
+
+    def __init__(self, what: str, fix: str, depth: int) -> None:
+        super().__init__(what)
+        self.what, self.fix, self.depth = what, fix, depth
+
+
+#: the course's own result classes that a check gets through ``call`` from a course function (lesson 09 calls
+#: ``capstone.train``): looked up by identity when a check runs (the grader puts back a course module's attribute
+#: rebound by an answer), never by the ``__module__`` a class claims
+_COURSE_RESULTS = {"ampcourse.capstone": ("TrainResult",)}
+
+
+def _a_course_result(kind: type) -> bool:
+    return any(getattr(sys.modules.get(module), name, None) is kind
+               for module, names in _COURSE_RESULTS.items() for name in names)
+
+
+def _dunders_of_its_own(kind: type) -> list[str]:
+    """The comparison/conversion dunders ``kind`` or a class it inherits from defines, other than C types' and the
+    library classes' (:data:`_LIBRARY_CLASSES`, by identity); the same for its metaclass."""
+    found = []
+    for owner in (kind, type(kind)):
+        for cls in _TYPE_MRO(owner):
+            if not _TYPE_FLAGS(cls) & _HEAP_TYPE or cls in _LIBRARY_CLASSES:
+                continue
+            found += [name for name in _COMPARE_DUNDERS if name in _TYPE_DICT(cls) and name not in found]
+    return found
+
+
+def _plain_value(value: object, depth: int = 0) -> Any:
+    """``value`` made of plain values only (:func:`plain`); raises :class:`_Refused` for what cannot be."""
+    kind = type(value)  # type() is the object's real class: a `__class__` property does not change it
+    if depth > 20:
+        raise _Refused("a container nested more than 20 levels deep", "return a flat tuple, list or dict.", depth)
+    if kind in (bool, int, float, complex, str, bytes, type(None)) or kind in _NUMPY_SCALARS:
+        return value
+    import torch
+
+    if kind is torch.Size:
+        return torch.Size([_plain_value(v, depth + 1) for v in tuple.__iter__(value)])
+    if kind in (tuple, list, set, frozenset, collections.deque):
+        items = [_plain_value(v, depth + 1) for v in value]  # an exact C container: its own C iteration
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else kind(items)
+    if kind is dict or kind is collections.OrderedDict:
+        items = [(_plain_value(k, depth + 1), _plain_value(v, depth + 1)) for k, v in dict.items(value)]
+        if all(a is k and b is v for (a, b), (k, v) in zip(items, dict.items(value), strict=True)):
+            return value
+        return kind(items)
+    if kind in (torch.Tensor, torch.nn.Parameter):
+        shadowing = sorted(str(k) for k in vars(value) if type(k) is not str or hasattr(torch.Tensor, k))
+        if shadowing:  # t.float = lambda: ... (review rev25-r6 E3); a buffer's `persistent` shadows nothing
+            raise _Refused(f"a torch.Tensor with {', '.join(f'`{k}`' for k in shadowing)} set on it as an "
+                           "attribute of its own, replacing the tensor's method",
+                           "return the tensor itself, without attributes that replace its methods.", depth)
+        return value
+    mro = _TYPE_MRO(kind)
+    base = next((b for b in mro if b in _VALUE_TYPES), None)
+    if base is not None:  # a subclass (a namedtuple, torch's result tuples, an IntEnum, a str subclass): its content
+        if base in _AS_BASE:
+            return _AS_BASE[base](value)
+        if base is dict:
+            return _plain_value(dict(dict.items(value)), depth)
+        iterate = {tuple: tuple.__iter__, list: list.__iter__, set: set.__iter__, frozenset: frozenset.__iter__}
+        return _plain_value(base(iterate[base](value)), depth)
+    name = _TYPE_NAME(kind)
+    if issubclass(kind, torch.Tensor):
+        raise _Refused(f"an object of type `{name}` (a subclass of torch.Tensor)",
+                       "return a plain torch.Tensor (a result of torch's own operations).", depth)
+    if kind is collections.ChainMap or kind is types.MappingProxyType or kind is types.SimpleNamespace:
+        raise _Refused(f"a {name}", "return a plain dict (`dict(result)`), so that the check reads its items.", depth)
+    if kind is _NDARRAY and value.dtype.kind == "O":
+        raise _Refused("a numpy array of Python objects (dtype=object)",
+                       "return numbers: a float array, a tensor, or a list of floats.", depth)
+    if any("__next__" in _TYPE_DICT(cls) for cls in mro):
+        raise _Refused(f"an iterator (a {name})", "return a list (`list(...)`) or a tuple of the values.", depth)
+    own = _dunders_of_its_own(kind)
+    if own and not _a_course_result(kind):
+        raise _Refused(f"an object of type `{name}`, whose class defines {', '.join(f'`{d}`' for d in own)}",
+                       "a check compares built-in values only: return a plain int, float, str, bool, tuple, list "
+                       "or dict (or a torch.Tensor).", depth)
+    return value
 
 
 def plain(task: str, value: object, name: str) -> Any:
-    """``value`` (what the learner's ``name`` returned) if it is made of plain values only, else a failure naming the
-    type: ``int``, ``float``, ``str``, ``bool``, ``None``, tuples/lists/dicts of them, numpy's scalars, ``torch.Size``,
-    a ``torch.Tensor`` (exactly), a dtype or device, or an object whose class adds no comparison or conversion
-    dunders. A check calls this in its call pass (:func:`call` does), before any expected value exists, and never
-    compares or converts an answer object otherwise: a subclass's ``__eq__`` or an ``__index__``/``__float__`` runs
-    the learner's code inside the judgement (review rev25-r5 E1/E2)."""
-    bad = _refused(value)
-    if bad is None:
-        return value
-    base = next((b.__name__ for b in bad.__mro__[1:] if b in _VALUE_TYPES or b.__module__ == "torch"), None)
-    what = f"a {bad.__name__}, a subclass of {base}" if base else f"a {bad.__name__} (a class of its own)"
-    plain_name = base if base in ("int", "float", "str", "bool", "tuple", "list", "dict") else "built-in value"
-    inside = "" if type(value) is bad else f" (inside the {type(value).__name__} it returned)"
-    raise fail(task, f"`{name}` returned {what}{inside}: return a plain {plain_name} (int, float, str, bool, "
-                     "tuple, list, dict, a torch.Tensor or numpy scalar), not an object with comparison or "
-                     "conversion methods of its own.")
+    """``value`` (what the learner's ``name`` returned) converted to plain values, else a failure saying what was
+    found. ``int``/``float``/``str``/``bool``/``None``, numpy's scalars, a dtype or device, an exact ``torch.Tensor`` or
+    ``Parameter`` (with no attribute of its own that replaces a method: ``t.float = ...``), and tuples, lists, sets,
+    dicts, ``OrderedDict``s and ``torch.Size`` of them are taken as they are; a subclass of a built-in value type (a
+    namedtuple, torch's result tuples such as ``torch.return_types.max``, an ``IntEnum``, a str subclass) becomes its
+    built-in content, read with the base type's own C method (``tuple.__iter__``, ``str.__str__``), so none of its
+    methods runs again; an object of any other class passes as it is unless that class (or its metaclass), other
+    than C types and the library classes loaded before any answer (torch's, numpy's, the standard library's value
+    modules'), defines comparison or conversion dunders. Refused: such an object, a tensor subclass or a tensor
+    with a method shadowed, an iterator, a ChainMap/mappingproxy/SimpleNamespace (return a dict), nesting deeper
+    than 20. A check calls this in its call pass (:func:`call` does, and :func:`noted_call` with ``plain_as``) and
+    judges only what it returns (review rev25-r5 E1/E2, rev25-r6 E1-E4)."""
+    try:
+        return _plain_value(value)
+    except _Refused as refused:
+        where = f" (inside the {_TYPE_NAME(type(value))} it returned)" if refused.depth else ""
+        err = fail(task, f"`{name}` returned {refused.what}{where}: {refused.fix}")
+        err.hint_key = None  # a type refusal: the task's hints (about its algorithm) do not apply (rev25-r6 M1)
+        raise err from None
 
 
 def exact_number(value: object) -> int | float | None:
     """``value`` as an exact ``int`` (an ``int``, not bool, or one of numpy's integer scalars) or an exact ``float``
-    (a ``float`` or numpy's ``float64``), else None. A check compares what this returns, so the comparison is
-    ``int``'s or ``float``'s own, never the answer's type's; an ``int``/``float`` subclass or a class registered as
-    ``numbers.Integral`` is refused (None), since converting it would run its ``__index__`` (review rev25-r5 E1)."""
+    (a ``float`` or one of numpy's floating scalars: float16, float32, float64, longdouble, converted by numpy's own
+    C code), else None. A check compares what this returns, so the comparison is ``int``'s or ``float``'s own, never
+    the answer's type's; an ``int``/``float`` subclass or a class registered as ``numbers.Integral`` is refused (None),
+    since converting it would run its ``__index__`` (review rev25-r5 E1; :func:`plain` has already turned a subclass
+    returned through :func:`call` into its content)."""
     kind = type(value)
-    if kind is int:
+    if kind is int or kind is float:
         return value
-    if kind is float:
-        return value
-    numpy_types = _numpy_scalar_types()
-    if kind in numpy_types and issubclass(kind, numbers.Integral):
-        return int.__index__(operator.index(value))
-    if kind in numpy_types and issubclass(kind, float):
-        return float.__float__(value)
+    if kind in _NUMPY_SCALARS:
+        import numpy
+
+        if issubclass(kind, numpy.integer):
+            return int.__index__(operator.index(value))
+        if issubclass(kind, numpy.floating):
+            return float.__float__(float(value))
     return None
 
 
@@ -282,14 +365,17 @@ def call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any
     return noted_call(_call, task, fn, name, *args, **kwargs)
 
 
-def noted_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def noted_call(fn: Callable[..., Any], *args: Any, plain_as: tuple[str, str] | None = None, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` as it is (what it raises is raised), with the call's start and end noted for the
     grader's guard, as :func:`call` does: for a check that handles the learner's exceptions itself (a ValueError
     it requires, a hook DDP calls). Every call of a learner's function goes through one of the two (review rev25-r4
-    E5: a thread the answer joins before it returns was "still running after your function returned" otherwise)."""
+    E5: a thread the answer joins before it returns was "still running after your function returned" otherwise).
+    With ``plain_as=(task, name)`` what it returns goes through :func:`plain` (a check that uses the value must ask
+    for it: review rev25-r6 E1); a refusal is raised as the check's failure, inside the noted call."""
     began = time.monotonic()
     try:
-        return fn(*args, **kwargs)
+        got = fn(*args, **kwargs)
+        return got if plain_as is None else plain(plain_as[0], got, plain_as[1])
     finally:
         run = _guard_run()
         if run is not None and isinstance(run.get("calls"), list):
@@ -307,6 +393,8 @@ def _call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: An
     try:
         return plain(task, fn(*args, **kwargs), name)
     except NotImplementedError as err:
+        if not _a_stub(err):  # torch's own (an op without a kernel for a dtype): a failure (review rev25-r6 W2)
+            raise fail(task, raised_message(name, err)) from None
         task_text = f" (the task: {err})" if str(err).strip() else ""  # a bare `raise NotImplementedError`
         raise NotStarted(
             f"{FAIL_MARK} {task}: not started — `{name}` still raises NotImplementedError. "
@@ -326,6 +414,26 @@ def _call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: An
                   "program rather than reporting an error: don't call sys.exit()/exit() or raise it in your "
                   "answer; return the value the task asks for."
         ) from None
+
+
+def _a_stub(err: BaseException) -> bool:
+    """Whether ``err`` was raised by a ``raise`` statement of code outside torch, numpy and the standard library (the
+    learner's stub), not by torch (its Python code, or a C kernel missing for a dtype, raised inside the learner's
+    own line)."""
+    import dis
+    import sysconfig
+
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return True
+    code = tb.tb_frame.f_code
+    raw = code.co_code
+    if not (0 <= tb.tb_lasti < len(raw)) or raw[tb.tb_lasti] != dis.opmap["RAISE_VARARGS"]:
+        return False  # raised from C inside an operation of that line, not by its `raise`
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
+    return not any(code.co_filename.startswith(root) for root in roots if root)
 
 
 def raised_message(name: str, err: BaseException) -> str:

@@ -40,10 +40,12 @@ def _answers(task: str, fn, name: str, inputs: list) -> list[tuple[object, Check
     called first and judged afterwards (review rev25-r3 E6), so no expected value exists while the answer runs
     (nothing in the check's frame to read) and a table swapped during the calls must last until the last judgement,
     where ``passed()``'s comparison sees it (review rev25-r4 E1; a thread racing it can still undo it between the
-    two). The answer is converted to plain values in the call pass (``call`` refuses a value-type subclass or an
-    object with its own comparison/conversion dunders, ``checks.plain``): an object it returned never runs its own
-    ``__index__``/``__eq__`` once an expected value exists (review rev25-r5 E1; before, an ``__index__`` read
-    ``want``). A failure is raised in its place: an earlier wrong case is still named first."""
+    two; so can code that runs without a thread, a gc callback or a torch function mode, which the guard names as
+    hazards, review rev25-r6 E5). The answer is converted to plain values in the call pass (``call`` turns a
+    value-type subclass into its content and refuses an object with its own comparison/conversion dunders,
+    ``checks.plain``): an object it returned never runs its own ``__index__``/``__eq__`` once an expected value exists
+    (review rev25-r5 E1; before, an ``__index__`` read ``want``). A failure is raised in its place: an earlier wrong
+    case is still named first."""
     answers: list[tuple[object, CheckFailed | None]] = []
     for value in inputs:
         try:
@@ -222,7 +224,7 @@ def amp_forward(fn) -> None:
             raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, `.to(dtype)`) "
                              "before the forward. Pass `x` as it is: autocast casts per operation.")
         raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
-    error = (out.float() - reference).abs().max().item()
+    error = (torch.Tensor.float(out) - reference).abs().max().item()  # through the class (review rev25-r6 E3)
     if error > 0.05:
         raise fail(task, f"the output differs from the float32 forward by {error:.3g}, more than {want} "
                          "rounding explains: return `model(x)` computed on the input you were given.")

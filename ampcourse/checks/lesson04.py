@@ -407,23 +407,29 @@ def _wrong_updates(scale, tracker, found_inf, g, b, n):
 
 def _number(value):
     """``value`` as a Python number: an exact int/float or numpy scalar (``exact_number``), or a one-element plain
-    ``torch.Tensor``'s item; None otherwise. Only C conversions run, never the answer's (review rev25-r5 E1)."""
-    if type(value) is torch.Tensor and value.numel() == 1:
-        return value.item()
+    ``torch.Tensor``'s item, read through the class (``torch.Tensor.item(t)``: an ``item`` set on the tensor itself
+    never runs; ``checks.plain`` refuses such a tensor anyway, review rev25-r6 E3); None otherwise."""
+    if type(value) is torch.Tensor and torch.Tensor.numel(value) == 1:
+        return exact_number(torch.Tensor.item(value))
     return exact_number(value)
 
 
 def _as_pair(got):
-    """``(float(scale), int(tracker))`` of a returned 2-tuple of plain numbers, else None."""
+    """``((float(scale), int(tracker)), None)`` of a returned 2-tuple of plain numbers (``checks.plain`` has made a
+    namedtuple a tuple), else ``(None, what is wrong)``: a tracker with a fraction is refused, never truncated
+    (review rev25-r6 W1: ``int(1.5)`` is 1)."""
     if type(got) is not tuple or len(got) != 2:
-        return None
+        return None, None
     scale, tracker = _number(got[0]), _number(got[1])
-    if scale is None or tracker is None or isinstance(scale, bool) or isinstance(tracker, bool):
-        return None
+    if scale is None or tracker is None:
+        return None, None
+    if type(tracker) is float and not tracker.is_integer():
+        return None, (f"the growth tracker counts steps, a whole number: you returned {tracker!r}; return it as an "
+                      "int.")
     try:
-        return float(scale), int(tracker)
-    except (TypeError, ValueError, OverflowError):
-        return None
+        return (float(scale), int(tracker)), None
+    except (TypeError, ValueError, OverflowError):  # inf or NaN tracker
+        return None, None
 
 
 def update_scale(fn) -> None:
@@ -445,8 +451,8 @@ def update_scale(fn) -> None:
             except CheckFailed as error:
                 answers.append((scale, tracker, None, error))
                 break
-            pair = _as_pair(got)  # plain numbers now, in the call pass (review rev25-r5 E1)
-            answers.append((scale, tracker, (got, pair), None))
+            pair, problem = _as_pair(got)  # plain numbers now, in the call pass (review rev25-r5 E1)
+            answers.append((scale, tracker, (got, pair, problem), None))
             if pair is None:
                 break
             scale, tracker = pair
@@ -457,7 +463,9 @@ def update_scale(fn) -> None:
                 zip(found, wants, answers, strict=False)):
             if error is not None:
                 raise error
-            got, pair = answer
+            got, pair, problem = answer
+            if problem is not None:
+                raise fail(task, f"from scale {scale!r}, tracker {tracker}, found_inf={inf}: {problem}")
             if pair is None:
                 raise fail(task, "return a tuple (new_scale, new_tracker) of two numbers; you returned "
                                  f"{type(got).__name__} {got!r}.")

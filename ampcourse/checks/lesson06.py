@@ -14,10 +14,9 @@ clock does not start at 0.
 from __future__ import annotations
 
 import math
-import numbers
 import statistics
 
-from . import call, fail, hints, noted_call, passed, require_callable
+from . import CheckFailed, call, exact_number, fail, hints, noted_call, passed, require_callable
 
 _LAUNCH = 1e-6  # what queueing one call costs on the fake clock
 START = 1000.0  # the fake clock's reading before the first call (a clock's zero means nothing)
@@ -96,10 +95,11 @@ def benchmark(fn) -> None:
         device = FakeDevice(warm + timed)
         result = call(task, fn, "benchmark", device.fn, warmup=warmup, repeats=repeats, sync=device.sync,
                       clock=device.clock)
-        if isinstance(result, bool) or not isinstance(result, numbers.Real):
+        number = exact_number(result)  # float's own conversion, never the answer's (review rev25-r6 E2)
+        if number is None:
             raise fail(task, f"`benchmark` returned {type(result).__name__} {result!r}: return one number, the "
                              "median time of the timed calls in seconds.")
-        result = float(result)
+        result = float(number)
         reads = device.reads()
         if device.calls == repeats and warmup:
             raise fail(task, f"you forgot the warm-up: `fn` was called {device.calls} times, all timed, so the slow "
@@ -160,9 +160,12 @@ _CASES = ((4096, 4096, 4096, 1.5), (8192, 1024, 3072, 0.75))
 
 
 def _number(task: str, name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+    """``value`` as a float: an exact int/float or numpy scalar only (``exact_number``: float's own conversion, never
+    the answer's ``__float__``; review rev25-r6 E1/E2)."""
+    number = exact_number(value)
+    if number is None or not math.isfinite(number):
         raise fail(task, f"`{name}` returned {type(value).__name__} {value!r}: return one finite number.")
-    return float(value)
+    return float(number)
 
 
 def achieved_tflops(fn) -> None:
@@ -207,20 +210,23 @@ def _impossible(task, fn, achieved, datasheet, sparse, fraction) -> None:
     """The answer must refuse a fraction above 1 with a ValueError."""
     args = f"fraction_of_peak({achieved}, {datasheet}, sparse={sparse})"
     try:
-        got = noted_call(fn, achieved, datasheet, sparse)
+        got = noted_call(fn, achieved, datasheet, sparse, plain_as=(task, "fraction_of_peak"))
     except ValueError:
         return
+    except CheckFailed:  # what it returned is not a plain value (checks.plain)
+        raise
     except NotImplementedError:  # a stub: reported as not started
         call(task, fn, "fraction_of_peak", achieved, datasheet, sparse)
     except Exception as err:  # noqa: BLE001 - anything the learner's code raises is reported
         raise fail(task, f"{args} raised {type(err).__name__}; a fraction above 1 should raise ValueError (a "
                          "measurement cannot beat the dense peak).") from None
-    if sparse and isinstance(got, numbers.Real) and math.isclose(got, achieved / datasheet, rel_tol=1e-6):
-        raise fail(task, f"{args} returned {got:.4g}: you used the sparse figure as the peak. A datasheet number "
+    number = exact_number(got)
+    if sparse and number is not None and math.isclose(number, achieved / datasheet, rel_tol=1e-6):
+        raise fail(task, f"{args} returned {number:.4g}: you used the sparse figure as the peak. A datasheet number "
                          "marked 'with sparsity' assumes 2:4 structured-sparse weights (half the multiplications "
                          "skipped) and is twice the dense peak a normal matmul can reach: halve it. Against the "
                          f"dense peak this run is {fraction:.2f}, which is impossible.")
-    if isinstance(got, numbers.Real) and math.isclose(got, 1.0, rel_tol=1e-9):
+    if number is not None and math.isclose(number, 1.0, rel_tol=1e-9):
         raise fail(task, f"{args} returned 1.0: clamping to 1 hides the error. {achieved} TFLOP/s is "
                          f"{fraction:.2f}× the dense peak, which no kernel reaches: the FLOP count, the time or the "
                          "peak is wrong. Raise ValueError saying so.")
@@ -241,13 +247,15 @@ def fraction_of_peak(fn) -> None:
             _impossible(task, fn, achieved, datasheet, sparse, expected)
             continue
         try:
-            value = noted_call(fn, achieved, datasheet, sparse)
+            value = noted_call(fn, achieved, datasheet, sparse, plain_as=(task, "fraction_of_peak"))
         except ValueError as err:
             raise fail(task, f"fraction_of_peak({achieved}, {datasheet}, sparse={sparse}) raised ValueError ({err}), "
                              f"but the run reached {expected:.4g} of the dense peak, which is possible"
                              f"{' (exactly the peak: 1.0 is not above 1)' if expected == 1 else ''}. Raise only "
                              "for achieved / dense peak above 1 (if yours came out above 1 here, is it upside down, "
                              "or a dense figure halved?).") from None
+        except CheckFailed:  # what it returned is not a plain value (checks.plain)
+            raise
         except Exception:  # noqa: BLE001 - call() reports it (a stub as not started)
             value = call(task, fn, "fraction_of_peak", achieved, datasheet, sparse)
         got = _number(task, "fraction_of_peak", value)

@@ -678,7 +678,7 @@ def bf16_hook(fn) -> None:
         except Exception as error:  # noqa: BLE001 - reported after backward, never inside the reducer
             problems.append(error)
             result = None
-        if not isinstance(result, torch._C.Future) and not problems:  # torch.futures.Future or .then()
+        if not issubclass(type(result), torch._C.Future) and not problems:  # real class: a Future or .then()
             problems.append(f"your hook returned {type(result).__name__}, not a `torch.futures.Future`")
         if problems:
             future = torch.futures.Future()

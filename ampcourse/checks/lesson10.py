@@ -110,7 +110,7 @@ def scaled_cast(fn) -> None:
         if x_fp8.shape != x.shape:
             raise fail(TASK1, f"x_fp8 has shape {tuple(x_fp8.shape)}; it should keep x's shape {tuple(x.shape)}.")
         want = fp8.to_fp8(x, scale, dtype).float()
-        got = x_fp8.float()
+        got = torch.Tensor.float(x_fp8)  # through the class: a `float` set on the tensor never runs (rev25-r6 E3)
         if torch.equal(got, want):
             continue
         if torch.equal(got, x.clamp(-top, top).to(dtype).float()):
@@ -367,7 +367,7 @@ def delayed_cast(fn) -> None:
                                   f"{scale:.6g}.")
         if not isinstance(x_fp8, torch.Tensor) or x_fp8.dtype != dtype:
             raise fail(TASK3, f"x_fp8 should be a {dtype} tensor.")
-        got = x_fp8.float()
+        got = torch.Tensor.float(x_fp8)  # through the class (review rev25-r6 E3)
         if not torch.isfinite(got).all():
             raise fail(TASK3, "saturation ignored: x grew past the history, and x · scale overflowed E5M2 to inf. "
                               "Clamp to ±torch.finfo(fp8_dtype).max before the cast (E4M3 casts saturate in "
