@@ -369,7 +369,8 @@ def applied_step(fn) -> None:
         raise fail(task, "with a disabled scaler and inf gradients (the input × 1e6 overflows float16) the step was "
                          "reported as skipped, but a disabled scaler skips nothing: scaler.step just calls "
                          "optimizer.step(), which ran even with inf gradients (the weights moved, to inf/NaN). "
-                         "Finite gradients or a finite loss are not the test: compare scaler.get_scale() before and after update().")
+                         "Finite gradients or a finite loss are not the test: compare scaler.get_scale() before "
+                         "and after update().")
     passed(task, "clean (SGD, and AdamW at lr=0), overflowing (plain and fused SGD), init_scale 0.7, growing, "
                  "used and disabled scalers (clean and overflowing): applied steps True, skipped ones False")
 
