@@ -29,8 +29,11 @@ the course: ``collapsing`` → ``scale_collapse``, ``unstable`` → ``frequent_s
 other kinds are the constants below.
 
 Under DDP each process records its own rank: its own batch, and the gradients its own backward pass produced
-(the parameter hooks fire as each gradient is accumulated, before DDP's all-reduce averages it); module and
-parameter names carry DDP's ``module.`` prefix. A ``torch.compile`` d model gets a warning and step-level records only
+(measured before DDP's all-reduce averages them: at the end of the backward pass, since the recorder's callback is
+queued before DDP's, which copies the averaged gradients back into ``param.grad``; with
+``gradient_as_bucket_view=True``, where ``param.grad`` is the bucket DDP divides and all-reduces in place during the
+backward pass, in each parameter's own hook, which runs before DDP's); module and parameter names carry DDP's
+``module.`` prefix. A ``torch.compile`` d model gets a warning and step-level records only
 (loss, scale, skips, lr, parameter gradients): module hooks cannot see inside a compiled graph, so record
 the uncompiled model to find *where*.
 """
@@ -451,7 +454,7 @@ class _Probe:
     spread over the whole tensor of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
-                 root: nn.Module) -> None:
+                 root: nn.Module, at_once: bool = False) -> None:
         self.handles: list[Any] = []
         self.order: list[str] = []
         self.kinds: dict[str, str] = {}
@@ -476,7 +479,8 @@ class _Probe:
         self._kept: list[list[tuple[str, bool]]] = []  # the roles of the gradients kept, not yet measured
         self._kept_grads: list[torch.Tensor] = []  # those gradients
         self._kept_bytes = 0
-        self._queued = False  # _measure_all is queued on this backward pass
+        self._queued = -1  # the graph task (backward pass) _measure_all is queued on; -1: none
+        self._at_once = at_once  # measure each parameter's gradient in its own hook (DDP's bucket views)
         self.inputs: list[int] = []
         self._input_tensors: list[torch.Tensor] = []  # the model's inputs, for collect()'s mask test only
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
@@ -686,19 +690,24 @@ class _Probe:
         return hook
 
     def _queue(self) -> bool:
-        """Queue :meth:`_measure_all` to run at the end of this backward pass (once); False outside one."""
-        if not self._queued:
-            try:
-                _ENGINE.queue_callback(self._measure_all)
-            except RuntimeError:  # not inside a backward pass
-                return False
-            self._queued = True
+        """Queue :meth:`_measure_all` to run at the end of this backward pass (once per pass: the graph task's
+        id tells them apart); False outside one. A backward pass that raised never ran its callback: what it
+        left kept is measured now, before this pass adds to it (a retried backward, as an OOM-retry loop does,
+        is measured at its own end, before ``unscale_`` changes its gradients in place)."""
+        task = torch._C._current_graph_task_id()
+        if task == -1:  # not inside a backward pass
+            return False
+        if self._queued != task:
+            if self._queued != -1:  # the pass it was queued on raised: its callback never ran
+                self._measure_all()
+            _ENGINE.queue_callback(self._measure_all)
+            self._queued = task
         return True
 
     def _measure_all(self, force: bool = False) -> None:
         """The end of a backward pass: measure the gradients and the parameters kept during it (not once the probe
         is removed, unless ``force``: collect() measures what a backward pass that raised left kept)."""
-        self._queued = False
+        self._queued = -1
         self._measure_gradients(force)
         self._measure_params(force)
 
@@ -731,11 +740,14 @@ class _Probe:
 
         def hook(param: torch.Tensor) -> None:
             """Note the parameter; its gradient is measured with the others at the end of this backward pass
-            (:meth:`_measure_params`): nothing changes ``param.grad`` in between (``unscale_``, clipping and the
-            optimizer come after ``backward()`` returns)."""
+            (:meth:`_measure_params`): ``unscale_``, clipping and the optimizer come after ``backward()`` returns.
+            Under DDP with ``gradient_as_bucket_view=True`` (``at_once``) ``param.grad`` is DDP's bucket, which
+            DDP divides by the world size and all-reduces in place while the backward pass goes on: there it is
+            measured now, in its own hook, which runs before DDP's (the tensor's post-accumulate hooks run before
+            the AccumulateGrad node's post hooks, where DDP's reducer marks it ready)."""
             if self.removed:
                 return
-            if not self._queue():  # not inside a backward pass (a direct call): measure it now
+            if self._at_once or not self._queue():  # DDP's bucket view, or outside a backward pass: now
                 self._measure_param(name, param, embedding)
                 return
             if not entry:
@@ -1109,6 +1121,9 @@ class AmpRecorder:
         # autocast's (no float16 form) and has no real max |x|: both are left out of the gradient fields
         self._params = [(_clean(n), p, id(p) in embeddings) for n, p in model.named_parameters()
                         if p.requires_grad and p.numel() > 0 and not p.is_complex()]
+        # DDP with gradient_as_bucket_view: param.grad is the bucket DDP averages in place during backward
+        self._bucket_view = any(isinstance(m, nn.parallel.DistributedDataParallel)
+                                and bool(getattr(m, "gradient_as_bucket_view", False)) for m in model.modules())
         self._records: list[StepRecord] = []
         self._optimizer_steps = 0
         self._found_inf: list[torch.Tensor | None] = []  # per step() call of a fused optimizer: its found_inf
@@ -1146,7 +1161,7 @@ class AmpRecorder:
         last = self._records[-1] if self._records else None
         trouble = last is not None and not last.sampled and (last.skipped or not math.isfinite(last.loss))
         if len(self._records) % self.every == 0 or trouble:
-            self._probe = _Probe(self._modules, self._params, self.model)
+            self._probe = _Probe(self._modules, self._params, self.model, at_once=self._bucket_view)
 
     # --- recording ---
 

@@ -2097,3 +2097,127 @@ def test_r7_11_the_adam_eps_message_quotes_where_v_rounds_to_0_and_torch_agrees(
     f = finding(_half_adam(1e-8), "overflow")
     assert f"every gradient below about {edge:.2g} (beta2=0.999), 0 included" in f.message
     assert "where a gradient is 0" not in f.message
+
+
+_DDP_WORKER = '''
+import json, math, sys
+import torch
+import torch.distributed as dist
+from torch import nn
+from ampcourse.recorder import AmpRecorder
+
+rank, store = int(sys.argv[1]), sys.argv[2]
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+out = []
+for view in (False, True):
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 4))
+    ref = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 4))
+    ref.load_state_dict(base.state_dict())
+    model = nn.parallel.DistributedDataParallel(base, gradient_as_bucket_view=view, bucket_cap_mb=0.001)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    g = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(32, 8, generator=g) * (1 + 10 * rank), torch.randn(32, 4, generator=g)
+    with AmpRecorder(model, optimizer) as rec:
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        averaged = math.sqrt(sum(float(p.grad.norm()) ** 2 for p in model.parameters()))
+        optimizer.step()
+        rec.step(loss)
+    (ref(x) - y).pow(2).mean().backward()  # the rank's own gradient, on an undistributed copy
+    local = {"module." + n: p.grad for n, p in ref.named_parameters()}
+    own = math.sqrt(sum(float(t.norm()) ** 2 for t in local.values()))
+    lost = {n: float(((t.abs() < 2.0**-14)).float().mean()) for n, t in local.items()}
+    r = rec.records[0]
+    out.append({"view": view, "recorded": r.grad_norm, "own": own, "averaged": averaged,
+                "lost": r.param_grad_lost, "own_lost": lost})
+dist.destroy_process_group()
+print(json.dumps(out))
+'''
+
+
+def test_r7_1_under_ddp_each_rank_records_its_own_gradients_also_with_a_bucket_view(tmp_path):
+    """Review rev24-r7 finding 1 (ddp.py): with gradient_as_bucket_view=True, param.grad is DDP's bucket, which
+    DDP divides by the world size and all-reduces during the backward pass; measured at its end, rank 0 read its
+    own gradient / 2 and rank 1 a value part-way through the all-reduce. Two gloo ranks on CPU, different
+    batches, a small bucket: each rank's grad_norm and lost fractions are its own backward's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp_worker.py"
+    script.write_text(_DDP_WORKER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), *sys.path]), OMP_NUM_THREADS="1")
+    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), str(tmp_path / "store")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    results = []
+    for p in ranks:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    for rank, rows in enumerate(results):
+        for row in rows:
+            assert row["recorded"] == pytest.approx(row["own"], rel=1e-5), (rank, row)
+            assert row["recorded"] != pytest.approx(row["averaged"], rel=1e-3), (rank, row)  # the ranks differ
+            for name, share in row["own_lost"].items():
+                assert row["lost"][name] == pytest.approx(share, abs=1e-6), (rank, row["view"], name)
+
+
+class RaiseOnce(torch.autograd.Function):
+    """The identity, whose backward raises once when ``armed`` (an OOM in the backward pass, say)."""
+
+    armed = False
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        if RaiseOnce.armed:
+            RaiseOnce.armed = False
+            raise RuntimeError("out of memory (a stand-in)")
+        return g
+
+
+class RaiseOnceModule(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return RaiseOnce.apply(x)
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_r7_4_a_backward_retried_after_a_raise_is_measured_before_unscale(clip):
+    """Review rev24-r7 finding 4 (cb2.py): the backward of step 1 raises once and is redone, as an OOM-retry
+    loop does; the retried backward's gradients were measured only at rec.step, after scaler.step had unscaled
+    them in place: grad_norm 1/65536 of the true one, the lost fractions counted on unscaled gradients."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), RaiseOnceModule(), nn.ReLU(), nn.Linear(32, 4))
+    optimizer, scaler = torch.optim.SGD(model.parameters(), lr=1e-2), torch.amp.GradScaler("cpu")
+    x, y = torch.randn(16, 8), torch.randn(16, 4)
+    truth, lost = [], []
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for i in range(3):
+            RaiseOnce.armed = i == 1
+            for _ in range(2):
+                optimizer.zero_grad()
+                with torch.autocast("cpu", dtype=torch.float16):
+                    loss = (model(x).float() - y).pow(2).mean()
+                try:
+                    scaler.scale(loss).backward()
+                    break
+                except RuntimeError:
+                    assert i == 1
+            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+            truth.append(math.sqrt(sum(float(g.float().norm()) ** 2 for g in grads.values())) / scaler.get_scale())
+            lost.append({n: float((g.abs() < 2.0**-14).float().mean()) for n, g in grads.items()})
+            if clip:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+            scaler.step(optimizer)
+            scaler.update()
+            rec.step(loss)
+    for r, norm, shares in zip(rec.records, truth, lost, strict=True):
+        assert r.grad_norm == pytest.approx(norm, rel=1e-5), (r.step, r.grad_norm, norm)
+        assert r.param_grad_lost == pytest.approx(shares, abs=1e-6), r.step
