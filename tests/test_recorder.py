@@ -1893,3 +1893,19 @@ def test_r6_5_a_half_model_with_adam_eps_1e8_names_the_update_that_broke_the_wei
 def test_r6_5_a_half_model_with_a_float16_safe_eps_is_healthy():
     rec = _half_adam(1e-4)
     assert kinds(rec) == ["healthy"] and all(r.weights_finite for r in rec.records)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 1e20, -3e38, None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_the_weights_check_is_finite_exactly_when_every_weight_is(bad, dtype):
+    """The check a sampled step makes on the weights (the sum of their 2-norms on a CPU, the exact max |w| when
+    that sum is not finite): NaN, +inf and -inf anywhere make it non-finite; a finite weight whose square
+    overflows float32 (1e20, -3e38) does not; float64 weights take the exact path."""
+    from ampcourse.recorder import _weights_check
+
+    weights = [torch.ones(3, 4, dtype=dtype), torch.full((5,), 0.5, dtype=dtype)]
+    if bad is not None:
+        value = torch.tensor(bad, dtype=dtype)  # 1e20 is inf in float16: that case is a non-finite weight there
+        weights[1][2] = value
+    want = bad is None or math.isfinite(float(weights[1][2]))
+    assert math.isfinite(float(_weights_check(weights))) is want
