@@ -29,8 +29,11 @@ the course: ``collapsing`` → ``scale_collapse``, ``unstable`` → ``frequent_s
 other kinds are the constants below.
 
 Under DDP each process records its own rank: its own batch, and the gradients its own backward pass produced
-(the parameter hooks fire as each gradient is accumulated, before DDP's all-reduce averages it); module and
-parameter names carry DDP's ``module.`` prefix. A ``torch.compile`` d model gets a warning and step-level records only
+(measured before DDP's all-reduce averages them: at the end of the backward pass, since the recorder's callback is
+queued before DDP's, which copies the averaged gradients back into ``param.grad``; with
+``gradient_as_bucket_view=True``, where ``param.grad`` is the bucket DDP divides and all-reduces in place during the
+backward pass, in each parameter's own hook, which runs before DDP's); module and parameter names carry DDP's
+``module.`` prefix. A ``torch.compile`` d model gets a warning and step-level records only
 (loss, scale, skips, lr, parameter gradients): module hooks cannot see inside a compiled graph, so record
 the uncompiled model to find *where*.
 """
@@ -40,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import struct
 import warnings
 import weakref
@@ -61,7 +65,8 @@ __all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
-UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's entries lost, on most sampled steps
+UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's non-zero entries below fp16's normal range
+# (or all of it 0 or below), on most sampled steps
 SAMPLE = 4096  # gradient fractions are counted on at most this many entries of each tensor, spread over all of it
 # and over every channel of its last dimension when that is at most SAMPLE wide (_sample_index)
 
@@ -138,6 +143,9 @@ class ModuleStats:
         dtype: its (first floating-point) output's dtype.
         cast_by: for a float32 output measured against the autocast dtype, the first module that received it
             and ran a low-precision op on it (its output in the autocast dtype); None otherwise.
+        minus_inf: its outputs' only non-finite values are -inf (no NaN, no +inf): on a step with a finite loss,
+            a mask (``scores.masked_fill(future, -inf)``), which ``report()`` and ``plot()`` leave out of the
+            headroom table and bars and the findings do not read as an overflow (:func:`_is_mask`).
     """
 
     name: str
@@ -149,6 +157,7 @@ class ModuleStats:
     grad_finite: bool | None = None
     dtype: torch.dtype | None = None
     cast_by: str | None = None
+    minus_inf: bool = False
 
     @property
     def finite(self) -> bool:
@@ -201,6 +210,10 @@ class StepRecord:
         param_grad_lost: parameter name → fraction of its gradient 0 or below fp16's normal range at the
             current scale, in backward order (on a sample of at most :data:`SAMPLE` entries; for an
             ``nn.Embedding``: over all the rows that got a gradient).
+        param_grad_subnormal: parameter name → the fraction of the *non-zero* entries of that sample (those
+            rows) below fp16's normal range: the ``underflow`` rule reads it, as it reads a module's
+            ``grad_subnormal``, so that entries 0 by design (the rows of a position table ``pos[:, :t]`` past the
+            sequence length, a unit no input reached) are not read as lost.
         step_called: ``optimizer.step()`` ran (see ``stepped``).
         scaler_checked: an enabled GradScaler was given, so ``GradScaler.step`` checked this step's gradients
             and applied it only if they were all finite (``torch/amp/grad_scaler.py``: ``optimizer.step()`` runs
@@ -208,6 +221,9 @@ class StepRecord:
         input_minus_inf: the positions (in the model's floating-point inputs, positional then keyword) of the
             inputs whose only non-finite values are -inf (an additive mask, or log(0) data); sampled steps only.
         input_broken: an input held NaN or +inf (broken data whatever came before); sampled steps only.
+        input_masks: the positions of the inputs whose values are all 0 or -inf: additive masks (as
+            ``nn.Transformer.generate_square_subsequent_mask`` gives), read as finite inputs on every sampled
+            step, the first included; sampled steps only.
         weights_finite: every trained parameter was finite when the step's hooks were attached (after the
             previous step's update, before this step's forward); None if not sampled.
     """
@@ -231,10 +247,12 @@ class StepRecord:
     modules: tuple[ModuleStats, ...] = ()
     first_nonfinite_output: str | None = None
     param_grad_lost: Mapping[str, float] = field(default_factory=dict)
+    param_grad_subnormal: Mapping[str, float] = field(default_factory=dict)
     step_called: bool = False
     scaler_checked: bool = False
     input_minus_inf: tuple[int, ...] = ()
     input_broken: bool = False
+    input_masks: tuple[int, ...] = ()
     weights_finite: bool | None = None
 
     @property
@@ -344,11 +362,14 @@ def _input_ok(values: list[float], i: int, minus_inf_ok: bool) -> bool:
     """An input measured at ``i`` (its max |x|; its max at ``i + 1``) holds no NaN and no +inf, and a -inf only
     when ``minus_inf_ok``: no module's output held inf/NaN, or the first one that did received no inf/NaN input
     (:func:`_minus_inf_ok`). A -inf that does no harm is an additive mask or bias (0 or any finite value where
-    attended, -inf where masked, as ``nn.Transformer.generate_square_subsequent_mask`` gives; softmax turns it
-    into 0); one that makes the first non-finite output is broken data (log-features or log-probabilities with
-    log(0)). An attention module that overflows on its own while it receives such a mask reads as broken data
-    on that step: the recorder errs on the data's side there, unless the same input position held a harmless
-    -inf on an earlier sampled step (:func:`_known_masks` then reads it as a mask, at diagnosis)."""
+    attended, -inf where masked; softmax turns it into 0); one that makes the first non-finite output is broken
+    data (log-features or log-probabilities with log(0)). An input whose values are all 0 or -inf (as
+    ``nn.Transformer.generate_square_subsequent_mask`` gives) is a mask whatever happens after it
+    (:func:`_zeros_and_minus_inf`: its peak is in ``masks`` of the callers), so an attention module that overflows
+    on its own while it receives one is an overflow from the first step on. An attention module that overflows
+    while it receives a mask with other values too (a relative-position bias folded with it) reads as broken
+    data on that step: the recorder errs on the data's side there, unless the same input position held a
+    harmless -inf on an earlier sampled step (:func:`_known_masks` then reads it as a mask, at diagnosis)."""
     top, high = values[i], values[i + 1]
     return not math.isnan(top) and high != math.inf and (top != math.inf or minus_inf_ok)
 
@@ -368,12 +389,22 @@ def _first_bad_call(calls: list[tuple], values: list[float], loss_finite: bool =
     return next((c for c in calls if any(bad(i) for i in c[4])), None)
 
 
-def _minus_inf_ok(calls: list[tuple], values: list[float], loss_finite: bool = False) -> bool:
+def _minus_inf_ok(calls: list[tuple], values: list[float], loss_finite: bool = False,
+                  masks: frozenset[int] = frozenset()) -> bool:
     """Whether a -inf in an input is harmless (an additive mask): no module output held inf/NaN, or the first
-    one that did was handed only finite inputs (its -inf came from elsewhere, not from the mask). A mask input
-    that was harmless on an earlier sampled step stays a mask (:func:`_known_masks`, at diagnosis)."""
+    one that did was handed only finite inputs or 0/-inf masks (``masks``: their peaks' indices; its -inf came
+    from elsewhere, not from a mask of unknown values). A mask input that was harmless on an earlier sampled
+    step stays a mask (:func:`_known_masks`, at diagnosis)."""
     bad = _first_bad_call(calls, values, loss_finite)
-    return bad is None or all(math.isfinite(values[i]) for i in bad[3])
+    return bad is None or all(math.isfinite(values[i]) or i in masks for i in bad[3])
+
+
+def _zeros_and_minus_inf(t: torch.Tensor) -> bool:
+    """Every value of ``t`` is 0 or -inf: an additive mask (``generate_square_subsequent_mask``), not data. One
+    kernel and one sync, asked only of a model input that holds -inf and whose largest value is 0. Log-features
+    and log-probabilities hold other negative values, a relative-position bias other values of either sign."""
+    t = t.detach()
+    return bool(torch.logical_or(t == 0, t == -math.inf).all())
 
 
 def _abs_max_of(low: float, high: float) -> float:
@@ -402,6 +433,25 @@ _FP16_OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.
 input is cast to the autocast dtype there, so the module that produced it is measured against that dtype."""
 
 
+_NARROW = (torch.float16, torch.bfloat16, torch.float32)
+"""The float dtypes a norm may accumulate in float32 (``dtype=torch.float32`` refuses a float64 input)."""
+
+
+def _weights_check(weights: list[torch.Tensor]) -> torch.Tensor:
+    """A 0-d float32 tensor that is finite exactly when every tensor in ``weights`` is (the weights check).
+
+    On a CPU (dtypes in :data:`_NARROW`): the sum of their 2-norms, by one ``_foreach_norm`` call. A NaN or inf
+    makes it NaN or inf; finite weights give a finite sum unless one is beyond about 1e19 (its square
+    overflows float32), and then the exact test below decides. Elsewhere, or when the sum is not finite: the
+    largest max |w| (``_foreach_norm`` with ``ord=inf``: one fused kernel on CUDA, but on a CPU about 3-4x
+    slower than the 2-norm, ~1 ms on lesson 11's model; there the sum's host check costs no device sync)."""
+    if all(w.device.type == "cpu" and w.dtype in _NARROW for w in weights):
+        total = torch.stack(torch._foreach_norm(weights, 2, dtype=torch.float32)).sum()
+        if math.isfinite(total):
+            return total
+    return _stack([t.float() for t in torch._foreach_norm(weights, math.inf)]).amax()
+
+
 def _is_compiled(module: nn.Module) -> bool:
     """A ``torch.compile`` wrapper (``OptimizedModule``): it keeps the original module as ``_orig_mod``."""
     return type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module)
@@ -423,7 +473,7 @@ class _Probe:
     spread over the whole tensor of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
-                 root: nn.Module) -> None:
+                 root: nn.Module, at_once: bool = False) -> None:
         self.handles: list[Any] = []
         self.order: list[str] = []
         self.kinds: dict[str, str] = {}
@@ -441,15 +491,17 @@ class _Probe:
         self.autocast: set[torch.dtype | None] = set()
         self.grad_out: dict[str, list[tuple[int, int, int]]] = {}  # lost, non-zero (indices), counted
         self.events: list[tuple[tuple[tuple[str, bool], ...], int]] = []  # (gradient roles, its peak)
-        self.params: dict[str, tuple[int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
-        # (an index of flat; or -1 - k: the norm of sample k, the whole gradient)
+        self.params: dict[str, tuple[int, int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
+        # (an index of flat; or -1 - k: the norm of sample k, the whole gradient), non-zero
         self.norms: list[int] = []  # the samples k whose norm collect() computes (whole parameter gradients)
         self._pending: list[tuple[str, nn.Parameter, bool]] = []  # parameters accumulated, not yet measured
         self._kept: list[list[tuple[str, bool]]] = []  # the roles of the gradients kept, not yet measured
         self._kept_grads: list[torch.Tensor] = []  # those gradients
         self._kept_bytes = 0
-        self._queued = False  # _measure_all is queued on this backward pass
+        self._queued = -1  # the graph task (backward pass) _measure_all is queued on; -1: none
+        self._at_once = at_once  # measure each parameter's gradient in its own hook (DDP's bucket views)
         self.inputs: list[int] = []
+        self._input_tensors: list[torch.Tensor] = []  # the model's inputs, for collect()'s mask test only
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
         self.calls: list[tuple[str, int, int | None, list[int], list[int]]] = []
         self._stack: list[tuple[str, int, list[int], list[torch.Tensor]]] = []  # running calls: name, call
@@ -461,11 +513,10 @@ class _Probe:
         self._made_by: dict[int, tuple[weakref.ref, list[str]]] = {}  # id(float32 output) -> modules returning it
         self._casts: dict[int, tuple[torch.dtype, list[str]]] = {}  # call number -> (autocast dtype, producers)
         self.cast_by: dict[str, str] = {}  # producer -> the first module that cast its float32 output down
-        # the weights as the previous step's update left them (max |w| per parameter, one fused kernel): a
-        # forward inf/NaN on finite inputs with inf/NaN weights is that update's doing, not this module's range
+        # the weights as the previous step's update left them: a forward inf/NaN on finite inputs with inf/NaN
+        # weights is that update's doing, not this module's range
         weights = [p.detach() for _, p, _ in params]
-        self.weights = None if not weights else self._put(
-            _stack([t.float() for t in torch._foreach_norm(weights, math.inf)]).amax())
+        self.weights = None if not weights else self._put(_weights_check(weights))
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
         for name, module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
@@ -484,7 +535,9 @@ class _Probe:
         self._casts.clear()
 
     def _root_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        self.inputs += [self._peak(t) for t in _inputs(args, kwargs)]
+        tensors = _inputs(args, kwargs)
+        self.inputs += [self._peak(t) for t in tensors]
+        self._input_tensors += tensors  # kept until collect(): an input with -inf is asked if it is a 0/-inf mask
 
     def _put(self, t: torch.Tensor) -> int:
         """Keep a measured 0-d tensor for collect(); its index."""
@@ -655,19 +708,24 @@ class _Probe:
         return hook
 
     def _queue(self) -> bool:
-        """Queue :meth:`_measure_all` to run at the end of this backward pass (once); False outside one."""
-        if not self._queued:
-            try:
-                _ENGINE.queue_callback(self._measure_all)
-            except RuntimeError:  # not inside a backward pass
-                return False
-            self._queued = True
+        """Queue :meth:`_measure_all` to run at the end of this backward pass (once per pass: the graph task's
+        id tells them apart); False outside one. A backward pass that raised never ran its callback: what it
+        left kept is measured now, before this pass adds to it (a retried backward, as an OOM-retry loop does,
+        is measured at its own end, before ``unscale_`` changes its gradients in place)."""
+        task = torch._C._current_graph_task_id()
+        if task == -1:  # not inside a backward pass
+            return False
+        if self._queued != task:
+            if self._queued != -1:  # the pass it was queued on raised: its callback never ran
+                self._measure_all()
+            _ENGINE.queue_callback(self._measure_all)
+            self._queued = task
         return True
 
     def _measure_all(self, force: bool = False) -> None:
         """The end of a backward pass: measure the gradients and the parameters kept during it (not once the probe
         is removed, unless ``force``: collect() measures what a backward pass that raised left kept)."""
-        self._queued = False
+        self._queued = -1
         self._measure_gradients(force)
         self._measure_params(force)
 
@@ -700,11 +758,14 @@ class _Probe:
 
         def hook(param: torch.Tensor) -> None:
             """Note the parameter; its gradient is measured with the others at the end of this backward pass
-            (:meth:`_measure_params`): nothing changes ``param.grad`` in between (``unscale_``, clipping and the
-            optimizer come after ``backward()`` returns)."""
+            (:meth:`_measure_params`): ``unscale_``, clipping and the optimizer come after ``backward()`` returns.
+            Under DDP with ``gradient_as_bucket_view=True`` (``at_once``) ``param.grad`` is DDP's bucket, which
+            DDP divides by the world size and all-reduces in place while the backward pass goes on: there it is
+            measured now, in its own hook, which runs before DDP's (the tensor's post-accumulate hooks run before
+            the AccumulateGrad node's post hooks, where DDP's reducer marks it ready)."""
             if self.removed:
                 return
-            if not self._queue():  # not inside a backward pass (a direct call): measure it now
+            if self._at_once or not self._queue():  # DDP's bucket view, or outside a backward pass: now
                 self._measure_param(name, param, embedding)
                 return
             if not entry:
@@ -736,19 +797,20 @@ class _Probe:
             used = (a > 0).any(dim=1, keepdim=True)
             counted = self._put(used.sum() * a.shape[1])
             lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
+            nonzero = self._put((a > 0).sum())
         else:
             n = g.numel()
             lost, kept = self._keep_sample(g, n)
             counted = -1 - kept
             params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
             if kept == n:  # the sample is the whole gradient: its norm is counted with it at collect()
-                params[name] = (lost, counted, lost)  # sample k, stored as -1 - k
+                params[name] = (lost, counted, lost, lost)  # sample k, stored as -1 - k
                 self.norms.append(-1 - lost)
             else:
-                params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
+                params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)), lost)
             return
         params.pop(name, None)
-        params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)))
+        params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)), nonzero)
 
     def collect(self, scale: float, loss_finite: bool = False) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by;
@@ -791,18 +853,25 @@ class _Probe:
 
         outs = {name: [(lost(i), nonzero_at + at[-1 - j], n) for i, j, n in counts]
                 for name, counts in self.grad_out.items()}
-        params = {name: (lost(i), counted, norm if norm >= 0 else norms_at + norm_at[-1 - norm])
-                  for name, (i, counted, norm) in self.params.items()}
+        params = {name: (lost(i), counted, norm if norm >= 0 else norms_at + norm_at[-1 - norm],
+                         nonzero if nonzero >= 0 else nonzero_at + at[-1 - nonzero])
+                  for name, (i, counted, norm, nonzero) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
-        masks = _minus_inf_ok(calls, values, loss_finite)
+        # the model's inputs whose values are all 0 or -inf: additive masks (one more sync, only for such inputs)
+        mask_peaks = frozenset(i for i, t in zip(inputs, self._input_tensors, strict=True)
+                               if _minus_inf_only(values, i) and values[i + 1] == 0 and _zeros_and_minus_inf(t))
+        self._input_tensors = []
+        masks = _minus_inf_ok(calls, values, loss_finite, mask_peaks)
         return {
             "autocast_dtype": _lowest(self.autocast),
-            "input_finite": None if not self.inputs else all(_input_ok(values, i, masks) for i in inputs),
+            "input_finite": None if not self.inputs else all(i in mask_peaks or _input_ok(values, i, masks)
+                                                             for i in inputs),
             "input_minus_inf": tuple(k for k, i in enumerate(inputs) if _minus_inf_only(values, i)),
+            "input_masks": tuple(k for k, i in enumerate(inputs) if i in mask_peaks),
             "input_broken": not all(_input_ok(values, i, True) for i in inputs),
             "weights_finite": None if self.weights is None else math.isfinite(values[self.weights]),
             "modules": self._modules(peaks, outs, events, values),
-            **_forward_culprit(calls, values, loss_finite),
+            **_forward_culprit(calls, values, loss_finite, mask_peaks),
             "first_nonfinite_backward": _backward_culprit(events, values),
             **_param_fields(params, values, scale),
         }
@@ -826,8 +895,10 @@ class _Probe:
                 zero = total - nonzero
                 grad = {"grad_lost": lost / total, "grad_finite": out_finite.get(name, True),
                         "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0}
+            minus_inf = not math.isfinite(peak) and all(math.isfinite(values[i]) or _minus_inf_only(values, i)
+                                                        for i in peaks[name])
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
-                                     dtype=self.dtypes[name], cast_by=self.cast_by.get(name)))
+                                     dtype=self.dtypes[name], cast_by=self.cast_by.get(name), minus_inf=minus_inf))
         return tuple(stats)
 
 
@@ -933,18 +1004,20 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:k]) for k in range(len(parts) - 1, -1, -1)]
 
 
-def _forward_culprit(calls: list[tuple], values: list[float], loss_finite: bool = False) -> dict[str, str | None]:
+def _forward_culprit(calls: list[tuple], values: list[float], loss_finite: bool = False,
+                     masks: frozenset[int] = frozenset()) -> dict[str, str | None]:
     """Where a forward pass made its first inf/NaN. ``first_nonfinite_output``: the first module call (in
     completion order) whose output holds one. If that call's inputs were finite, its own forward made it;
     otherwise the inf/NaN was made between modules, in the code of an enclosing module's forward: the innermost
-    enclosing call whose inputs were finite (``first_nonfinite_module``)."""
+    enclosing call whose inputs were finite (``first_nonfinite_module``; a 0/-inf mask input, ``masks``, counts
+    as finite)."""
     bad = _first_bad_call(calls, values, loss_finite)
     if bad is None:
         return {"first_nonfinite_module": None, "first_nonfinite_output": None}
     by_number = {c[1]: c for c in calls}
     call = bad
-    masks = _minus_inf_ok(calls, values, loss_finite)
-    while call is not None and not all(_input_ok(values, i, masks) for i in call[3]):
+    ok = _minus_inf_ok(calls, values, loss_finite, masks)
+    while call is not None and not all(i in masks or _input_ok(values, i, ok) for i in call[3]):
         call = by_number.get(call[2])
     return {"first_nonfinite_module": bad[0] if call is None else call[0], "first_nonfinite_output": bad[0]}
 
@@ -980,16 +1053,19 @@ def _value(values: list[float], i: int) -> float:
 
 
 def _param_fields(params: dict[str, list[int]], values: list[float], scale: float) -> dict[str, Any]:
-    lost, bad_first, squares, any_bad = {}, None, 0.0, False
-    for name, (i_lost, i_counted, i_norm) in params.items():
-        counted, norm = _value(values, i_counted), values[i_norm]
+    lost, subnormal, bad_first, squares, any_bad = {}, {}, None, 0.0, False
+    for name, (i_lost, i_counted, i_norm, i_nonzero) in params.items():
+        counted, norm, nonzero = _value(values, i_counted), values[i_norm], values[i_nonzero]
         lost[name] = values[i_lost] / counted if counted else 1.0
+        zero = counted - nonzero
+        subnormal[name] = (values[i_lost] - zero) / nonzero if nonzero else 0.0
         if not math.isfinite(norm) and bad_first is None:
             bad_first = name
         any_bad = any_bad or not math.isfinite(norm)
         squares += norm**2
     norm = None if not params else (math.inf if any_bad else math.sqrt(squares) / scale)
-    return {"param_grad_lost": lost, "first_nonfinite_grad": bad_first, "grad_norm": norm}
+    return {"param_grad_lost": lost, "param_grad_subnormal": subnormal, "first_nonfinite_grad": bad_first,
+            "grad_norm": norm}
 
 
 # --- The recorder ------------------------------------------------------------------------------------------
@@ -1059,7 +1135,13 @@ class AmpRecorder:
                           "overflow starts. Record the uncompiled model to find the module.", stacklevel=2)
         self._modules = self._watched_modules()
         embeddings = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
-        self._params = [(_clean(n), p, id(p) in embeddings) for n, p in model.named_parameters() if p.requires_grad]
+        # an empty parameter (a "dummy" one that tracks the device) has nothing to measure; a complex one is not
+        # autocast's (no float16 form) and has no real max |x|: both are left out of the gradient fields
+        self._params = [(_clean(n), p, id(p) in embeddings) for n, p in model.named_parameters()
+                        if p.requires_grad and p.numel() > 0 and not p.is_complex()]
+        # DDP with gradient_as_bucket_view: param.grad is the bucket DDP averages in place during backward
+        self._bucket_view = any(isinstance(m, nn.parallel.DistributedDataParallel)
+                                and bool(getattr(m, "gradient_as_bucket_view", False)) for m in model.modules())
         self._records: list[StepRecord] = []
         self._optimizer_steps = 0
         self._found_inf: list[torch.Tensor | None] = []  # per step() call of a fused optimizer: its found_inf
@@ -1097,7 +1179,7 @@ class AmpRecorder:
         last = self._records[-1] if self._records else None
         trouble = last is not None and not last.sampled and (last.skipped or not math.isfinite(last.loss))
         if len(self._records) % self.every == 0 or trouble:
-            self._probe = _Probe(self._modules, self._params, self.model)
+            self._probe = _Probe(self._modules, self._params, self.model, at_once=self._bucket_view)
 
     # --- recording ---
 
@@ -1163,14 +1245,20 @@ class AmpRecorder:
             return []
         return _diagnose(self._records, self.scaler, self.scheduler, self._epoch0, self.every, self._weights())
 
-    def _weights(self) -> tuple[torch.dtype | None, float | None]:
-        """(the dtype of the trained parameters, the smallest ``eps`` of the optimizer's groups): a float16
-        model's dtype names what it runs in without autocast, and an eps below float16's smallest normal is 0
-        in a float16 model (Adam's default 1e-8)."""
+    def _weights(self) -> _Weights:
+        """(the dtype of the trained parameters, the smallest ``eps`` of the optimizer's groups, that group's
+        ``beta2`` or None): a float16 model's dtype names what it runs in without autocast, and an eps below
+        float16's smallest normal is 0 in a float16 model (Adam's default 1e-8)."""
         dtypes = {p.dtype for _, p, _ in self._params if p.is_floating_point()}
         dtype = _lowest(dtypes) or (dtypes.pop() if len(dtypes) == 1 else None)
-        eps = [g["eps"] for g in self.optimizer.param_groups if isinstance(g.get("eps"), (int, float))]
-        return dtype, min(eps) if eps else None
+        groups = [g for g in self.optimizer.param_groups if isinstance(g.get("eps"), (int, float))]
+        if not groups:
+            return dtype, None, None
+        group = min(groups, key=lambda g: g["eps"])
+        betas = group.get("betas")
+        beta2 = (float(betas[1]) if isinstance(betas, (tuple, list)) and len(betas) == 2
+                 and isinstance(betas[1], (int, float)) and 0 <= betas[1] < 1 else None)
+        return dtype, float(group["eps"]), beta2
 
     def report(self) -> str:
         """The recording as plain text: the run, the sampled steps, the modules nearest to overflow, the findings."""
@@ -1202,16 +1290,29 @@ def _check_args(model: Any, optimizer: Any, scaler: Any, scheduler: Any) -> None
 
 
 def _as_loss(loss: Any) -> float:
+    """The step's loss as a float: a one-element real tensor, or a real number (``float``, ``int``, numpy's
+    ``float32``: any ``numbers.Real`` but bool); a complex one is refused (its imaginary part would be dropped)."""
     if isinstance(loss, torch.Tensor):
         if loss.numel() != 1:
             raise ValueError(f"loss must be the step's scalar loss (got a tensor of shape {tuple(loss.shape)})")
+        if loss.is_complex():
+            raise TypeError(f"loss must be a real number (got a complex tensor, {loss.dtype}): pass the real loss "
+                            "the backward pass ran on")
         return float(loss.detach().float())
-    if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+    if isinstance(loss, numbers.Complex) and not isinstance(loss, numbers.Real):
+        raise TypeError(f"loss must be a real number (got {type(loss).__name__} {loss!r}): pass the real loss the "
+                        "backward pass ran on")
+    if isinstance(loss, bool) or not isinstance(loss, numbers.Real):
         raise TypeError(f"loss must be the step's loss: a scalar tensor or a float (got {type(loss).__name__})")
     return float(loss)
 
 
 # --- The rules: records -> findings ------------------------------------------------------------------------
+
+_Weights = tuple[torch.dtype | None, float | None, float | None]
+"""What :meth:`AmpRecorder._weights` reads: (the parameters' dtype, the smallest eps, that group's beta2)."""
+
+_FP16_SUBNORMAL_MIN = float(torch.finfo(torch.float16).tiny) * float(torch.finfo(torch.float16).eps)  # 2**-24
 
 def _dtype_name(dtype: torch.dtype | None) -> str:
     return "no autocast (FP32)" if dtype is None else str(dtype).removeprefix("torch.") + " autocast"
@@ -1257,7 +1358,7 @@ def _known_masks(records: list[StepRecord]) -> list[StepRecord]:
 
 def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: int | None,
               every: int | None = None,
-              weights: tuple[torch.dtype | None, float | None] = (None, None)) -> list[Finding]:
+              weights: _Weights = (None, None, None)) -> list[Finding]:
     records = _known_masks(list(records))
     sampled = [r for r in records if r.sampled]
     found: list[Finding] = []
@@ -1315,7 +1416,7 @@ def _poisoned_text(e: StepRecord) -> str:
 
 
 def _overflow(records: list[StepRecord], sampled: list[StepRecord],
-              weights: tuple[torch.dtype | None, float | None] = (None, None)) -> Finding | None:
+              weights: _Weights = (None, None, None)) -> Finding | None:
     r = next((r for r in sampled if r.first_nonfinite_module is not None and r.input_finite is not False), None)
     if r is None:
         return None
@@ -1374,8 +1475,14 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord],
     return Finding("overflow", r.step, name, f"{what}: {fix}")
 
 
+def _v_zero_below(beta2: float) -> float:
+    """The |gradient| below which Adam's first ``v = (1 - beta2) · g²`` rounds to 0 in float16: below half of
+    float16's smallest subnormal (2**-25; round to nearest even sends it to 0). About 5.5e-3 at beta2 = 0.999."""
+    return math.sqrt(_FP16_SUBNORMAL_MIN / 2 / (1 - beta2))
+
+
 def _broken_weights(records: list[StepRecord], r: StepRecord,
-                    weights: tuple[torch.dtype | None, float | None]) -> str:
+                    weights: _Weights) -> str:
     """The overflow's fix when the weights were already inf/NaN before step ``r``'s forward (its inputs finite):
     the optimizer update that made them, named when one applied step lies between the last sampled step whose
     weights were finite and ``r``."""
@@ -1391,11 +1498,14 @@ def _broken_weights(records: list[StepRecord], r: StepRecord,
     else:
         which = (f"the weights were inf/NaN before this forward pass ran: an optimizer update between steps {start} "
                  f"and {r.step - 1} made them so")
-    dtype, eps = weights
+    dtype, eps, beta2 = weights
     if dtype == torch.float16 and eps is not None and eps < FP16_NORMAL_MIN:
         tiny = f"{FP16_NORMAL_MIN:.2g}"
+        where = ("wherever v rounds to 0 in float16" if beta2 is None else
+                 f"wherever v rounds to 0 in float16 — on a first step, where v = {1 - beta2:.3g} · g², every "
+                 f"gradient below about {_v_zero_below(beta2):.2g} (beta2={beta2:g}), 0 included")
         return (f"{which}. In a float16 model the optimizer's eps={eps:g} is 0 in float16 (an update divides by "
-                f"sqrt(v) + eps: x/0 where a gradient is 0): use eps >= {tiny} (float16's smallest normal), or train "
+                f"sqrt(v) + eps: x/0 {where}): use eps >= {tiny} (float16's smallest normal), or train "
                 "with autocast and float32 weights — not this module's precision.")
     return (f"{which}: the cause is that update (a too-large learning rate, an eps of 0 in the weights' dtype, "
             f"a division by 0 in the optimizer), not this module's precision — record step {r.step - 1} with every=1.")
@@ -1499,8 +1609,18 @@ def _nonfinite_grad(records: list[StepRecord], sampled: list[StepRecord]) -> Fin
                    "torch.isfinite on the grad norm before optimizer.step()) after fixing the op.")
 
 
+def _default_init_scale() -> float:
+    """``torch.amp.GradScaler``'s default ``init_scale`` (2**16 in torch 2.13), read from its signature."""
+    import inspect
+
+    return float(inspect.signature(torch.amp.GradScaler).parameters["init_scale"].default)
+
+
+_DEFAULT_INIT_SCALE = _default_init_scale()
+
+
 def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: list[Finding],
-                  collapse: bool) -> tuple[str, str]:
+                  collapse: bool, backing_off: bool = False) -> tuple[str, str]:
     """Where the skipped steps' inf/NaN comes from, and what to do: (where, one or two sentences). ``collapse``:
     every recent step was skipped, down to a small scale (else: skips that keep coming back). Skips that began
     before the first forward overflow are explained by what those earlier steps show (the overflow came later).
@@ -1509,7 +1629,10 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
     that makes the window's skips. The overflow explains them when no step before it was skipped, or when the
     steps before it were mostly applied (the earlier skips were the scale settling or a spike) and the window
     starts at or after it or most of the window's sampled skips saw a forward inf/NaN. When most steps before
-    the overflow were skipped already, the collapse began before it: those steps tell its cause."""
+    the overflow were skipped already, the collapse began before it: those steps tell its cause. ``backing_off``
+    (every step skipped, every scale tried at or above GradScaler's default init_scale): a gradient that overflows
+    there is what a too-large init_scale makes, so, after the causes no scale changes (a forward overflow, the
+    batch, the loss itself), the init_scale is named rather than the gradients."""
     kinds = {f.kind: f for f in found}
     overflow = kinds.get("overflow")
     window = [r for r in records if r.skipped][-COLLAPSE_WINDOW:]
@@ -1537,6 +1660,13 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
     if "nonfinite_loss" in kinds and _LOSS_COMPUTATION in kinds["nonfinite_loss"].message and (
             overflow is None or kinds["nonfinite_loss"].step <= (first_skip or 0)):
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
+    if backing_off:
+        first, low = records[0].scale_before, records[-1].scale_before
+        return "scaler", (f"init_scale={first:g} is {math.log2(first / _DEFAULT_INIT_SCALE):.3g} doublings above "
+                          f"GradScaler's default ({_DEFAULT_INIT_SCALE:g}), and GradScaler halves the scale once per "
+                          f"skipped step: at every scale tried so far (down to {low:g}) scale × gradient passes "
+                          f"{FP16_MAX:g}. Start from the default init_scale, or record more steps: skips that go on "
+                          "below it are a collapse, and the steps there show its cause." + later)
     skipped = [r for r in sampled if r.skipped]
     r = skipped[-1] if skipped else None
     if r is not None and r.first_nonfinite_backward is not None:
@@ -1606,9 +1736,17 @@ def _scale_findings(records: list[StepRecord], sampled: list[StepRecord], found:
     final = diagnosis.final_scale
     n = diagnosis.steps
     if diagnosis.status == "collapsing" or final < 1 or diagnosis.warmup_skips == n:
-        where, cause = _likely_cause(records, sampled, found, collapse=True)
+        # every step skipped, and every scale tried still at or above the default init_scale: a large init_scale
+        # backing off looks like this for its first log2(init_scale / 2**16) steps (Megatron starts at 2**32)
+        backing_off = diagnosis.warmup_skips == n and records[-1].scale_before >= _DEFAULT_INIT_SCALE
+        where, cause = _likely_cause(records, sampled, found, collapse=True, backing_off=backing_off)
         start = n - diagnosis.trailing_skips if diagnosis.trailing_skips else records[-1].step
-        if diagnosis.status == "collapsing":
+        if backing_off:
+            what = (f"every one of the {n} steps was skipped ({diagnosis.first_scale:g} → {final:g}): no step has "
+                    f"updated the model yet, and every scale tried is at or above GradScaler's default init_scale "
+                    f"({_DEFAULT_INIT_SCALE:g}): too few steps to tell a scale still backing off from a large "
+                    "init_scale from a collapse")
+        elif diagnosis.status == "collapsing":
             what = diagnosis.reason.split(". ")[0]
         elif final < 1:
             what = f"the scale fell below 1 ({diagnosis.first_scale:g} → {final:g}): the gradients are scaled down"
@@ -1648,15 +1786,27 @@ def _majority(flags: list[bool]) -> bool:
     return bool(flags) and 2 * sum(flags) > len(flags)
 
 
+def _lost_param(r: StepRecord, name: str) -> bool:
+    """A parameter's gradient counts as lost on step ``r`` by the rule a module's does (:func:`_lost_activation`):
+    all of it 0 or below fp16's normal range, or more than :data:`UNDERFLOW_FRACTION` of its non-zero entries
+    below it. Its exact zeros alone do not count: rows no token or position reached are 0 in any precision."""
+    lost = r.param_grad_lost.get(name)
+    if lost is None:
+        return False
+    return lost >= 1.0 or r.param_grad_subnormal.get(name, 0.0) > UNDERFLOW_FRACTION
+
+
 def _underflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
     steps = [r for r in sampled if r.autocast_dtype == torch.float16 and not r.skipped and r.param_grad_lost]
     if not steps:
         return None
     where = next((name for name in steps[-1].param_grad_lost
-                  if _majority([r.param_grad_lost.get(name, 0.0) > UNDERFLOW_FRACTION for r in steps])), None)
+                  if _majority([_lost_param(r, name) for r in steps])), None)
     if where is not None:
-        share = steps[-1].param_grad_lost[where]
-        what = f"{share:.0%} of the gradient of parameter {where}"
+        last = steps[-1]
+        share, sub = last.param_grad_lost[where], last.param_grad_subnormal.get(where, 0.0)
+        what = (f"{sub:.0%} of the non-zero gradient of parameter {where}" if sub > UNDERFLOW_FRACTION
+                else f"{share:.0%} of the gradient of parameter {where}")
     else:
         names = [m.name for m in reversed(steps[-1].modules) if m.grad_lost is not None]  # backward order
         where = next((n for n in names if _majority([_lost_activation(_module(r, n)) for r in steps])), None)
@@ -1782,6 +1932,12 @@ def _fmt(value: Any) -> str:
     return "—" if value is None else f"{value:.4g}"
 
 
+def _is_mask(r: StepRecord, m: ModuleStats) -> bool:
+    """``m``'s outputs on step ``r`` held -inf and no other non-finite value, and the step's loss was finite: a
+    mask module (its -inf became 0 in a softmax), the rule of :func:`_first_bad_call`, not a module at 0 bits."""
+    return m.minus_inf and math.isfinite(r.loss)
+
+
 def _report(rec: AmpRecorder) -> str:
     records = rec.records
     if not records:
@@ -1802,15 +1958,34 @@ def _report(rec: AmpRecorder) -> str:
                        title="sampled steps (the last 8)").text())
     if sampled and sampled[-1].modules:
         last = sampled[-1]
-        closest = sorted(last.modules, key=lambda m: m.headroom_bits)[:6]
+        masks = [m for m in last.modules if _is_mask(last, m)]
+        closest = sorted((m for m in last.modules if not _is_mask(last, m)), key=lambda m: m.headroom_bits)[:6]
         rows = [{"module": _label(m.name), "type": m.kind, "peak |out|": m.peak, "headroom (bits)": m.headroom_bits,
                  "grad lost": "inf/NaN" if m.grad_finite is False else m.grad_lost} for m in closest]
         lines.append(Table(rows, formats={"peak |out|": _fmt, "headroom (bits)": "{:.1f}",
                                           "grad lost": lambda v: "—" if v is None else v if isinstance(v, str)
                                           else f"{v:.0%}"},
                            title=f"modules nearest to overflow at step {last.step}").text())
+        if masks:
+            lines.append("not in the table: " + ", ".join(f"{_label(m.name)} ({m.kind})" for m in masks)
+                         + " — outputs whose only non-finite values are -inf on a step with a finite loss: masks "
+                           "(the -inf becomes 0 in a softmax), not overflows.")
     findings = "\n".join(["findings:"] + [f"- {f}" for f in rec.findings()])
     return "\n\n".join(lines + [findings])
+
+
+def _headroom_bars(records: tuple[StepRecord, ...]) -> list[tuple[str, float]]:
+    """The bars of ``plot()``'s headroom panel: the 8 modules with the least headroom on their worst sampled
+    step, (name, bits), most headroom first; a mask module's -inf on a step with a finite loss is left out
+    (:func:`_is_mask`: no 0-bit bar for a mask)."""
+    worst: dict[str, float] = {}
+    for r in records:
+        if not (r.sampled and r.modules):
+            continue
+        for m in r.modules:
+            if not _is_mask(r, m):
+                worst[m.name] = min(worst.get(m.name, math.inf), m.headroom_bits)
+    return sorted(worst.items(), key=lambda kv: kv[1])[:8][::-1]
 
 
 def _plot(rec: AmpRecorder):
@@ -1844,13 +2019,8 @@ def _plot(rec: AmpRecorder):
     ax.set_title("loss (red: inf/NaN)", fontsize=9)
     ax.set_xlabel("step")
     ax = axes[2]
-    sampled = [r for r in records if r.sampled and r.modules]
-    if sampled:
-        worst: dict[str, float] = {}
-        for r in sampled:
-            for m in r.modules:
-                worst[m.name] = min(worst.get(m.name, math.inf), m.headroom_bits)
-        shown = sorted(worst.items(), key=lambda kv: kv[1])[:8][::-1]
+    shown = _headroom_bars(records)
+    if shown:
         values = [max(v, 0.0) if math.isfinite(v) or v > 0 else 0.0 for _, v in shown]
         colors = [COLORS["vermillion"] if v < LOW_HEADROOM_BITS else COLORS["green"] for _, v in shown]
         ax.barh([_label(n)[-18:] for n, _ in shown], [min(v, 64.0) for v in values], color=colors)

@@ -6,9 +6,12 @@ case the 5 % claim is about: the recorder reads the scale every step; ``--dtype 
 scaler). The same loop runs without a recorder and with one, in interleaved blocks (so
 that a change of machine load hits every variant alike); each variant's time per step is the median over blocks
 of (block time / steps), and a block is a multiple of 10 steps, so ``every=10`` pays for its sampled steps. The
-verdict on the 5 % target at every=10 (the line "every=10 overhead ≤ 5 %: yes/no") is the median of the per-block
-ratios (every=10 / no recorder, from the same round), with whether every block agrees with it. The order of the
-three variants turns from round to round.
+verdict on the 5 % target at every=10 (the line "every=10 overhead ≤ 5 %: yes/no/not resolved", :func:`_verdict`)
+is "no" when every=1's cost per sampled step, paid once in 10 steps, is above 5 % by itself (a lower bound resting
+on 10x as many sampled steps as the every=10 blocks hold), or when every block's ratio (every=10 / no recorder,
+from the same round) is; "yes" only when that lower bound and every block's ratio are within 5 % (so the median
+is too); "not resolved" when the blocks straddle 5 % (a busy machine: rerun with more ``--blocks``). The order of
+the three variants turns from round to round.
 
     python benchmarks/recorder_overhead.py            # CPU: 7 rounds of 3 blocks of 10 steps
     python benchmarks/recorder_overhead.py --device cuda
@@ -134,25 +137,38 @@ def main() -> None:
     print(f"sampled steps: every=1 {sampled['every=1']} of {steps}, every=10 {sampled['every=10']} of {steps} "
           f"(a skipped step's next step is sampled too); skipped steps seen by the recorders: {skipped}")
     ratios = sorted(t10 / t0 - 1 for t10, t0 in zip(times["every=10"], times["no recorder"], strict=True))
-    low, high = ratios[0], ratios[-1]
+    low, high, middle = ratios[0], ratios[-1], statistics.median(ratios)
     print(f"every=10 overhead per block (same round): {100 * low:+.1f} % to {100 * high:+.1f} % "
-          f"(median {100 * statistics.median(ratios):+.1f} %, {len(ratios)} blocks)")
-    middle = statistics.median(ratios)
-    if high <= 0.05:
-        strength = "in every block"
-    elif low > 0.05:
-        strength = "over 5 % in every block"
-    else:
-        strength = ("the blocks straddle 5 %: a busy machine; rerun with more --blocks"
-                    + (" or --clock cpu" if args.clock == "wall" else "") + " to settle it")
-    print(f"every=10 overhead ≤ 5 %: {'yes' if middle <= 0.05 else 'no'} (median of the per-block overheads, "
-          f"{100 * middle:+.1f} %, {args.clock} clock; {strength})")
+          f"(median {100 * middle:+.1f} %, {len(ratios)} blocks)")
     # A sampled step costs what every=1 adds per step; every=10 pays it once in 10 steps. The other 9 steps'
-    # own cost (reading the scale, the step hook, opening the probe) is left out: a lower bound, no verdict.
-    estimate = (statistics.median(times["every=1"]) / base - 1) / 10
-    print(f"every=10 from every=1's cost per sampled step: at least {100 * estimate:+.1f} % (a lower bound: the "
+    # own cost (reading the scale, the step hook, opening the probe) is left out: a lower bound. It rests on
+    # every sampled step of the every=1 blocks (10x as many as every=10's), so it is the steadier figure.
+    bound = (statistics.median(times["every=1"]) / base - 1) / 10
+    print(f"every=10 from every=1's cost per sampled step: at least {100 * bound:+.1f} % (a lower bound: the "
           "unsampled steps' own cost is not in it)")
+    print(_verdict(middle, low, high, bound, args.clock))
 
+
+TARGET = 0.05
+"""Issue 24's target: the recorder at every=10 costs at most 5 % of the step time."""
+
+
+def _verdict(middle: float, low: float, high: float, bound: float, clock: str) -> str:
+    """The verdict line on the 5 % target at every=10, from the per-block ratios (``low`` to ``high``, median
+    ``middle``) and every=1's lower bound ``bound``: "no" when the lower bound is above 5 % (whatever the noisier
+    every=10 blocks say) or every block is; "yes" only when the lower bound and every block are within 5 % (the
+    median then is too: a "yes" never stands beside a bound or a median above 5 %); otherwise "not resolved"."""
+    figures = (f"every=10 blocks {100 * low:+.1f} % to {100 * high:+.1f} %, median {100 * middle:+.1f} %; lower "
+               f"bound {100 * bound:+.1f} %; {clock} clock")
+    if bound > TARGET:
+        return (f"every=10 overhead ≤ 5 %: no (every=1's cost per sampled step, paid once in 10 steps, is "
+                f"{100 * bound:+.1f} % already; {figures})")
+    if low > TARGET:
+        return f"every=10 overhead ≤ 5 %: no (over 5 % in every block; {figures})"
+    if high <= TARGET:
+        return f"every=10 overhead ≤ 5 %: yes (in every block, and the lower bound too; {figures})"
+    return (f"every=10 overhead ≤ 5 %: not resolved (the blocks straddle 5 %: a busy machine; rerun with more "
+            f"--blocks{' or --clock cpu' if clock == 'wall' else ''} to settle it; {figures})")
 
 if __name__ == "__main__":
     main()

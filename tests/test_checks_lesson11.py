@@ -1,6 +1,8 @@
 """Exercise 11's checks: each typical wrong answer is caught and named; answers written otherwise pass."""
 
+import collections
 import math
+import typing
 import weakref
 
 import grader_fixtures
@@ -26,6 +28,53 @@ def diagnose_as_dicts(trace):
 def diagnose_spelt_loosely(trace):
     kind, where, fix = ANSWERS[trace]
     return [f" {kind.upper()} ", f"{where} ", fix.upper()]
+
+
+Diagnosis = collections.namedtuple("Diagnosis", "kind where fix")
+
+
+class TypedDiagnosis(typing.NamedTuple):
+    kind: str
+    where: str
+    fix: str
+
+
+def diagnose_as_namedtuples(trace):  # review rev24-r7 finding 7: "a tuple (kind, where, fix)" — a namedtuple is one
+    return Diagnosis(*ANSWERS[trace])
+
+
+def diagnose_as_typed_namedtuples(trace):
+    return TypedDiagnosis(*ANSWERS[trace])
+
+
+class Agreeable(tuple):
+    """A tuple subclass whose comparisons say yes to anything: read by tuple's own code, it cannot pass."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = tuple.__hash__
+
+    def __iter__(self):
+        return iter(ANSWERS["A"])
+
+    def __getitem__(self, i):
+        return ANSWERS["A"][i]
+
+
+def diagnose_agreeable(trace):
+    return Agreeable(("nonfinite_loss", "loss", "fp32_loss")) if trace == "A" else ANSWERS[trace]
+
+
+class Word(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def diagnose_namedtuple_of_str_subclasses(trace):
+    return Diagnosis(*(Word(v) for v in ANSWERS[trace]))
 
 
 # --- Task 2: applied_step ------------------------------------------------------------------------------------
@@ -243,6 +292,15 @@ def applied_grads_finite_or_scale(scaler, optimizer, loss):
     return finite if not scaler.is_enabled() else scaler.get_scale() >= before
 
 
+def applied_loss_finite_when_disabled(scaler, optimizer, loss):  # review rev24-r7 finding 12
+    scaled = scaler.scale(loss)
+    before = scaler.get_scale()
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= before if scaler.is_enabled() else bool(torch.isfinite(loss))
+
+
 def applied_by_state_dict(scaler, optimizer, loss):
     scaled = scaler.scale(loss)
     before = scaler.state_dict().get("scale", 1.0)
@@ -408,6 +466,8 @@ WRONG = {
         "an unknown fix": (_with("D", ("scheduler_on_skipped_step", "scheduler", "fix the scheduler")),
                            "not one of the fixes"),
         "two values": (_with("E", ("underflow", "embed.weight")), "three strings"),
+        "A: the NaN loss, in a tuple subclass whose == says yes": (diagnose_agreeable, "symptom"),
+        "a namedtuple of str subclasses": (diagnose_namedtuple_of_str_subclasses, "a Word, a subclass of str"),
     },
     ("11", "applied_step"): {
         "> instead of >=": (applied_strictly_greater, "compare with >="),
@@ -428,6 +488,8 @@ WRONG = {
         "finite gradients after unscale_": (applied_grads_finite, "a disabled scaler skips nothing"),
         "finite gradients when the scaler is disabled": (applied_grads_finite_or_scale,
                                                          "a disabled scaler skips nothing"),
+        "a finite loss when the scaler is disabled": (applied_loss_finite_when_disabled,
+                                                      "finite gradients or a finite loss are not the test"),
         "scale read before scaler.scale(loss)": (applied_scale_read_before_scale, "before scaler.scale(loss)"),
         "the weights moved": (applied_weights_moved, "a weight change is not the test"),
     },
@@ -466,6 +528,8 @@ RIGHT = {
         "E: bf16 for the underflow": _with("E", ("underflow", "embed.weight", "bf16_or_fp32_island")),
         # the trace cannot tell a sum over 2**21 tokens from a leftover constant 2**21 (rev24-r6 #6)
         "C: drop the constant": _with("C", ("scale_collapse", "lm_head.weight", "drop_constant")),
+        "namedtuples (rev24-r7 #7)": diagnose_as_namedtuples,
+        "typing.NamedTuple": diagnose_as_typed_namedtuples,
     },
     ("11", "applied_step"): {
         "scale comparison": applied_not_smaller,

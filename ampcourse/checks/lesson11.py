@@ -195,12 +195,26 @@ def _judge(task: str, trace: str, got: tuple[str, str, str]) -> None:
                          f"remove the cause: {_WHY[trace]}.{_FIX_EXTRA.get((trace, got[2]), '')}")
 
 
+def _plain_tuple(value):
+    """A tuple subclass's items as a plain tuple, read by ``tuple``'s own code (a slice of the whole: none of the
+    subclass's methods run), so that a namedtuple ``(kind, where, fix)`` is the tuple the task asks for; anything
+    else as it is. :func:`~ampcourse.checks.plain` then judges the items (each must be a plain ``str``)."""
+    if issubclass(type(value), tuple) and type(value) is not tuple:  # type(): not a forged __class__
+        return tuple.__getitem__(value, slice(None))
+    return value
+
+
 def diagnose(fn) -> None:
-    """Task 1: ``diagnose(trace) -> (kind, where, fix)`` for each trace of :data:`TRACES`."""
+    """Task 1: ``diagnose(trace) -> (kind, where, fix)`` for each trace of :data:`TRACES` (a tuple, a namedtuple,
+    a list or a dict with those keys)."""
     task = "Task 1 (diagnose)"
     require_callable(task, fn, "diagnose")
+
+    def answer(trace):  # the conversion runs in the call pass, before any expected value is read
+        return _plain_tuple(fn(trace))
+
     for trace in TRACES:
-        got = _answer(task, call(task, fn, "diagnose", trace), trace)
+        got = _answer(task, call(task, answer, "diagnose", trace), trace)
         _judge(task, trace, got)
     passed(task, f"all {len(TRACES)} traces diagnosed: kind, where and fix of each")
 
@@ -355,7 +369,8 @@ def applied_step(fn) -> None:
         raise fail(task, "with a disabled scaler and inf gradients (the input × 1e6 overflows float16) the step was "
                          "reported as skipped, but a disabled scaler skips nothing: scaler.step just calls "
                          "optimizer.step(), which ran even with inf gradients (the weights moved, to inf/NaN). "
-                         "Finite gradients are not the test: compare scaler.get_scale() before and after update().")
+                         "Finite gradients or a finite loss are not the test: compare scaler.get_scale() before "
+                         "and after update().")
     passed(task, "clean (SGD, and AdamW at lr=0), overflowing (plain and fused SGD), init_scale 0.7, growing, "
                  "used and disabled scalers (clean and overflowing): applied steps True, skipped ones False")
 
