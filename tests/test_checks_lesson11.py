@@ -467,7 +467,9 @@ WRONG = {
                            "not one of the fixes"),
         "two values": (_with("E", ("underflow", "embed.weight")), "three strings"),
         "A: the NaN loss, in a tuple subclass whose == says yes": (diagnose_agreeable, "symptom"),
-        "a namedtuple of str subclasses": (diagnose_namedtuple_of_str_subclasses, "a Word, a subclass of str"),
+        "another trace's answer in str subclasses whose == says yes": (
+            lambda trace: Diagnosis(*(Word(v) for v in check.ANSWERS["B" if trace != "B" else "A"])),
+            "trace A: not 'unneeded_scaler'"),
     },
     ("11", "applied_step"): {
         "> instead of >=": (applied_strictly_greater, "compare with >="),
@@ -530,6 +532,9 @@ RIGHT = {
         "C: drop the constant": _with("C", ("scale_collapse", "lm_head.weight", "drop_constant")),
         "namedtuples (rev24-r7 #7)": diagnose_as_namedtuples,
         "typing.NamedTuple": diagnose_as_typed_namedtuples,
+        # judged by its content: checks.plain turns a str subclass into its str (its own == never runs), and the
+        # content here is right; a wrong content in such a class is refused ("symptom" above)
+        "a namedtuple of str subclasses": diagnose_namedtuple_of_str_subclasses,
     },
     ("11", "applied_step"): {
         "scale comparison": applied_not_smaller,
