@@ -181,6 +181,7 @@ def _kill_group(pgid: int, signum: int) -> None:
 
 
 def client(argv: list[str]) -> None:
+    parent = os.getppid()  # the kernel's manager: a kernel outlives it no more than an ordinary one does
     folder = os.environ.get(DIR_VARIABLE, "")
     if folder == "off" or not _own_private_folder(folder):
         _ordinary_kernel(argv)
@@ -194,7 +195,6 @@ def client(argv: list[str]) -> None:
         _start_template(folder, key)
         _ordinary_kernel(argv)
     _send(conn, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "settings": settings}, [0, 1, 2])
-    parent = os.getppid()  # the kernel's manager: a kernel outlives it no more than an ordinary one does
     messages = _lines(conn, still_wanted=lambda: os.getppid() == parent)
     first = next(messages, None)
     if os.getppid() != parent:
