@@ -555,3 +555,189 @@ def test_gc_callbacks_and_torch_modes_left_by_an_answer_are_hazards(guard):
     assert "a torch function mode (TorchFunctionMode: Equal), a torch dispatch mode (TorchDispatchMode: Spy) " \
            "in effect, through which code of theirs can run inside the check" in reason
     assert grading._code_without_a_thread() == []
+
+
+# --- review rev25-r7 ----------------------------------------------------------------------------------------------
+
+def test_a_write_to_frame_f_locals_does_not_reach_a_functions_locals():
+    """E1's premise, on this interpreter (CPython 3.11): ``frame.f_locals`` is a snapshot; what a callee writes into it
+    does not rebind the caller's local (``checks.collect`` relies on it, with tuples that cannot change in place)."""
+    def callee():
+        sys._getframe(1).f_locals["answers"] = ("forged",)
+
+    def caller():
+        answers = ("mine",)
+        callee()
+        return answers
+
+    assert sys.version_info[:2] == (3, 11) and caller() == ("mine",)
+
+
+def test_collect_keeps_frozen_answers_that_the_answers_function_cannot_change():
+    """E1: a function that reaches collect's frames and every list it can find there changes nothing collect
+    returns; what is not a frozen value is kept as words only (a Returned)."""
+    from ampcourse.checks import Returned, collect, frozen
+
+    kept = []
+
+    def answer(x):
+        f = sys._getframe(1)
+        while f is not None:
+            for value in list(f.f_locals.values()):
+                if isinstance(value, list):
+                    value[:] = ["forged"] * len(value)
+            f.f_locals["answers"] = (("forged", None),)
+            f = f.f_back
+        out = [x, x]
+        kept.append(out)
+        return out if x == 3 else (x, torch.float32)
+
+    got = collect("Task 1 (f)", answer, "f", [(1,), (2,), (3,)])
+    for out in kept:
+        out.append("changed later")
+    assert [a for a, _ in got[:2]] == [(1, torch.float32), (2, torch.float32)] and got[0][1] is None
+    assert isinstance(got[2][0], Returned) and repr(got[2][0]) == "[3, 3]" and got[2][0].kind == "list"
+    assert frozen(torch.ones(1)).tensor and frozen((1, "a", None, 2.5)) == (1, "a", None, 2.5)
+    failed = collect("Task 1 (f)", lambda x: 1 // x, "f", [(1,), (0,), (2,)])
+    assert len(failed) == 2 and failed[1][0] is None and "raised ZeroDivisionError" in str(failed[1][1])
+
+
+def test_plain_refuses_subclasses_of_the_containers_it_cannot_read_and_reads_a_deque_subclass():
+    """E3: ``class _Map(ChainMap): pass`` (and of mappingproxy's kin, SimpleNamespace) is refused like the class
+    itself; a deque subclass becomes a deque of its converted items (a str subclass inside becomes a str)."""
+    import collections
+
+    from ampcourse.checks import plain
+
+    class AnyStr(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    class Map(collections.ChainMap):
+        pass
+
+    class Space(types.SimpleNamespace):
+        pass
+
+    class Queue(collections.deque):
+        pass
+
+    assert "returned a Map (a ChainMap): return a plain dict" in _refusal(Map({"kind": AnyStr("overflow")}))
+    assert "returned a Space (a SimpleNamespace): return a plain dict" in _refusal(Space(kind="overflow"))
+    converted = plain("T", Queue([AnyStr("a"), 1]), "f")
+    assert type(converted) is collections.deque and [type(v) for v in converted] == [str, int]
+
+
+def test_plain_reads_a_mapping_of_the_answers_own_once_into_a_dict():
+    """E4: a ``collections.abc.Mapping`` that is no dict becomes a plain dict of plain values in the call pass: its
+    ``__getitem__`` runs there, never in the judgement."""
+    from collections.abc import Mapping
+
+    from ampcourse.checks import plain
+
+    reads = []
+
+    class Record(Mapping):
+        def __iter__(self):
+            return iter(("stepped", "loss"))
+
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, key):
+            reads.append(key)
+            return {"stepped": True, "loss": 0.5}[key]
+
+    converted = plain("T", Record(), "f")
+    assert type(converted) is dict and converted == {"stepped": True, "loss": 0.5} and reads == ["stepped", "loss"]
+
+
+def test_plain_takes_a_fraction_only_with_two_ints_and_refuses_patched_library_classes():
+    """E2: an exact Fraction holding the answer's object is refused (``float()`` of it would run the answer's
+    ``__int__``); an honest Fraction, Decimal passes and ``real_number`` reads it by int's/the C type's own code; a
+    library class whose ``__eq__`` an answer replaced (``enum.Enum``) is no longer trusted."""
+    import decimal
+    import enum
+    import fractions
+
+    from ampcourse.checks import plain, real_number
+
+    class Num:
+        def __int__(self):
+            return 3
+
+    forged = fractions.Fraction.__new__(fractions.Fraction)
+    forged._numerator, forged._denominator = Num(), 1
+    assert "a Fraction holding an object of type `Num` as its numerator" in _refusal(forged)
+    assert plain("T", fractions.Fraction(3, 4), "f") == fractions.Fraction(3, 4)
+    assert _refusal(decimal.Decimal(1)) is None
+    assert real_number(fractions.Fraction(3, 4)) == 0.75 and type(real_number(decimal.Decimal("0.5"))) is float
+    assert real_number(decimal.Decimal("NaN")) is None and real_number(True) is None and real_number("1") is None
+
+    class Color(enum.Enum):
+        RED = 1
+
+    assert _refusal(Color.RED) is None
+    original = enum.Enum.__dict__.get("__eq__")
+    enum.Enum.__eq__ = lambda self, other: True
+    try:
+        assert "whose library class has had `Enum.__eq__` replaced" in _refusal(Color.RED)
+    finally:
+        if original is None:
+            del enum.Enum.__eq__
+        else:
+            enum.Enum.__eq__ = original
+    assert _refusal(Color.RED) is None
+
+
+def test_plain_refuses_a_huge_shared_structure_at_once_and_a_dataclass_by_name():
+    """W2: 17 levels of ``[x] * 20`` (20**17 paths) is refused in well under a second; N1: two str-subclass keys that
+    are one string; M1: a dataclass is named as one, with the fix."""
+    import time
+
+    wide: list = [False]
+    for _ in range(17):
+        wide = [wide] * 20
+    began = time.monotonic()
+    assert "a structure too large to judge" in _refusal((torch.float32, wide))
+    assert time.monotonic() - began < 2
+    shared = [1.0] * 10
+    assert _refusal([shared] * 100) is None  # 1,101 values, read once
+
+    class Key(str):
+        pass
+
+    assert "two keys that are the same string" in _refusal({Key("a"): 1, "a": 2})
+
+    @dataclasses.dataclass
+    class Pair:
+        scale: float
+        tracker: int
+
+    assert "a dataclass (`Pair`" in _refusal(Pair(1.0, 0)) and "dataclasses.astuple(result)" in _refusal(Pair(1.0, 0))
+
+
+def test_a_signal_handler_or_an_interval_timer_left_by_an_answer_is_a_hazard(guard):
+    """W1: a SIGALRM handler of the learner's code runs between any two bytecodes of the check; an interval timer
+    started since the guard was installed too."""
+    import gc
+    import signal
+
+    guard["gc"] = (list(gc.callbacks), gc.get_threshold())
+    guard["modes"] = grading._mode_stacks()
+    guard["signals"] = grading._signal_state()
+    assert grading._code_without_a_thread() == []
+    before = signal.getsignal(signal.SIGALRM)
+    signal.signal(signal.SIGALRM, lambda signum, frame: None)
+    signal.setitimer(signal.ITIMER_REAL, 1000.0)
+    try:
+        found = grading._code_without_a_thread()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    assert found == [f"a signal handler for SIGALRM (signal.signal){grading.IN_EFFECT}",
+                     f"an interval timer (ITIMER_REAL, signal.setitimer){grading.IN_EFFECT}"]
+    assert "left a signal handler for SIGALRM (signal.signal), an interval timer" in grading.cannot_grade(found)
+    assert grading._code_without_a_thread() == []

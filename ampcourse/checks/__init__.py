@@ -302,14 +302,23 @@ def _library_dunders_changed(kind: type) -> list[str]:
 
 
 class _Walk:
-    """One :func:`plain` conversion: what it converted, by ``id`` (a container shared by many places is read once:
-    ``[[x] * 20] * 20 ...`` is 20 lists, not 20**17 visits), and how many values it read (review rev25-r7 W2)."""
+    """One :func:`plain` conversion: what it converted, by ``id``, with the number of values under it, and how many
+    values the answer holds counted as a tree (a list shared by many places counts at each place, as ``repr`` and
+    ``==`` would walk it, but is read once: ``[[x] * 20] * 20 ...`` is refused after a few thousand steps, not walked
+    20**17 times; review rev25-r7 W2)."""
 
     __slots__ = ("done", "count")
 
     def __init__(self) -> None:
-        self.done: dict[int, tuple[object, object]] = {}  # id -> (the original, kept alive; its conversion)
+        self.done: dict[int, tuple[object, object, int]] = {}  # id -> (the original, kept alive; its conversion; size)
         self.count = 0
+
+    def add(self, values: int, depth: int) -> None:
+        self.count += values
+        if self.count > PLAIN_BUDGET:
+            raise _Refused(f"a structure too large to judge (more than {PLAIN_BUDGET:,} values, counting a shared "
+                           "part at each place it appears)",
+                           "return only what the task asks for: a few numbers, a short tuple, list or dict.", depth)
 
 
 def _plain_value(value: object, depth: int = 0, walk: _Walk | None = None) -> Any:
@@ -318,17 +327,17 @@ def _plain_value(value: object, depth: int = 0, walk: _Walk | None = None) -> An
     kind = type(value)  # type() is the object's real class: a `__class__` property does not change it
     if depth > 20:
         raise _Refused("a container nested more than 20 levels deep", "return a flat tuple, list or dict.", depth)
-    walk.count += 1
-    if walk.count > PLAIN_BUDGET:
-        raise _Refused(f"a structure too large to judge (more than {PLAIN_BUDGET:,} values)",
-                       "return only what the task asks for: a few numbers, a short tuple, list or dict.", depth)
     if kind in (bool, int, float, complex, str, bytes, type(None)) or kind in _NUMPY_SCALARS:
+        walk.add(1, depth)
         return value
     seen = walk.done.get(id(value))
     if seen is not None and seen[0] is value:
+        walk.add(seen[2], depth)
         return seen[1]
+    before = walk.count
+    walk.add(1, depth)
     converted = _plain_container(value, kind, depth, walk)
-    walk.done[id(value)] = (value, converted)
+    walk.done[id(value)] = (value, converted, walk.count - before)
     return converted
 
 
@@ -393,9 +402,9 @@ def _plain_container(value: object, kind: type, depth: int, walk: _Walk) -> Any:
     if _FRACTION in mro:  # a library class holds what it is given: its fields must be exact ints (rev25-r7 E2)
         top, bottom = _NUMERATOR_OF(value), _DENOMINATOR_OF(value)
         if type(top) is not int or type(bottom) is not int or bottom <= 0:
-            raise _Refused(f"a Fraction whose numerator/denominator are a {_TYPE_NAME(type(top))} and a "
-                           f"{_TYPE_NAME(type(bottom))}, not ints", "return a float (or a Fraction of two ints).",
-                           depth)
+            raise _Refused(f"a Fraction holding an object of type `{_TYPE_NAME(type(top))}` as its numerator and "
+                           f"one of type `{_TYPE_NAME(type(bottom))}` as its denominator (a Fraction of the course "
+                           "is two ints)", "return a float (or `Fraction(int, int)`).", depth)
         if kind is not _FRACTION and not _dunders_of_its_own(kind):
             return _FRACTION(top, bottom)
     own = _dunders_of_its_own(kind)
@@ -496,6 +505,18 @@ def _decimal_type() -> type:
 _DECIMAL = _decimal_type()
 
 
+def _short_repr():
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxtuple, short.maxlist, short.maxdict, short.maxset = 4, 8, 8, 8, 8
+    short.maxstring = short.maxother = short.maxlong = 200
+    return short
+
+
+_SHORT_REPR = _short_repr()
+
+
 class Returned:
     """What an answer returned that is not a frozen value (:func:`frozen`): only its class's name, whether it was a
     tensor, and its ``repr``, taken right after the call, for the check's message. A check judges it as "not what the
@@ -509,7 +530,7 @@ class Returned:
         self.kind = _TYPE_NAME(type(value))
         self.tensor = type(value) in (torch.Tensor, torch.nn.Parameter)
         try:
-            text = repr(value)
+            text = _SHORT_REPR.repr(value)  # bounded: a few items per level, a few levels (review rev25-r7 W2)
         except Exception:  # noqa: BLE001 - the answer's own __repr__
             text = f"<a {self.kind}>"
         self.text = text if len(text) <= 300 else text[:297] + "..."
