@@ -154,7 +154,10 @@ def format_limits(fn) -> None:
             if g is None:
                 raise fail(task, f"for {name}, {field} should be a number: a float (or an int or a Fraction equal to "
                                  f"the limit); you returned {given!r}, a {type(given).__name__}.")
-            g = float(g) if type(g) is float or abs(g) < 2**1024 else math.copysign(math.inf, g)  # an int too big
+            try:
+                g = float(g)
+            except OverflowError:  # an int beyond float's range
+                g = math.copysign(math.inf, g)
             if g == w:
                 continue
             for wrong, message in _limit_mistakes(e, m)[field]:

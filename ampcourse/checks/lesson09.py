@@ -11,6 +11,7 @@ the record it returns (``stepped``, ``grad_norm``, ``loss``) is compared with wh
 
 from __future__ import annotations
 
+import collections
 import inspect
 import math
 import statistics
@@ -108,7 +109,7 @@ def _record(result) -> dict:
         raise fail(TASK, "your train_window returned None: return a dict {'stepped': ..., 'grad_norm': ..., "
                          "'loss': ...} saying what the step did (the version lesson 09 prints returns nothing; "
                          "this task asks for more).")
-    if type(result) is not dict:
+    if type(result) not in (dict, collections.OrderedDict):
         raise fail(TASK, f"return a dict with the keys 'stepped', 'grad_norm' and 'loss' (you returned a "
                          f"{type(result).__name__}).")
     missing = [k for k in KEYS if k not in result]
