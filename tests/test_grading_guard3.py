@@ -203,7 +203,7 @@ def test_every_check_calls_the_learners_function_through_call():
     answer joins before it returns was judged "still running after your function returned". An AST scan of every
     check module (review rev25-r5 N1: widened): in every function with a parameter ``fn``, and any name bound from it
     (``hook = fn``), a call of it (``fn(...)``), of its attribute (``fn.method(...)``), or passing it to a callable
-    other than ``call``/``noted_call``/``require_callable``, inspection (``inspect.getsource``, ``getattr``) or a
+    other than ``call``/``noted_call``/``require_callable``/``collect``/``answer_of``, inspection (``inspect.getsource``, ``getattr``) or a
     check module's own function taking ``fn`` (itself scanned) — ``functools.partial(fn)``, ``map(fn, ...)`` — is
     flagged. Not seen: a callable the answer returned, or a learner object's methods (an object a check receives
     is the check's to handle)."""
@@ -213,7 +213,8 @@ def test_every_check_calls_the_learners_function_through_call():
     paths = sorted((Path(grading.ROOT) / "ampcourse" / "checks").glob("lesson*.py"))
     trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in paths}
     inspection = {"isfunction", "getsource", "getattr", "signature", "getclosurevars"}  # these do not call it
-    takes_fn = {"call", "noted_call", "require_callable", *inspection} | {
+    # checks.collect/answer_of call it through call (review rev25-r7 E1)
+    takes_fn = {"call", "noted_call", "require_callable", "collect", "answer_of", *inspection} | {
         f.name for tree in trees.values() for f in ast.walk(tree)
         if isinstance(f, ast.FunctionDef) and "fn" in [a.arg for a in f.args.args]}
     direct = []
