@@ -203,7 +203,8 @@ def test_every_check_calls_the_learners_function_through_call():
     answer joins before it returns was judged "still running after your function returned". An AST scan of every
     check module (review rev25-r5 N1: widened): in every function with a parameter ``fn``, and any name bound from it
     (``hook = fn``), a call of it (``fn(...)``), of its attribute (``fn.method(...)``), or passing it to a callable
-    other than ``call``/``noted_call``/``require_callable``/``collect``/``answer_of``, inspection (``inspect.getsource``, ``getattr``) or a
+    other than ``call``/``noted_call``/``require_callable``/``collect``/``answer_of``, inspection
+    (``inspect.getsource``, ``getattr``) or a
     check module's own function taking ``fn`` (itself scanned) — ``functools.partial(fn)``, ``map(fn, ...)`` — is
     flagged. Not seen: a callable the answer returned, or a learner object's methods (an object a check receives
     is the check's to handle)."""
