@@ -575,6 +575,50 @@ def test_a_write_to_frame_f_locals_does_not_reach_a_functions_locals():
     assert caller() == ("mine",), ("on this Python a write to frame.f_locals reaches a function's locals (PEP 667, "
                                    "3.13+): checks.collect must keep its answers where a frame cannot rebind them")
 
+    def tracer(frame, event, arg):  # but a trace event writes f_locals back: why answer_of refuses a trace left on
+        if frame.f_code.co_name == "traced" and event == "line" and frame.f_locals.get("answers") == ("mine",):
+            frame.f_locals["answers"] = ("forged",)
+        return tracer
+
+    def traced():
+        answers = ("mine",)
+        sys._getframe().f_trace = tracer
+        sys.settrace(tracer)
+        try:
+            return answers
+        finally:
+            sys.settrace(before)
+
+    before = sys.gettrace()
+    assert traced() == ("forged",)
+
+
+def test_a_trace_function_the_answer_leaves_to_rebind_collects_answers_fails_the_call():
+    """E1: the answer sets ``sys.settrace`` and ``f_trace`` on collect's frame, so that a trace event there would
+    rebind its tuple of answers: ``answer_of`` takes the hook out and fails the call, raised through collect."""
+    from ampcourse.checks import collect
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name == "collect" and event == "line":
+            frame.f_locals["answers"] = (("forged", None),) * 3
+        return tracer
+
+    def answer(x):
+        f = sys._getframe(1)
+        while f.f_code.co_name != "collect":
+            f = f.f_back
+        f.f_trace = tracer
+        sys.settrace(tracer)
+        return x
+
+    before = sys.gettrace()
+    try:
+        with pytest.raises(CheckFailed, match="set a trace or profile function"):
+            collect("Task 1 (f)", answer, "f", [(1,), (2,)])
+        assert sys.gettrace() is before
+    finally:
+        sys.settrace(before)
+
 
 def test_collect_keeps_frozen_answers_that_the_answers_function_cannot_change():
     """E1: a function that reaches collect's frames and every list it can find there changes nothing collect

@@ -560,12 +560,26 @@ def answer_of(task: str, fn: Callable[..., Any], name: str, args: tuple,
               convert: Callable[[Any], Any] | None = None) -> tuple[object, CheckFailed | None]:
     """One call of the learner's ``fn(*args)`` through :func:`call`, as ``(answer, None)`` or ``(None, failure)``: the
     answer converted by ``convert`` (a check's own reading, right after the call: a one-element tensor's item) and
-    then :func:`frozen`."""
+    then :func:`frozen`.
+
+    A trace or profile function set while this ran (``sys.settrace``/``setprofile``, and ``frame.f_trace`` on the
+    caller's frame) is the one way Python code can rebind a running function's locals (CPython 3.11 writes
+    ``frame.f_locals`` back into the frame after each trace event): it is taken out again and the call fails, raised
+    here, so no trace event in the caller can replace the answers it keeps (review rev25-r7 E1)."""
+    hooks = (sys.gettrace(), sys.getprofile())
     try:
-        got = call(task, fn, name, *args)
-    except CheckFailed as error:
-        return None, error
-    return frozen(convert(got) if convert is not None else got), None
+        try:
+            got = call(task, fn, name, *args)
+        except CheckFailed as error:
+            return None, error
+        return frozen(convert(got) if convert is not None else got), None
+    finally:
+        if sys.gettrace() is not hooks[0] or sys.getprofile() is not hooks[1]:  # by identity, never the hook's ==
+            sys.settrace(hooks[0])
+            sys.setprofile(hooks[1])
+            raise fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it on "
+                             "when it returned: through it code of yours runs inside the check. Take it out "
+                             "(`sys.settrace(None)`) before your function returns.") from None
 
 
 def collect(task: str, fn: Callable[..., Any], name: str, calls: Any,
