@@ -629,7 +629,7 @@ def test_collect_keeps_frozen_answers_that_the_answers_function_cannot_change():
 
     def answer(x):
         f = sys._getframe(1)
-        while f is not None:
+        while f is not None and str(f.f_globals.get("__name__")).startswith("ampcourse.checks"):
             for value in list(f.f_locals.values()):
                 if isinstance(value, list):
                     value[:] = ["forged"] * len(value)

@@ -591,8 +591,8 @@ def collect(task: str, fn: Callable[..., Any], name: str, calls: Any,
     returns, from its constants, never against the objects it handed the answer (which the answer's function could
     change, as it could any list or dict the check held while it ran)."""
     answers: tuple = ()
-    for args in calls:
-        answers = (*answers, answer_of(task, fn, name, tuple(args), convert))
+    for args in tuple(tuple(args) for args in calls):  # taken before the first call: no later case can be swapped
+        answers = (*answers, answer_of(task, fn, name, args, convert))
         if answers[-1][1] is not None:
             break
     return answers
