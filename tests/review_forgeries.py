@@ -798,7 +798,7 @@ OTHER_FORGERIES.update({
     "fraction_holding_01": ("01_float_formats.ipynb", {"def format_limits": FRACTION_HOLDING_01}, 1, "failed",
                             ["a Fraction holding an object of type `_Num` as its numerator"]),
     "mapping_reads_frame_09": ("09_capstone.ipynb", {"def train_window": MAPPING_READS_FRAME_09}, 0, "failed",
-                               ["'grad_norm' is 0"]),
+                               ["'loss' is 0, the window's loss"]),
     "chainmap_subclass_11": ("11_own_model.ipynb", {"def diagnose": CHAINMAP_SUBCLASS_11}, 0, "failed",
                              ["`diagnose` returned a _Map (a ChainMap): return a plain dict"]),
     "wide_shared_00": ("00_start_here.ipynb", {"def choose_recipe": WIDE_SHARED_00}, 2, "failed",

@@ -495,8 +495,8 @@ def _record_as_a_mapping(*args):
 
 WRONG = {
     ("09", "train_window"): {
-        "a Mapping whose __getitem__ reads the check's frame (review rev25-r7 E4)": (_record_reads_the_frame,
-                                                                                    "'grad_norm' is 0"),
+        "a Mapping whose __getitem__ reads the check's frame (review rev25-r7 E4)": (
+            _record_reads_the_frame, "'loss' is 0, the window's loss"),
         "imported from the course": (capstone.train_window,
                                      "this is ampcourse.capstone.train_window imported from the course"),
         "lesson 09's code pasted": (lesson_code_pasted(), "returned None: return a dict"),

@@ -382,13 +382,13 @@ def update_decimals(scale, tracker, found_inf, growth_factor, backoff_factor, gr
 
 
 @dataclasses.dataclass
-class _Update:
+class _UpdateRecord:
     scale: float
     tracker: int
 
 
 def update_dataclass(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
-    return _Update(*update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval))
+    return _UpdateRecord(*update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval))
 
 
 def update_astuple(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
