@@ -80,7 +80,8 @@ after the last call from their constants (review rev25-r7 E1); a swap there must
 judgement and is seen by ``passed()``'s comparison, unless something racing it, a thread, undoes it between the two (a
 gc callback, a torch mode or a signal handler would too: those are hazards, above); a trace or profile function the
 answer's call leaves on, the one Python way to rebind a running function's locals, fails that call
-(``checks.answer_of``); ``ctypes`` can still write a function's locals (``PyFrame_LocalsToFast``). Other checks still compute their expected values first, and there the
+(``checks.answer_of``); ``ctypes`` can still write a function's locals (``PyFrame_LocalsToFast``). Other checks still
+compute their expected values first, and there the
 answer's own function can read them while it runs; the check modules' public tables (answers, reference literals such
 as lesson 04's ``TORCH_UPDATES``) are readable by any cell. An answer returned through ``checks.call``, or
 ``noted_call(..., plain_as=...)``, is converted to plain values in the call pass, ``checks.plain``/``exact_number``/
