@@ -45,8 +45,9 @@ torch's own file, never by the file name or ``__wrapped__`` they claim: :func:`_
 The verdict (:func:`guard_verdict`, the same in ``pytest --nbval``). A task fails as "cannot be graded" when the guard
 could not answer before or after its check (:data:`UNVERIFIED`: an answer replaced the shell's
 ``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a
-``gc.callbacks`` entry or a changed gc threshold, a torch function or dispatch mode left entered (code that runs inside
-the check without a thread: review rev25-r6 E5), a thread
+``gc.callbacks`` entry or a changed gc threshold, a torch function or dispatch mode left entered, a signal handler of
+the learner's code or an interval timer (code that runs inside the check without a thread: review rev25-r6 E5,
+rev25-r7 W1; finalizers of the answer's garbage are not covered), a thread
 started with ``_thread`` that ``threading`` does not list, or a Python thread started after the guard was installed
 that runs the learner's code (:func:`_thread_code`: its target, or a frame on its stack, is not code compiled from a
 file of the standard library, site-packages or the course, as that file is on disk: a claimed ``co_filename`` is not
@@ -71,17 +72,26 @@ classes (a torch module replaced in ``sys.modules`` included), other third-party
 above), C extensions and C-level state (``torch._C`` types can be changed from C; a C extension can do anything), the
 values inside objects other than the course modules' public tables (a tensor a check reads, mutated in place), a
 change the answer's own function makes during the check and undoes before it returns (frames, ``sys._getframe``
-tricks, a module global swapped and put back; lesson 00's checks and lesson 04's Task 2 call the answer on every case
-before computing what they expect, so there such a swap must last until the check's last judgement and is seen by
-``passed()``'s comparison, unless something racing it, a thread, undoes it between the two (a gc callback or a torch
-mode would too: those are hazards, above); other checks still
-compute their expected values first, and there the answer's own function can read them while it runs; an answer
-returned through ``checks.call``, or ``noted_call(..., plain_as=...)``, is converted to plain values in the call pass,
-``checks.plain``/``exact_number``: a value-type subclass becomes its content, an object whose class defines
-comparison or conversion dunders, a tensor with a method shadowed by an attribute of its own, a ChainMap or
-mappingproxy is refused, and the judgements of lessons 00, 04, 07 and 10 that read a returned tensor call its
-methods through the class, ``torch.Tensor.float(t)``; an object
-of another class passes as it is: review rev25-r5 E1/E2, rev25-r6 E1-E4),
+tricks, a module global swapped and put back), nor what the answer's function *writes* while it runs: any local of
+the check's frames (a list, a dict, a tensor) and any object alive (``gc.get_objects()``). The call-first checks
+(lesson 00's three, lesson 02's Tasks 2/3, lesson 04's Task 2: ``checks.collect``/``answer_of``) therefore keep each
+answer frozen (numbers, strings, dtypes, tuples of them) in tuples built by rebinding, and judge cases they make again
+after the last call from their constants (review rev25-r7 E1); a swap there must last until the check's last
+judgement and is seen by ``passed()``'s comparison, unless something racing it, a thread, undoes it between the two (a
+gc callback, a torch mode or a signal handler would too: those are hazards, above); a trace or profile function the
+answer's call leaves on, the one Python way to rebind a running function's locals, fails that call
+(``checks.answer_of``); ``ctypes`` can still write a function's locals (``PyFrame_LocalsToFast``). Other checks still
+compute their expected values first, and there the
+answer's own function can read them while it runs; the check modules' public tables (answers, reference literals such
+as lesson 04's ``TORCH_UPDATES``) are readable by any cell. An answer returned through ``checks.call``, or
+``noted_call(..., plain_as=...)``, is converted to plain values in the call pass, ``checks.plain``/``exact_number``/
+``real_number``: a value-type subclass becomes its content, a Mapping of the answer's own a dict read once, a
+Fraction is taken only with two exact ints inside; an object whose class defines comparison or conversion dunders, a
+library class whose such dunders were replaced after ``ampcourse.checks`` was imported, a tensor with a method
+shadowed by an attribute of its own, a ChainMap, mappingproxy or SimpleNamespace (or a subclass) is refused, and the
+judgements of lessons 00, 04, 07 and 10 that read a returned tensor call its methods through the class,
+``torch.Tensor.float(t)``; an object of another class passes as it is, and what other library objects hold is not
+examined: review rev25-r5 E1/E2, rev25-r6 E1-E4, rev25-r7 E1-E4),
 ``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
 there runs after ``passed()``'s comparison), which function a check cell hands the check, and what the check cell
 runs: the guard covers the compiler's and transformer manager's methods, the transformer lists' items, and the
@@ -1056,12 +1066,34 @@ def _mode_stacks() -> dict:
     return {"function": function, "dispatch": dispatch}
 
 
+def _signal_state() -> tuple[dict, dict]:
+    """``({signal number: its Python handler}, {timer name: signal.getitimer(timer)})`` now: every signal whose
+    handler Python can read (SIGINT left out, ipykernel sets its own around each request), and the three interval
+    timers."""
+    import signal
+
+    handlers = {}
+    for number in signal.valid_signals():
+        if number == signal.SIGINT:
+            continue
+        try:
+            handlers[int(number)] = signal.getsignal(number)
+        except (ValueError, OSError):  # pragma: no cover - a number the platform lists but cannot read
+            continue
+    timers = {name: signal.getitimer(getattr(signal, name)) for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
+              if hasattr(signal, name)}
+    return handlers, timers
+
+
 def _code_without_a_thread() -> list[str]:
     """What runs code of the answer's inside a check without a thread (review rev25-r6 E5): a ``gc.callbacks`` entry
     added since the guard was installed (with ``gc.set_threshold(1, ...)`` a callback runs at nearly every
     allocation, and can walk the check's frames), a changed gc threshold, and a torch function or dispatch mode left
     entered (``TorchFunctionMode().__enter__()`` stays on across cells: every torch call the check makes runs
-    through it)."""
+    through it), a signal handler of the learner's code (``signal.signal``: a ``SIGALRM`` handler with
+    ``signal.setitimer`` runs between any two bytecodes of the check, with its frame) and an interval timer started
+    since (review rev25-r7 W1). Not covered: finalizers (``__del__``, ``weakref.finalize``) of the answer's garbage,
+    and methods of the answer's objects a check itself calls (a ``__deepcopy__`` on a model it copies)."""
     import gc
 
     found = []
@@ -1075,6 +1107,17 @@ def _code_without_a_thread() -> list[str]:
         if [id(m) for m in modes[kind]] != [id(m) for m in before[kind]]:
             names = ", ".join(type(m).__name__ for m in modes[kind]) or "none"
             found.append(f"a torch {kind} mode ({label}: {names}){IN_EFFECT}")
+    import signal
+
+    handlers, timers = _signal_state()
+    saved_handlers, saved_timers = _GUARD.get("signals") or (handlers, timers)
+    for number, handler in handlers.items():  # review rev25-r7 W1: a SIGALRM handler runs inside every judgement
+        if handler is not saved_handlers.get(number, handler) and callable(handler) \
+                and _thread_code(function=handler)[0] == "cell":
+            found.append(f"a signal handler for {signal.Signals(number).name} (signal.signal){IN_EFFECT}")
+    for name, now in timers.items():
+        if now != (0.0, 0.0) and saved_timers.get(name) == (0.0, 0.0):
+            found.append(f"an interval timer ({name}, signal.setitimer){IN_EFFECT}")
     return found
 
 
@@ -1120,6 +1163,7 @@ def guard_install(shell, modules: dict[str, str]) -> str:
 
     _GUARD["gc"] = (list(gc.callbacks), gc.get_threshold())
     _GUARD["modes"] = _mode_stacks()
+    _GUARD["signals"] = _signal_state()
     state = vars(sys.modules["_ampcourse_grader_guard"])
     state["audit"] = _GUARD["audit"] = state.get("audit", [])
     if not state.get("audit hook"):  # audit hooks cannot be removed: one per kernel, noting each hook added later
@@ -1288,7 +1332,8 @@ _KERNEL_SIDE = (_transformer_lists, _guarded_objects, _method_slots, _plain_copy
                 _module_entry, _member_state, _class_state, _restore_function, _class_changes, _course_modules,
                 _put_back, _course_changes, _namespaces, _namespace_state, _function_dicts, _dynamo_disable,
                 _function_dict_changes, _file_codes, _torch_wrapper,
-                _namespace_changes, _code_roots, _thread_code, _thread_starter, _mode_stacks, _code_without_a_thread,
+                _namespace_changes, _code_roots, _thread_code, _thread_starter, _mode_stacks, _signal_state,
+                _code_without_a_thread,
                 _thread_entry_points, guard_hazards,
                 guard_install, _check_codes, _from_a_cell, _undo, guard_reset, guard_verify)
 _KERNEL_CODE: list[str] = []

@@ -232,6 +232,60 @@ class _EqualToAnything(int):  # review rev25-r2 E4: passed when the check truste
     __hash__ = int.__hash__
 
 
+def _rewrites_the_cases(t):
+    """Review rev25-r7 E1: walks to the check's frame and makes every case of its case list float32, then answers
+    4 bytes per element (wrong for every other dtype)."""
+    f = sys._getframe(1)
+    while f is not None and not (f.f_globals.get("__name__") == "ampcourse.checks.lesson00"
+                                 and isinstance(f.f_locals.get("cases"), list)):
+        f = f.f_back
+    if f is not None:
+        f.f_locals["cases"][:] = [(torch.zeros(n, dtype=torch.float32), n, None) for _, n, _ in f.f_locals["cases"]]
+    return t.numel() * 4
+
+
+def _writes_every_frame(t):
+    """Review rev25-r7 E1, wider: in every frame of the course's checks, rebinds `cases`/`answers` through
+    frame.f_locals (a dict snapshot in CPython 3.11: nothing changes) and turns every tensor it can reach there into a
+    float32 one, then answers 4 bytes per element."""
+    f = sys._getframe(1)
+    while f is not None:
+        if str(f.f_globals.get("__name__", "")).startswith("ampcourse.checks"):
+            local = f.f_locals
+            for value in list(local.values()):
+                for item in (value if isinstance(value, (list, tuple)) else [value]):
+                    for part in (item if isinstance(item, tuple) else (item,)):
+                        if isinstance(part, torch.Tensor):
+                            part.data = torch.zeros(part.shape, dtype=torch.float32)
+            local["answers"] = ((4000, None),) * 20
+            local["cases"] = [(torch.zeros(1000), 1000, None)] * 20
+        f = f.f_back
+    return t.numel() * 4
+
+
+def _recipe_rewrites_its_inputs(capability):
+    """Review rev25-r7 E1 in Task 3: makes every later capability in the call pass's list (8, 0), then answers
+    bfloat16 everywhere; the check judges the GPUs it lists again after the calls."""
+    f = sys._getframe(1)
+    while f is not None:
+        calls = f.f_locals.get("calls")
+        if isinstance(calls, list):
+            calls[:] = [((8, 0),)] * len(calls)
+        f = f.f_back
+    return torch.bfloat16, False
+
+
+@dataclasses.dataclass
+class _Recipe:
+    dtype: torch.dtype
+    use_grad_scaler: bool
+
+
+_WIDE: list = [False]
+for _ in range(17):
+    _WIDE = [_WIDE] * 20  # review rev25-r7 W2: 20**17 paths through 17 shared lists
+
+
 WRONG = {
     ("00", "tensor_bytes"): {
         # an int subclass is judged by its int content (review rev25-r6 M1: checks.plain converts it)
@@ -253,6 +307,10 @@ WRONG = {
         "a float (review: the stub says -> int)": (lambda t: float(t.numel() * t.element_size()), "a float"),
         "a 0-d tensor": (lambda t: torch.tensor(t.numel()) * t.element_size(), "return a Python int"),
         "a bool": (lambda t: t.numel() > 0, "as an int"),
+        "rewrites the check's case list through sys._getframe (review rev25-r7 E1)": (_rewrites_the_cases,
+                                                                                     "as if it were float32"),
+        "rewrites every tensor and local it reaches in the checks' frames (review rev25-r7 E1)": (
+            _writes_every_frame, "as if it were float32"),
     },
     ("00", "amp_forward"): {
         "no autocast": (_no_autocast, "did not run under autocast"),
@@ -291,6 +349,11 @@ WRONG = {
                                   "FP32 training has no float16 gradients"),
         "a list instead of a tuple": (lambda c: list(recipe_right(c)), "return a tuple"),
         "Tegra X1 (5, 3) forgotten (review: passed when GPUS lacked it)": (_forgets_tegra_x1, "twice the FP32 rate"),
+        "rewrites the capabilities still to be asked (review rev25-r7 E1)": (_recipe_rewrites_its_inputs,
+                                                                            "no FP16 arithmetic units"),
+        "a dataclass (review rev25-r7 M1)": (lambda c: _Recipe(*recipe_right(c)), "dataclasses.astuple(result)"),
+        "17 levels of shared lists (review rev25-r7 W2)": (lambda c: (torch.float32, _WIDE),
+                                                          "a structure too large to judge"),
     },
 }
 
@@ -313,6 +376,8 @@ RIGHT = {
         "the rule written out": recipe_right,
         "ampcourse.device.recommend": recipe_from_recommend,
         "major and minor as one number": recipe_by_number,
+        "dataclasses.astuple of a dataclass (review rev25-r7 M1)": lambda c: dataclasses.astuple(
+            _Recipe(*recipe_right(c))),
     },
 }
 

@@ -3,6 +3,8 @@
 import inspect
 import math
 import statistics
+import sys
+from collections.abc import Mapping
 
 import grader_fixtures
 import numpy as np
@@ -443,8 +445,58 @@ def weighted_no_scaler_step(model, optimizer, scaler, micro_batches):
     scaler.update()
 
 
+class _FrameRecord(Mapping):
+    """Review rev25-r7 E4: a read-only Mapping whose __getitem__ hands the check its own reference values."""
+
+    def __init__(self, mine):
+        self.mine = mine
+
+    def __iter__(self):
+        return iter(self.mine)
+
+    def __len__(self):
+        return len(self.mine)
+
+    def __getitem__(self, key):
+        v = sys._getframe(1).f_locals
+        if key == "stepped" and "applied" in v:
+            return v["applied"]
+        if key == "grad_norm" and "true_norm" in v:
+            return float(v["true_norm"])
+        if key == "loss" and "losses" in v:
+            return sum(v["losses"]) / len(v["losses"])
+        return self.mine[key]
+
+
+def _record_reads_the_frame(*args):
+    step()(*args)  # the right training step; the record is fixed, read through the Mapping
+    return _FrameRecord({"stepped": True, "grad_norm": 0.0, "loss": 0.0})
+
+
+class _HonestRecord(Mapping):
+    """An honest read-only record: a Mapping of its own over the right values (read into a dict by the check)."""
+
+    def __init__(self, mine):
+        self.mine = dict(mine)
+
+    def __iter__(self):
+        return iter(self.mine)
+
+    def __len__(self):
+        return len(self.mine)
+
+    def __getitem__(self, key):
+        return self.mine[key]
+
+
+def _record_as_a_mapping(*args):
+    return _HonestRecord(step()(*args))
+
+
 WRONG = {
     ("09", "train_window"): {
+        "a Mapping whose __getitem__ reads the check's frame (review rev25-r7 E4)": (
+            _record_reads_the_frame, "'loss' is 0, the window's loss"),
         "imported from the course": (capstone.train_window,
                                      "this is ampcourse.capstone.train_window imported from the course"),
         "lesson 09's code pasted": (lesson_code_pasted(), "returned None: return a dict"),
@@ -535,6 +587,7 @@ RIGHT = {
         "the step with a record": step(),
         "zero_grad after the step": zero_grad_after_the_step,
         "validates its input; float32 logits; get_total_norm": strict_train_window,
+        "a read-only Mapping of its own (review rev25-r7 E4: read into a dict)": _record_as_a_mapping,
     },
     ("09", "sample_weighted_window"): {
         "summed loss / total rows": weighted(),

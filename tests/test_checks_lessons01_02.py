@@ -4,9 +4,11 @@ The fixtures are in the one shape of `tests/grader_fixtures.py`: `WRONG[(lesson,
 words the message must say)`, `RIGHT[(lesson, task)][label] = answer`.
 """
 
+import decimal
 import fractions
 import math
 import struct
+import sys
 
 import grader_fixtures
 import numpy as np
@@ -238,6 +240,56 @@ def _better_ties_to_bf16(values):
     return torch.float16 if err[torch.float16] < err[torch.bfloat16] else torch.bfloat16
 
 
+class _ReadsW:
+    """Review rev25-r7 E2: a Fraction's numerator that, converted by float(), reads the check's `w`."""
+
+    def __init__(self, mine):
+        self.mine = mine
+
+    def __int__(self):
+        w = sys._getframe(2).f_locals.get("w")
+        return int(fractions.Fraction(w) * 2**1100) if isinstance(w, float) else int(self.mine * 2**1100)
+
+
+def _fraction_holding(mine):
+    f = fractions.Fraction.__new__(fractions.Fraction)  # an exact Fraction with the answer's object inside
+    f._numerator, f._denominator = _ReadsW(mine), 2**1100
+    return f
+
+
+def _limits_in_fractions_holding(e, m):
+    bias = 2 ** (e - 1) - 1
+    return _fraction_holding(2.0**bias), _fraction_holding(2.0**-bias), _fraction_holding(2.0 ** (-bias - m))
+
+
+def _limits_decimal(e, m):  # review rev25-r7 M1: a Decimal is a number, exact from the float
+    return tuple(decimal.Decimal(v) for v in limits_right(e, m))
+
+
+def _fill_the_checks_tensors(value):
+    """Review rev25-r7 E1 in lesson 02: every tensor in the frames of the course's checks (the cases the check keeps,
+    the ones it handed over) filled in place with ``value``."""
+    f = sys._getframe(2)
+    while f is not None:
+        if str(f.f_globals.get("__name__", "")).startswith("ampcourse.checks"):
+            for local in list(f.f_locals.values()):
+                for item in (local if isinstance(local, (list, tuple)) else [local]):
+                    for part in (item if isinstance(item, tuple) else (item,)):
+                        if isinstance(part, torch.Tensor):
+                            part.fill_(value)
+        f = f.f_back
+
+
+def _scale_for_peak_one(grads):
+    _fill_the_checks_tensors(1.0)
+    return scale_right(grads)  # 2**15 once every tensor is 1.0
+
+
+def _no_flush_after_filling(grads, scale):
+    _fill_the_checks_tensors(1.0)
+    return flushed_right(grads, scale)  # 0.0 once every tensor is 1.0
+
+
 WRONG = {
     ("01", "decode_fp16"): {
         "bias 16": (_decoder(bias=16), "off-by-one bias: you used 16"),
@@ -267,6 +319,8 @@ WRONG = {
                           "off-by-one bias"),
         "a string field": (lambda e, m: (str(limits_right(e, m)[0]),) + limits_right(e, m)[1:],
                            "should be a number"),
+        "Fractions holding an object whose __int__ reads `w` (review rev25-r7 E2)": (
+            _limits_in_fractions_holding, "a Fraction holding an object of type `_ReadsW` as its numerator"),
     },
     ("01", "update_is_lost"): {
         "machine epsilon for every weight": (_lost(M.get, lambda w, m: 2.0**-m), "grows with w"),
@@ -320,6 +374,8 @@ WRONG = {
                                "you used 65536"),
         "strict < 65504": (lambda g: 2.0 ** (math.ceil(math.log2(65504 / g.abs().max().item())) - 1),
                            "(≤, not <)"),
+        "fills the check's tensors with 1.0 through its frames (review rev25-r7 E1)": (
+            _scale_for_peak_one, "you returned 32768; the largest safe power of two is"),
     },
     ("02", "flushed_fraction"): {
         "ignores the scale": (lambda g, s: flushed_right(g, 1.0), "does not change with the scale: you ignored it"),
@@ -336,6 +392,8 @@ WRONG = {
         "signed comparison": (lambda g, s: _share(g.double() * s <= 2.0**-25, g), "compared the signed value"),
         "a count": (lambda g, s: float((g != 0).logical_and(g.double().abs() * s <= 2.0**-25).sum()),
                     "you returned a count"),
+        "fills the check's tensors with 1.0 through its frames (review rev25-r7 E1)": (
+            _no_flush_after_filling, "with no scaling you returned 0.0000"),
     },
     ("02", "better_dtype"): {
         "always bfloat16 (range is all that matters)": (lambda v: torch.bfloat16, "8 times finer"),
@@ -360,7 +418,8 @@ WRONG = {
 RIGHT = {
     ("01", "decode_fp16"): {"the formula": decode_right, "struct's half format": decode_struct,
                             "ldexp and copysign": decode_ldexp},
-    ("01", "format_limits"): {"the formulas": limits_right, "integer significands with ldexp": limits_ldexp,
+    ("01", "format_limits"): {"decimal.Decimal (review rev25-r7 M1)": _limits_decimal,
+                              "the formulas": limits_right, "integer significands with ldexp": limits_ldexp,
                               "an exact int largest, Fractions (review)": limits_exact_int_and_fractions},
     ("01", "update_is_lost"): {"spacing and ties by hand": lost_right, "exact fractions": lost_fractions},
     ("02", "predict_cast"): {"the thresholds": predict_right, "numpy's float16 cast": predict_numpy},

@@ -1,7 +1,11 @@
 """Exercises 03–04: the checks pass right answers and name each typical wrong one (the fixtures)."""
 
 import collections
+import dataclasses
+import decimal
+import fractions
 import math
+import sys
 import typing
 import warnings
 
@@ -332,6 +336,71 @@ def update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growt
         grown = float32(scale * growth_factor)
         return (grown if math.isfinite(grown) else scale), 0
     return scale, tracker
+
+
+class _AnyPair:
+    """Review rev25-r7 E1: equal to every pair; never returned, written into the check's own lists."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def update_rewrites_the_checks_answers(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """Review rev25-r7 E1 (the review's cell, made to survive tuples): rewrites the check's lists of answers through
+    sys._getframe, else rebinds them through frame.f_locals (which does not reach a function's locals), and halves
+    the scale at every step."""
+    f = sys._getframe(1)
+    while f is not None and not (f.f_globals.get("__name__") == "ampcourse.checks.lesson04" and "runs" in f.f_locals):
+        f = f.f_back
+    if f is not None:
+        v = f.f_locals
+        try:
+            for answers in [*v["runs"], v["answers"]]:
+                answers[:] = [(s, t, (None, _AnyPair(), None), None) for s, t, *_ in answers]
+            v["answers"].append((scale, tracker, (None, _AnyPair(), None), None))
+        except (TypeError, AttributeError):
+            v["answers"] = [(scale, tracker, ((1024.0, 0), None, None), None)] * 100
+            v["runs"] = [v["answers"]] * 100
+    return scale * 0.5, 0
+
+
+def update_fractions(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """Review rev25-r7 M1: the right rule, returned as exact Fractions (the scale is a float32 value, exactly)."""
+    new_scale, new_tracker = update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval)
+    return fractions.Fraction(new_scale), fractions.Fraction(new_tracker)
+
+
+def update_decimals(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """Review rev25-r7 M1: the right rule, returned as Decimals (exact from the floats)."""
+    new_scale, new_tracker = update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval)
+    return decimal.Decimal(new_scale), decimal.Decimal(new_tracker)
+
+
+@dataclasses.dataclass
+class _UpdateRecord:
+    scale: float
+    tracker: int
+
+
+def update_dataclass(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    return _UpdateRecord(*update_right(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval))
+
+
+def update_astuple(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    return dataclasses.astuple(update_dataclass(scale, tracker, found_inf, growth_factor, backoff_factor,
+                                                growth_interval))
+
+
+def update_fraction_holding(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """Review rev25-r7 E2: an exact Fraction whose numerator is the answer's own object."""
+    f = fractions.Fraction.__new__(fractions.Fraction)
+    f._numerator, f._denominator = _AnyPair(), 1
+    return f, 0
 
 
 def update_numpy_style(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
@@ -717,6 +786,14 @@ WRONG = {
         "tracker + 0.5 (review rev25-r6 W1)": (update_tracker_off_by_half, "the growth tracker counts steps"),
         "a tensor whose own item() lies (review rev25-r6 E3)": (_tracker_item_shadowed,
                                                                 "`item` set on it as an attribute of its own"),
+        "rewrites the check's answers through sys._getframe (review rev25-r7 E1)": (
+            update_rewrites_the_checks_answers, "torch.amp.GradScaler gives (1024.0, 1)"),
+        "a dataclass (review rev25-r7 M1)": (update_dataclass, "dataclasses.astuple(result)"),
+        "a Fraction holding the answer's object (review rev25-r7 E2)": (
+            update_fraction_holding, "a Fraction holding an object of type `_AnyPair` as its numerator"),
+        "the scale as a string (review rev25-r7 M1: the part is named)": (
+            lambda s, t, f, g, b, n: (str(update_right(s, t, f, g, b, n)[0]), t),
+            "the new scale you returned is '1024.0', a str: return it as a Python float"),
     },
     ("04", "skipped_steps"): {
         "any change is a skip": (lambda i, s: [k for k, (b, a) in enumerate(_pairs(i, s)) if a != b],
@@ -780,7 +857,10 @@ RIGHT = {
                              "torch's update kernel": update_torch_kernel,
                              "a namedtuple (review rev25-r6 M1)": update_namedtuple,
                              "a typing.NamedTuple of numpy float32 (review rev25-r6 M1)":
-                                 update_typed_namedtuple_numpy_float32},
+                                 update_typed_namedtuple_numpy_float32,
+                             "Fractions (review rev25-r7 M1)": update_fractions,
+                             "Decimals (review rev25-r7 M1)": update_decimals,
+                             "dataclasses.astuple (review rev25-r7 M1)": update_astuple},
     ("04", "skipped_steps"): {"zip": skipped_right, "a loop": skipped_loop, "numpy integers": skipped_numpy,
                               "validated, pairwise": skipped_strict},
     ("04", "unscale_by_hand"): {"float64 reciprocal": unscale_right, "Python reciprocal": unscale_python_reciprocal,

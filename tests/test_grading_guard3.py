@@ -203,7 +203,8 @@ def test_every_check_calls_the_learners_function_through_call():
     answer joins before it returns was judged "still running after your function returned". An AST scan of every
     check module (review rev25-r5 N1: widened): in every function with a parameter ``fn``, and any name bound from it
     (``hook = fn``), a call of it (``fn(...)``), of its attribute (``fn.method(...)``), or passing it to a callable
-    other than ``call``/``noted_call``/``require_callable``, inspection (``inspect.getsource``, ``getattr``) or a
+    other than ``call``/``noted_call``/``require_callable``/``collect``/``answer_of``, inspection
+    (``inspect.getsource``, ``getattr``) or a
     check module's own function taking ``fn`` (itself scanned) — ``functools.partial(fn)``, ``map(fn, ...)`` — is
     flagged. Not seen: a callable the answer returned, or a learner object's methods (an object a check receives
     is the check's to handle)."""
@@ -213,7 +214,8 @@ def test_every_check_calls_the_learners_function_through_call():
     paths = sorted((Path(grading.ROOT) / "ampcourse" / "checks").glob("lesson*.py"))
     trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in paths}
     inspection = {"isfunction", "getsource", "getattr", "signature", "getclosurevars"}  # these do not call it
-    takes_fn = {"call", "noted_call", "require_callable", *inspection} | {
+    # checks.collect/answer_of call it through call (review rev25-r7 E1)
+    takes_fn = {"call", "noted_call", "require_callable", "collect", "answer_of", *inspection} | {
         f.name for tree in trees.values() for f in ast.walk(tree)
         if isinstance(f, ast.FunctionDef) and "fn" in [a.arg for a in f.args.args]}
     direct = []
@@ -554,4 +556,238 @@ def test_gc_callbacks_and_torch_modes_left_by_an_answer_are_hazards(guard):
     assert reason.startswith("cannot be graded") and "left a gc callback (gc.callbacks) running" in reason
     assert "a torch function mode (TorchFunctionMode: Equal), a torch dispatch mode (TorchDispatchMode: Spy) " \
            "in effect, through which code of theirs can run inside the check" in reason
+    assert grading._code_without_a_thread() == []
+
+
+# --- review rev25-r7 ----------------------------------------------------------------------------------------------
+
+def test_a_write_to_frame_f_locals_does_not_reach_a_functions_locals():
+    """E1's premise, on this interpreter (CPython 3.11): ``frame.f_locals`` is a snapshot; what a callee writes into it
+    does not rebind the caller's local (``checks.collect`` relies on it, with tuples that cannot change in place)."""
+    def callee():
+        sys._getframe(1).f_locals["answers"] = ("forged",)
+
+    def caller():
+        answers = ("mine",)
+        callee()
+        return answers
+
+    assert caller() == ("mine",), ("on this Python a write to frame.f_locals reaches a function's locals (PEP 667, "
+                                   "3.13+): checks.collect must keep its answers where a frame cannot rebind them")
+
+    def tracer(frame, event, arg):  # but a trace event writes f_locals back: why answer_of refuses a trace left on
+        if frame.f_code.co_name == "traced" and event == "line" and frame.f_locals.get("answers") == ("mine",):
+            frame.f_locals["answers"] = ("forged",)
+        return tracer
+
+    def traced():
+        answers = ("mine",)
+        sys._getframe().f_trace = tracer
+        sys.settrace(tracer)
+        try:
+            return answers
+        finally:
+            sys.settrace(before)
+
+    before = sys.gettrace()
+    assert traced() == ("forged",)
+
+
+def test_a_trace_function_the_answer_leaves_to_rebind_collects_answers_fails_the_call():
+    """E1: the answer sets ``sys.settrace`` and ``f_trace`` on collect's frame, so that a trace event there would
+    rebind its tuple of answers: ``answer_of`` takes the hook out and fails the call, raised through collect."""
+    from ampcourse.checks import collect
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name == "collect" and event == "line":
+            frame.f_locals["answers"] = (("forged", None),) * 3
+        return tracer
+
+    def answer(x):
+        f = sys._getframe(1)
+        while f.f_code.co_name != "collect":
+            f = f.f_back
+        f.f_trace = tracer
+        sys.settrace(tracer)
+        return x
+
+    before = sys.gettrace()
+    try:
+        with pytest.raises(CheckFailed, match="set a trace or profile function"):
+            collect("Task 1 (f)", answer, "f", [(1,), (2,)])
+        assert sys.gettrace() is before
+    finally:
+        sys.settrace(before)
+
+
+def test_collect_keeps_frozen_answers_that_the_answers_function_cannot_change():
+    """E1: a function that reaches collect's frames and every list it can find there changes nothing collect
+    returns; what is not a frozen value is kept as words only (a Returned)."""
+    from ampcourse.checks import Returned, collect, frozen
+
+    kept = []
+
+    def answer(x):
+        f = sys._getframe(1)
+        while f is not None and str(f.f_globals.get("__name__")).startswith("ampcourse.checks"):
+            for value in list(f.f_locals.values()):
+                if isinstance(value, list):
+                    value[:] = ["forged"] * len(value)
+            f.f_locals["answers"] = (("forged", None),)
+            f = f.f_back
+        out = [x, x]
+        kept.append(out)
+        return out if x == 3 else (x, torch.float32)
+
+    got = collect("Task 1 (f)", answer, "f", [(1,), (2,), (3,)])
+    for out in kept:
+        out.append("changed later")
+    assert [a for a, _ in got[:2]] == [(1, torch.float32), (2, torch.float32)] and got[0][1] is None
+    assert isinstance(got[2][0], Returned) and repr(got[2][0]) == "[3, 3]" and got[2][0].kind == "list"
+    assert frozen(torch.ones(1)).tensor and frozen((1, "a", None, 2.5)) == (1, "a", None, 2.5)
+    failed = collect("Task 1 (f)", lambda x: 1 // x, "f", [(1,), (0,), (2,)])
+    assert len(failed) == 2 and failed[1][0] is None and "raised ZeroDivisionError" in str(failed[1][1])
+
+
+def test_plain_refuses_subclasses_of_the_containers_it_cannot_read_and_reads_a_deque_subclass():
+    """E3: ``class _Map(ChainMap): pass`` (and of mappingproxy's kin, SimpleNamespace) is refused like the class
+    itself; a deque subclass becomes a deque of its converted items (a str subclass inside becomes a str)."""
+    import collections
+
+    from ampcourse.checks import plain
+
+    class AnyStr(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    class Map(collections.ChainMap):
+        pass
+
+    class Space(types.SimpleNamespace):
+        pass
+
+    class Queue(collections.deque):
+        pass
+
+    assert "returned a Map (a ChainMap): return a plain dict" in _refusal(Map({"kind": AnyStr("overflow")}))
+    assert "returned a Space (a SimpleNamespace): return a plain dict" in _refusal(Space(kind="overflow"))
+    converted = plain("T", Queue([AnyStr("a"), 1]), "f")
+    assert type(converted) is collections.deque and [type(v) for v in converted] == [str, int]
+
+
+def test_plain_reads_a_mapping_of_the_answers_own_once_into_a_dict():
+    """E4: a ``collections.abc.Mapping`` that is no dict becomes a plain dict of plain values in the call pass: its
+    ``__getitem__`` runs there, never in the judgement."""
+    from collections.abc import Mapping
+
+    from ampcourse.checks import plain
+
+    reads = []
+
+    class Record(Mapping):
+        def __iter__(self):
+            return iter(("stepped", "loss"))
+
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, key):
+            reads.append(key)
+            return {"stepped": True, "loss": 0.5}[key]
+
+    converted = plain("T", Record(), "f")
+    assert type(converted) is dict and converted == {"stepped": True, "loss": 0.5} and reads == ["stepped", "loss"]
+
+
+def test_plain_takes_a_fraction_only_with_two_ints_and_refuses_patched_library_classes():
+    """E2: an exact Fraction holding the answer's object is refused (``float()`` of it would run the answer's
+    ``__int__``); an honest Fraction, Decimal passes and ``real_number`` reads it by int's/the C type's own code; a
+    library class whose ``__eq__`` an answer replaced (``enum.Enum``) is no longer trusted."""
+    import decimal
+    import enum
+    import fractions
+
+    from ampcourse.checks import plain, real_number
+
+    class Num:
+        def __int__(self):
+            return 3
+
+    forged = fractions.Fraction.__new__(fractions.Fraction)
+    forged._numerator, forged._denominator = Num(), 1
+    assert "a Fraction holding an object of type `Num` as its numerator" in _refusal(forged)
+    assert plain("T", fractions.Fraction(3, 4), "f") == fractions.Fraction(3, 4)
+    assert _refusal(decimal.Decimal(1)) is None
+    assert real_number(fractions.Fraction(3, 4)) == 0.75 and type(real_number(decimal.Decimal("0.5"))) is float
+    assert real_number(decimal.Decimal("NaN")) is None and real_number(True) is None and real_number("1") is None
+
+    class Color(enum.Enum):
+        RED = 1
+
+    assert _refusal(Color.RED) is None
+    original = enum.Enum.__dict__.get("__eq__")
+    enum.Enum.__eq__ = lambda self, other: True
+    try:
+        assert "whose library class has had `Enum.__eq__` replaced" in _refusal(Color.RED)
+    finally:
+        if original is None:
+            del enum.Enum.__eq__
+        else:
+            enum.Enum.__eq__ = original
+    assert _refusal(Color.RED) is None
+
+
+def test_plain_refuses_a_huge_shared_structure_at_once_and_a_dataclass_by_name():
+    """W2: 17 levels of ``[x] * 20`` (20**17 paths) is refused in well under a second; N1: two str-subclass keys that
+    are one string; M1: a dataclass is named as one, with the fix."""
+    import time
+
+    wide: list = [False]
+    for _ in range(17):
+        wide = [wide] * 20
+    began = time.monotonic()
+    assert "a structure too large to judge" in _refusal((torch.float32, wide))
+    assert time.monotonic() - began < 2
+    shared = [1.0] * 10
+    assert _refusal([shared] * 100) is None  # 1,101 values, read once
+
+    class Key(str):  # a key of its own in the answer's dict, the string "a" once read as a str
+        def __eq__(self, other):
+            return self is other
+
+        __hash__ = object.__hash__
+
+    assert "two keys that are the same string" in _refusal({Key("a"): 1, "a": 2})
+
+    @dataclasses.dataclass
+    class Pair:
+        scale: float
+        tracker: int
+
+    assert "a dataclass (`Pair`" in _refusal(Pair(1.0, 0)) and "dataclasses.astuple(result)" in _refusal(Pair(1.0, 0))
+
+
+def test_a_signal_handler_or_an_interval_timer_left_by_an_answer_is_a_hazard(guard):
+    """W1: a SIGALRM handler of the learner's code runs between any two bytecodes of the check; an interval timer
+    started since the guard was installed too."""
+    import gc
+    import signal
+
+    guard["gc"] = (list(gc.callbacks), gc.get_threshold())
+    guard["modes"] = grading._mode_stacks()
+    guard["signals"] = grading._signal_state()
+    assert grading._code_without_a_thread() == []
+    before = signal.getsignal(signal.SIGALRM)
+    signal.signal(signal.SIGALRM, lambda signum, frame: None)
+    signal.setitimer(signal.ITIMER_REAL, 1000.0)
+    try:
+        found = grading._code_without_a_thread()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    assert found == [f"a signal handler for SIGALRM (signal.signal){grading.IN_EFFECT}",
+                     f"an interval timer (ITIMER_REAL, signal.setitimer){grading.IN_EFFECT}"]
+    assert "left a signal handler for SIGALRM (signal.signal), an interval timer" in grading.cannot_grade(found)
     assert grading._code_without_a_thread() == []

@@ -25,6 +25,7 @@ request. A task that was never attempted shows no hint (``NotStarted`` carries n
 from __future__ import annotations
 
 import collections
+import collections.abc
 import operator
 import re
 import sys
@@ -230,6 +231,27 @@ _COMPARE_DUNDERS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", 
                     "__subclasscheck__")
 
 
+#: what each heap library class's own ``__dict__`` held for :data:`_COMPARE_DUNDERS` when ``ampcourse.checks`` was
+#: imported: a library class an answer patches later (``enum.Enum.__eq__ = ...``, ``numbers.Rational.__float__``) is
+#: no longer trusted (review rev25-r7 E2)
+_LIBRARY_DUNDERS = {cls: tuple(_TYPE_DICT(cls).get(name) for name in _COMPARE_DUNDERS)
+                    for cls in _LIBRARY_CLASSES if _TYPE_FLAGS(cls) & _HEAP_TYPE}
+
+
+def _fraction_slots():
+    import fractions
+
+    own = _TYPE_DICT(fractions.Fraction)
+    return fractions.Fraction, own["_numerator"].__get__, own["_denominator"].__get__
+
+
+_FRACTION, _NUMERATOR_OF, _DENOMINATOR_OF = _fraction_slots()  # Fraction's own slot readers, taken at import
+#: the most values (containers and their items) :func:`plain` reads in one answer (review rev25-r7 W2)
+PLAIN_BUDGET = 100_000
+#: C containers whose subclasses pass nowhere as they are: refused, read through their own methods otherwise
+_REFUSED_CONTAINERS = (collections.ChainMap, types.MappingProxyType, types.SimpleNamespace)
+
+
 class _Refused(Exception):
     """What :func:`_plain_value` found that a check cannot judge: ``what`` (words) and ``fix`` (a sentence)."""
 
@@ -255,31 +277,91 @@ def _dunders_of_its_own(kind: type) -> list[str]:
     found = []
     for owner in (kind, type(kind)):
         for cls in _TYPE_MRO(owner):
-            if not _TYPE_FLAGS(cls) & _HEAP_TYPE or cls in _LIBRARY_CLASSES:
+            if not _TYPE_FLAGS(cls) & _HEAP_TYPE:
+                continue
+            if cls in _LIBRARY_CLASSES:  # trusted as it was at import: a dunder changed since is the answer's
+                then, now = _LIBRARY_DUNDERS.get(cls, ()), _TYPE_DICT(cls)
+                found += [name for name, was in zip(_COMPARE_DUNDERS, then, strict=False)
+                          if now.get(name) is not was and name not in found]
                 continue
             found += [name for name in _COMPARE_DUNDERS if name in _TYPE_DICT(cls) and name not in found]
     return found
 
 
-def _plain_value(value: object, depth: int = 0) -> Any:
+def _library_dunders_changed(kind: type) -> list[str]:
+    """``Class.__dunder__`` of each library class on ``kind``'s MRO (and its metaclass's) whose comparison or
+    conversion dunders changed since ``ampcourse.checks`` was imported."""
+    found = []
+    for owner in (kind, type(kind)):
+        for cls in _TYPE_MRO(owner):
+            if cls in _LIBRARY_DUNDERS:
+                now = _TYPE_DICT(cls)
+                found += [f"{_TYPE_NAME(cls)}.{name}" for name, was in zip(_COMPARE_DUNDERS, _LIBRARY_DUNDERS[cls],
+                                                                          strict=True) if now.get(name) is not was]
+    return list(dict.fromkeys(found))
+
+
+class _Walk:
+    """One :func:`plain` conversion: what it converted, by ``id``, with the number of values under it, and how many
+    values the answer holds counted as a tree (a list shared by many places counts at each place, as ``repr`` and
+    ``==`` would walk it, but is read once: ``[[x] * 20] * 20 ...`` is refused after a few thousand steps, not walked
+    20**17 times; review rev25-r7 W2)."""
+
+    __slots__ = ("done", "count")
+
+    def __init__(self) -> None:
+        self.done: dict[int, tuple[object, object, int]] = {}  # id -> (the original, kept alive; its conversion; size)
+        self.count = 0
+
+    def add(self, values: int, depth: int) -> None:
+        self.count += values
+        if self.count > PLAIN_BUDGET:
+            raise _Refused(f"a structure too large to judge (more than {PLAIN_BUDGET:,} values, counting a shared "
+                           "part at each place it appears)",
+                           "return only what the task asks for: a few numbers, a short tuple, list or dict.", depth)
+
+
+def _plain_value(value: object, depth: int = 0, walk: _Walk | None = None) -> Any:
     """``value`` made of plain values only (:func:`plain`); raises :class:`_Refused` for what cannot be."""
+    walk = _Walk() if walk is None else walk
     kind = type(value)  # type() is the object's real class: a `__class__` property does not change it
     if depth > 20:
         raise _Refused("a container nested more than 20 levels deep", "return a flat tuple, list or dict.", depth)
     if kind in (bool, int, float, complex, str, bytes, type(None)) or kind in _NUMPY_SCALARS:
+        walk.add(1, depth)
         return value
+    seen = walk.done.get(id(value))
+    if seen is not None and seen[0] is value:
+        walk.add(seen[2], depth)
+        return seen[1]
+    before = walk.count
+    walk.add(1, depth)
+    converted = _plain_container(value, kind, depth, walk)
+    walk.done[id(value)] = (value, converted, walk.count - before)
+    return converted
+
+
+def _plain_container(value: object, kind: type, depth: int, walk: _Walk) -> Any:
     import torch
 
+    def each(v):
+        return _plain_value(v, depth + 1, walk)
+
     if kind is torch.Size:
-        return torch.Size([_plain_value(v, depth + 1) for v in tuple.__iter__(value)])
+        return torch.Size([each(v) for v in tuple.__iter__(value)])
     if kind in (tuple, list, set, frozenset, collections.deque):
-        items = [_plain_value(v, depth + 1) for v in value]  # an exact C container: its own C iteration
+        items = [each(v) for v in value]  # an exact C container: its own C iteration
         return value if all(a is b for a, b in zip(items, value, strict=True)) else kind(items)
     if kind is dict or kind is collections.OrderedDict:
-        items = [(_plain_value(k, depth + 1), _plain_value(v, depth + 1)) for k, v in dict.items(value)]
-        if all(a is k and b is v for (a, b), (k, v) in zip(items, dict.items(value), strict=True)):
+        pairs = list(dict.items(value))
+        items = [(each(k), each(v)) for k, v in pairs]
+        if all(a is k and b is v for (a, b), (k, v) in zip(items, pairs, strict=True)):
             return value
-        return kind(items)
+        converted = kind(items)
+        if len(converted) != len(items):  # two str-subclass keys with one content (review rev25-r7 N1)
+            raise _Refused("a dict with two keys that are the same string (or number) once read as built-in values",
+                           "return a plain dict whose keys are plain strings.", depth)
+        return converted
     if kind in (torch.Tensor, torch.nn.Parameter):
         shadowing = sorted(str(k) for k in vars(value) if type(k) is not str or hasattr(torch.Tensor, k))
         if shadowing:  # t.float = lambda: ... (review rev25-r6 E3); a buffer's `persistent` shadows nothing
@@ -288,30 +370,61 @@ def _plain_value(value: object, depth: int = 0) -> Any:
                            "return the tensor itself, without attributes that replace its methods.", depth)
         return value
     mro = _TYPE_MRO(kind)
+    name = _TYPE_NAME(kind)
     base = next((b for b in mro if b in _VALUE_TYPES), None)
     if base is not None:  # a subclass (a namedtuple, torch's result tuples, an IntEnum, a str subclass): its content
         if base in _AS_BASE:
             return _AS_BASE[base](value)
         if base is dict:
-            return _plain_value(dict(dict.items(value)), depth)
+            return _plain_value(dict(dict.items(value)), depth, walk)
         iterate = {tuple: tuple.__iter__, list: list.__iter__, set: set.__iter__, frozenset: frozenset.__iter__}
-        return _plain_value(base(iterate[base](value)), depth)
-    name = _TYPE_NAME(kind)
+        return _plain_value(base(iterate[base](value)), depth, walk)
+    changed = _library_dunders_changed(kind)
+    if changed:  # enum.Enum.__eq__ = ... in an answer cell (review rev25-r7 E2)
+        listed = ", ".join(f"`{c}`" for c in changed)
+        raise _Refused(f"an object of type `{name}`, whose library class has had {listed} replaced since the course "
+                       "was loaded", "do not patch library classes; return a plain int, float, str, bool, tuple, list "
+                                     "or dict.", depth)
     if issubclass(kind, torch.Tensor):
         raise _Refused(f"an object of type `{name}` (a subclass of torch.Tensor)",
                        "return a plain torch.Tensor (a result of torch's own operations).", depth)
-    if kind is collections.ChainMap or kind is types.MappingProxyType or kind is types.SimpleNamespace:
-        raise _Refused(f"a {name}", "return a plain dict (`dict(result)`), so that the check reads its items.", depth)
+    refused = next((b for b in mro if b in _REFUSED_CONTAINERS), None)
+    if refused is not None:  # a subclass too (review rev25-r7 E3: `class _Map(ChainMap): pass`)
+        what = name if refused is kind else f"{name} (a {_TYPE_NAME(refused)})"
+        raise _Refused(f"a {what}", "return a plain dict (`dict(result)`), so that the check reads its items.", depth)
+    if collections.deque in mro:  # a deque subclass: its items, read with deque's own C iteration
+        return _plain_value(collections.deque(collections.deque.__iter__(value)), depth, walk)
     if kind is _NDARRAY and value.dtype.kind == "O":
         raise _Refused("a numpy array of Python objects (dtype=object)",
                        "return numbers: a float array, a tensor, or a list of floats.", depth)
     if any("__next__" in _TYPE_DICT(cls) for cls in mro):
         raise _Refused(f"an iterator (a {name})", "return a list (`list(...)`) or a tuple of the values.", depth)
+    if _FRACTION in mro:  # a library class holds what it is given: its fields must be exact ints (rev25-r7 E2)
+        top, bottom = _NUMERATOR_OF(value), _DENOMINATOR_OF(value)
+        if type(top) is not int or type(bottom) is not int or bottom <= 0:
+            raise _Refused(f"a Fraction holding an object of type `{_TYPE_NAME(type(top))}` as its numerator and "
+                           f"one of type `{_TYPE_NAME(type(bottom))}` as its denominator (a Fraction of the course "
+                           "is two ints)", "return a float (or `Fraction(int, int)`).", depth)
+        if kind is not _FRACTION and not _dunders_of_its_own(kind):
+            return _FRACTION(top, bottom)
     own = _dunders_of_its_own(kind)
     if own and not _a_course_result(kind):
+        if any("__dataclass_fields__" in _TYPE_DICT(cls) for cls in mro):  # rev25-r7 M1: @dataclass wrote them
+            raise _Refused(f"a dataclass (`{name}`: @dataclass gives it an `__eq__`, which a check does not run)",
+                           "return built-in values: the tuple or dict the task asks for "
+                           "(`dataclasses.astuple(result)` or `dataclasses.asdict(result)` makes one).", depth)
         raise _Refused(f"an object of type `{name}`, whose class defines {', '.join(f'`{d}`' for d in own)}",
                        "a check compares built-in values only: return a plain int, float, str, bool, tuple, list "
                        "or dict (or a torch.Tensor).", depth)
+    if issubclass(kind, collections.abc.Mapping):
+        # a Mapping of its own (collections.abc.Mapping): read once, here in the call pass, into a plain dict, so no
+        # method of it runs while the check judges (review rev25-r7 E4: a __getitem__ reading the caller's frame)
+        try:
+            pairs = [(k, value[k]) for k in list(iter(value))]
+        except Exception as err:  # noqa: BLE001 - the answer's own methods
+            raise _Refused(f"a {name} (a Mapping) whose items could not be read ({type(err).__name__})",
+                           "return a plain dict.", depth) from None
+        return _plain_value(dict(pairs), depth, walk)
     return value
 
 
@@ -319,15 +432,20 @@ def plain(task: str, value: object, name: str) -> Any:
     """``value`` (what the learner's ``name`` returned) converted to plain values, else a failure saying what was
     found. ``int``/``float``/``str``/``bool``/``None``, numpy's scalars, a dtype or device, an exact ``torch.Tensor`` or
     ``Parameter`` (with no attribute of its own that replaces a method: ``t.float = ...``), and tuples, lists, sets,
-    dicts, ``OrderedDict``s and ``torch.Size`` of them are taken as they are; a subclass of a built-in value type (a
-    namedtuple, torch's result tuples such as ``torch.return_types.max``, an ``IntEnum``, a str subclass) becomes its
-    built-in content, read with the base type's own C method (``tuple.__iter__``, ``str.__str__``), so none of its
-    methods runs again; an object of any other class passes as it is unless that class (or its metaclass), other
-    than C types and the library classes loaded before any answer (torch's, numpy's, the standard library's value
-    modules'), defines comparison or conversion dunders. Refused: such an object, a tensor subclass or a tensor
-    with a method shadowed, an iterator, a ChainMap/mappingproxy/SimpleNamespace (return a dict), nesting deeper
-    than 20. A check calls this in its call pass (:func:`call` does, and :func:`noted_call` with ``plain_as``) and
-    judges only what it returns (review rev25-r5 E1/E2, rev25-r6 E1-E4)."""
+    deques, dicts, ``OrderedDict``s and ``torch.Size`` of them are taken as they are; a subclass of a built-in value
+    type (a namedtuple, torch's result tuples such as ``torch.return_types.max``, an ``IntEnum``, a str subclass) or
+    of ``deque`` becomes its built-in content, read with the base type's own C method (``tuple.__iter__``,
+    ``str.__str__``), so none of its methods runs again; a ``collections.abc.Mapping`` of the answer's own is read once,
+    here, into a plain dict (rev25-r7 E4); a ``Fraction`` only with two exact ints inside (a library class holds
+    whatever it is given: rev25-r7 E2). An object of any other class passes as it is unless that class (or its
+    metaclass) defines comparison or conversion dunders (:data:`_COMPARE_DUNDERS`), other than C types and the library
+    classes loaded before any answer (torch's, numpy's, the standard library's value modules'), which are trusted only
+    with the dunders they had at that import (``enum.Enum.__eq__`` replaced by a cell is seen). Refused: such an
+    object (a dataclass named as one), a tensor subclass or a tensor with a method shadowed, an iterator, a
+    ChainMap/mappingproxy/SimpleNamespace or a subclass of one (return a dict), a dict whose keys merge once read as
+    built-in values, nesting deeper than 20, more than :data:`PLAIN_BUDGET` values (a container shared by many places
+    is read once). A check calls this in its call pass (:func:`call` does, and :func:`noted_call` with ``plain_as``)
+    and judges only what it returns (review rev25-r5 E1/E2, rev25-r6 E1-E4, rev25-r7 E2-E4, W2)."""
     try:
         return _plain_value(value)
     except _Refused as refused:
@@ -355,6 +473,129 @@ def exact_number(value: object) -> int | float | None:
         if issubclass(kind, numpy.floating):
             return float.__float__(float(value))
     return None
+
+
+def real_number(value: object) -> int | float | None:
+    """:func:`exact_number`, or a ``Fraction`` (two exact ints inside, as :func:`plain` leaves it) or a C ``Decimal``
+    (finite) as the nearest float, computed by ``int``'s own true division or the C type's own conversion: an honest
+    exact number is judged by its value (review rev25-r7 M1), never through code an answer could change; None
+    otherwise."""
+    number = exact_number(value)
+    if number is not None:
+        return number
+    kind = type(value)
+    if kind is _FRACTION:
+        top, bottom = _NUMERATOR_OF(value), _DENOMINATOR_OF(value)
+        if type(top) is int and type(bottom) is int and bottom > 0:
+            try:
+                return int.__truediv__(top, bottom)
+            except OverflowError:
+                return None
+    if kind is _DECIMAL and not _TYPE_FLAGS(kind) & _HEAP_TYPE and _DECIMAL.is_finite(value):
+        return float.__float__(_DECIMAL.__float__(value))
+    return None
+
+
+def _decimal_type() -> type:
+    import decimal
+
+    return decimal.Decimal
+
+
+_DECIMAL = _decimal_type()
+
+
+def _short_repr():
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxtuple, short.maxlist, short.maxdict, short.maxset = 4, 8, 8, 8, 8
+    short.maxstring = short.maxother = short.maxlong = 200
+    return short
+
+
+_SHORT_REPR = _short_repr()
+
+
+class Returned:
+    """What an answer returned that is not a frozen value (:func:`frozen`): only its class's name, whether it was a
+    tensor, and its ``repr``, taken right after the call, for the check's message. A check judges it as "not what the
+    task asks for", never by its content (the object itself is not kept, so nothing can change it later)."""
+
+    __slots__ = ("kind", "tensor", "text")
+
+    def __init__(self, value: object) -> None:
+        import torch
+
+        self.kind = _TYPE_NAME(type(value))
+        self.tensor = type(value) in (torch.Tensor, torch.nn.Parameter)
+        try:
+            text = _SHORT_REPR.repr(value)  # bounded: a few items per level, a few levels (review rev25-r7 W2)
+        except Exception:  # noqa: BLE001 - the answer's own __repr__
+            text = f"<a {self.kind}>"
+        self.text = text if len(text) <= 300 else text[:297] + "..."
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def frozen(value: object) -> object:
+    """``value`` if nothing can change it once it is kept (``None``, a bool, int, float, complex, str or bytes, a numpy
+    scalar, a torch dtype or device, and tuples and frozensets of them), else a :class:`Returned` that only describes
+    it. A check that calls first and judges afterwards keeps its answers so (review rev25-r7 E1): an answer's function
+    can reach every object alive (its frames, ``gc.get_objects()``) and change a list, a dict or a tensor the check
+    kept, but not these."""
+    import torch
+
+    kind = type(value)
+    if value is None or kind in (bool, int, float, complex, str, bytes, torch.dtype, torch.device) \
+            or kind in _NUMPY_SCALARS:
+        return value
+    if kind in (tuple, frozenset) and all(frozen(v) is v for v in value):
+        return value
+    return Returned(value)
+
+
+def answer_of(task: str, fn: Callable[..., Any], name: str, args: tuple,
+              convert: Callable[[Any], Any] | None = None) -> tuple[object, CheckFailed | None]:
+    """One call of the learner's ``fn(*args)`` through :func:`call`, as ``(answer, None)`` or ``(None, failure)``: the
+    answer converted by ``convert`` (a check's own reading, right after the call: a one-element tensor's item) and
+    then :func:`frozen`.
+
+    A trace or profile function set while this ran (``sys.settrace``/``setprofile``, and ``frame.f_trace`` on the
+    caller's frame) is the one way Python code can rebind a running function's locals (CPython 3.11 writes
+    ``frame.f_locals`` back into the frame after each trace event): it is taken out again and the call fails, raised
+    here, so no trace event in the caller can replace the answers it keeps (review rev25-r7 E1)."""
+    hooks = (sys.gettrace(), sys.getprofile())
+    try:
+        try:
+            got = call(task, fn, name, *args)
+        except CheckFailed as error:
+            return None, error
+        return frozen(convert(got) if convert is not None else got), None
+    finally:
+        if sys.gettrace() is not hooks[0] or sys.getprofile() is not hooks[1]:  # by identity, never the hook's ==
+            sys.settrace(hooks[0])
+            sys.setprofile(hooks[1])
+            raise fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it on "
+                             "when it returned: through it code of yours runs inside the check. Take it out "
+                             "(`sys.settrace(None)`) before your function returns.") from None
+
+
+def collect(task: str, fn: Callable[..., Any], name: str, calls: Any,
+            convert: Callable[[Any], Any] | None = None) -> tuple[tuple[object, CheckFailed | None], ...]:
+    """The call pass of a check that calls first and judges afterwards (review rev25-r3 E6, rev25-r7 E1): ``fn(*args)``
+    for each ``args`` of ``calls``, up to the first that raised, as a tuple of :func:`answer_of` pairs, built by
+    rebinding a tuple (a write to ``frame.f_locals`` does not reach a function's locals in CPython 3.11, and a tuple
+    of frozen values cannot be changed in place). The check then judges these against cases it makes *after* this
+    returns, from its constants, never against the objects it handed the answer (which the answer's function could
+    change, as it could any list or dict the check held while it ran)."""
+    answers: tuple = ()
+    for args in tuple(tuple(args) for args in calls):  # taken before the first call: no later case can be swapped
+        answers = (*answers, answer_of(task, fn, name, args, convert))
+        if answers[-1][1] is not None:
+            break
+    return answers
 
 
 def call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:

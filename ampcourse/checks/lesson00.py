@@ -14,7 +14,7 @@ from ..device import (
     generation,
     recommend,
 )
-from . import CheckFailed, call, exact_number, fail, hints, passed, require_callable
+from . import Returned, call, collect, exact_number, fail, hints, passed, require_callable
 from .facts import BYTES_PER_ELEMENT
 
 
@@ -35,33 +35,16 @@ def _tensor_bytes_cases() -> list[tuple[torch.Tensor, int, int | None]]:
     ]
 
 
-def _answers(task: str, fn, name: str, inputs: list) -> list[tuple[object, CheckFailed | None]]:
-    """``[(answer, None)]`` for each input, up to the first that raised (``(None, its failure)``): every case is
-    called first and judged afterwards (review rev25-r3 E6), so no expected value exists while the answer runs
-    (nothing in the check's frame to read) and a table swapped during the calls must last until the last judgement,
-    where ``passed()``'s comparison sees it (review rev25-r4 E1; a thread racing it can still undo it between the
-    two; so can code that runs without a thread, a gc callback or a torch function mode, which the guard names as
-    hazards, review rev25-r6 E5). The answer is converted to plain values in the call pass (``call`` turns a
-    value-type subclass into its content and refuses an object with its own comparison/conversion dunders,
-    ``checks.plain``): an object it returned never runs its own ``__index__``/``__eq__`` once an expected value exists
-    (review rev25-r5 E1; before, an ``__index__`` read ``want``). A failure is raised in its place: an earlier wrong
-    case is still named first."""
-    answers: list[tuple[object, CheckFailed | None]] = []
-    for value in inputs:
-        try:
-            answers.append((call(task, fn, name, value), None))
-        except CheckFailed as error:
-            answers.append((None, error))
-            break
-    return answers
-
-
 def tensor_bytes(fn) -> None:
     """Task 1: ``tensor_bytes(t)`` returns how many bytes the elements of ``t`` take, as an int."""
     task = "Task 1 (tensor_bytes)"
     require_callable(task, fn, "tensor_bytes")
+    # Every case is called first and judged afterwards (review rev25-r3 E6): no expected value exists while the
+    # answer runs. The answers are kept frozen (checks.collect: plain values in a tuple) and the cases judged are made
+    # again after the last call, from the constants, never the tensors the answer was handed (review rev25-r7 E1: its
+    # function rewrote the check's case list through sys._getframe).
+    answers = collect(task, fn, "tensor_bytes", [(t,) for t, _, _ in _tensor_bytes_cases()])
     cases = _tensor_bytes_cases()
-    answers = _answers(task, fn, "tensor_bytes", [t for t, _, _ in cases])
     for (t, elements, storage), (got, error) in zip(cases, answers, strict=False):
         if error is not None:
             raise error
@@ -71,13 +54,13 @@ def tensor_bytes(fn) -> None:
         first = tuple(t.shape)[0]
         view = " view" if storage is not None else ""
         shape = f"a {tuple(t.shape)} {dtype} tensor{view}"
-        if isinstance(got, torch.Tensor):
+        if isinstance(got, Returned) and got.tensor:
             raise fail(task, f"for {shape} you returned a tensor ({got!r}); return a Python int, the number of "
                              "bytes: `t.numel()` and `t.element_size()` are ints already (or use `int(...)`).")
         number = exact_number(got)  # int's own ==, never the answer's type's (an int subclass equal to anything)
         if number is None:
-            raise fail(task, f"for {shape} you returned {got!r} ({type(got).__name__}); return a number "
-                             "of bytes, as an int.")
+            kind = got.kind if isinstance(got, Returned) else type(got).__name__
+            raise fail(task, f"for {shape} you returned {got!r} ({kind}); return a number of bytes, as an int.")
         got = number
         if isinstance(got, float) and got == want:
             raise fail(task, f"for {shape} you returned {got!r}, a float: a byte count is a whole number, and "
@@ -274,8 +257,8 @@ def choose_recipe(fn) -> None:
     course's rule (:data:`ampcourse.device.RECIPE_RULES`, which :func:`ampcourse.device.recommend` applies)."""
     task = "Task 3 (choose_recipe)"
     require_callable(task, fn, "choose_recipe")
-    answers = _answers(task, fn, "choose_recipe", [capability for _, capability in GPUS])
-    for (name, capability), (got, error) in zip(GPUS, answers, strict=False):
+    answers = collect(task, fn, "choose_recipe", [(capability,) for _, capability in _gpus()])
+    for (name, capability), (got, error) in zip(_gpus(), answers, strict=False):  # made after the calls (rev25-r7 E1)
         if error is not None:
             raise error
         want = recommend("cuda", capability)  # after every call (review rev25-r3 E6, as in Task 1)

@@ -8,12 +8,11 @@ failure message names that mistake.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
 from ..floats import derive_format, from_bits
-from . import call, fail, hints, passed, require_callable
+from . import call, fail, hints, passed, real_number, require_callable
 
 # (bits, what the case is) — normals first: they show bias and implicit-1 mistakes most plainly.
 FP16_CASES = [
@@ -148,16 +147,24 @@ def format_limits(fn) -> None:
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise fail(task, f"for {name} (e={e}, m={m}) return a tuple of three numbers (largest, "
                              f"smallest_normal, smallest_subnormal); you returned {got!r}.")
-        for field, g, w in zip(fields, got, want, strict=True):
-            if isinstance(g, bool) or not isinstance(g, numbers.Real):
-                raise fail(task, f"for {name}, {field} should be a number (a float, or an int or Fraction equal "
-                                 f"to the limit); you returned {g!r}.")
-            if float(g) == w:
+        for field, given, w in zip(fields, got, want, strict=True):
+            # its value by int's/float's own code (checks.real_number): a Fraction only with two exact ints inside,
+            # never a float() through the answer's object (review rev25-r7 E2)
+            g = real_number(given)
+            if g is None:
+                raise fail(task, f"for {name}, {field} should be a number: a float (or an int or a Fraction equal to "
+                                 f"the limit); you returned {given!r}, a {type(given).__name__}.")
+            try:
+                g = float(g)
+            except OverflowError:  # an int beyond float's range
+                g = math.copysign(math.inf, g)
+            if g == w:
                 continue
             for wrong, message in _limit_mistakes(e, m)[field]:
-                if math.isclose(float(g), wrong, rel_tol=1e-12):
-                    raise fail(task, f"for {name} (e={e}, m={m}) your {field} is {g!r}, expected {w!r}: {message}")
-            raise fail(task, f"for {name} (e={e}, m={m}) your {field} is {g!r}, expected {w!r}. "
+                if math.isclose(g, wrong, rel_tol=1e-12):
+                    raise fail(task, f"for {name} (e={e}, m={m}) your {field} is {given!r}, expected {w!r}: "
+                                     f"{message}")
+            raise fail(task, f"for {name} (e={e}, m={m}) your {field} is {given!r}, expected {w!r}. "
                              "bias = 2**(e-1) - 1; largest = (2 - 2**-m) × 2**(2**e - 2 - bias); "
                              "smallest normal = 2**(1 - bias); smallest subnormal = 2**(1 - bias - m).")
     passed(task, f"limits right for {', '.join(n for _, _, n in LAYOUTS)} — e.g. FP16 "

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from . import call, fail, hints, passed, require_callable
+from . import Returned, call, collect, fail, hints, passed, real_number, require_callable
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
 FP16_TINY = torch.finfo(torch.float16).tiny  # 2**-14, smallest normal
@@ -133,19 +133,20 @@ def largest_safe_scale(fn) -> None:
     """
     task = "Task 2 (largest_safe_scale)"
     require_callable(task, fn, "largest_safe_scale")
+    # Called on every case first, the answers kept frozen (checks.collect), then judged against cases made again from
+    # the seeds, never the tensors the answer's function could reach while it ran (review rev25-r7 E1).
+    got_all = collect(task, fn, "largest_safe_scale", [(grads,) for grads, _ in _scale_cases()], _item)
     cases = _scale_cases()
-    answers = []
-    for grads, what in cases:
-        got = call(task, fn, "largest_safe_scale", grads.clone())
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if (not isinstance(got, bool) and isinstance(got, (int, float)) and got <= 0
-                and got == math.log2(safe_scale(grads))):
+    answers: tuple = ()
+    for (grads, what), (got, error) in zip(cases, got_all, strict=False):
+        if error is not None:
+            raise error
+        if type(got) in (int, float) and got <= 0 and got == math.log2(safe_scale(grads)):
             raise fail(task, f"for {what} you returned {got:g}, the exponent: return the scale itself, "
                              f"2**{got:g} = {safe_scale(grads):g}.")
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got <= 0:
+        if type(got) not in (int, float) or not math.isfinite(got) or got <= 0:
             raise fail(task, f"for {what} you returned {got!r}; return a positive number, the scale S.")
-        answers.append(float(got))
+        answers = (*answers, float(got))
     wrong = [(g, w, a) for (g, w), a in zip(cases, answers, strict=True) if a != safe_scale(g)]
     if not wrong:
         passed(task, f"largest safe power-of-two scale right for {len(cases)} gradient sets (max|g|·S ≤ 65504 "
@@ -185,6 +186,16 @@ def largest_safe_scale(fn) -> None:
                              f"so the largest gradient becomes inf in fp16. The answer is {want:g}.")
         raise fail(task, f"for {what} you returned {got:g}; the largest safe power of two is {want:g} "
                          f"(max|g| = {peak:g}, and {peak:g} × {2 * want:g} > 65504). Do not give away range.")
+
+
+def _item(got):
+    """A number the answer returned, read right after its call: an int/float (or numpy scalar, a Fraction, a C
+    Decimal: ``checks.real_number``), or a one-element plain tensor's item (through the class); anything else as it
+    is (``checks.frozen`` describes it)."""
+    if type(got) in (torch.Tensor, torch.nn.Parameter) and torch.Tensor.numel(got) == 1:
+        got = torch.Tensor.item(got)
+    number = real_number(got)
+    return got if number is None or type(got) is bool else number
 
 
 def _log2_limit(grads: torch.Tensor, limit: float = FP16_MAX) -> float:
@@ -299,15 +310,16 @@ def flushed_fraction(fn) -> None:
     """
     task = "Task 3 (flushed_fraction)"
     require_callable(task, fn, "flushed_fraction")
-    cases = _flush_cases()
-    answers = []
-    for grads, scale, _what in cases:
-        got = call(task, fn, "flushed_fraction", grads.clone(), scale)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            raise fail(task, f"return a number between 0 and 1 (you returned {type(got).__name__}).")
-        answers.append(float(got))
+    got_all = collect(task, fn, "flushed_fraction", [(grads, scale) for grads, scale, _ in _flush_cases()], _item)
+    cases = _flush_cases()  # made after the calls, as in Task 2 (review rev25-r7 E1)
+    answers: tuple = ()
+    for _case, (got, error) in zip(cases, got_all, strict=False):
+        if error is not None:
+            raise error
+        if type(got) not in (int, float):
+            kind = got.kind if isinstance(got, Returned) else type(got).__name__
+            raise fail(task, f"return a number between 0 and 1 (you returned {kind}).")
+        answers = (*answers, float(got))
     wrong = [(c, a) for c, a in zip(cases, answers, strict=True) if not _close(a, flushed(c[0], c[1]))]
     if not wrong:
         passed(task, "flushed fractions right with and without a loss scale (zeros excluded, the 2**-25 tie "

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..device import pick_device
 from ..scaler_sim import simulate_grad_scaler
-from . import CheckFailed, call, exact_number, fail, hints, passed, require_callable
+from . import CheckFailed, answer_of, call, exact_number, fail, hints, passed, real_number, require_callable
 from .spies import SpyOptimizer, SpyScaler
 
 SCALE = 2.0**10  # the spy scaler's scale: no overflow in these steps, growth only after 1000
@@ -304,7 +304,9 @@ def amp_step(fn) -> None:
 
 # --- Task 2: a dynamic loss scaler ----------------------------------------------------------------------
 
-PATTERNS = [  # (what, found_inf per step, growth_factor, backoff_factor, growth_interval, init_scale)
+# (what, found_inf per step, growth_factor, backoff_factor, growth_interval, init_scale): tuples all through, so
+# that nothing the check judges by can be changed in place while the answer runs (review rev25-r7 E1)
+PATTERNS = tuple((what, tuple(found), *rest) for what, found, *rest in [
     ("no overflow for 10 steps", [False] * 10, 2.0, 0.5, 3, 1024.0),
     ("an overflow in the middle", [False, False, True, False, False, False, False], 2.0, 0.5, 3, 1024.0),
     ("overflow just before growth", [False, False, True, False, False, False, False, False], 2.0, 0.5, 3, 1024.0),
@@ -318,7 +320,7 @@ PATTERNS = [  # (what, found_inf per step, growth_factor, backoff_factor, growth
     ("a backoff factor 0.3 from scale 3", [True, False, False, True, True], 2.0, 0.3, 2, 3.0),
     # growth_interval 3 reached exactly at the last step, a factor that is no power of two both ways
     ("factors 1.25 and 0.75, growth at the last step", [False, True, False, False, False], 1.25, 0.75, 3, 1000.0),
-]
+])
 
 
 def _float32(value: float) -> float:
@@ -411,7 +413,25 @@ def _number(value):
     never runs; ``checks.plain`` refuses such a tensor anyway, review rev25-r6 E3); None otherwise."""
     if type(value) is torch.Tensor and torch.Tensor.numel(value) == 1:
         return exact_number(torch.Tensor.item(value))
-    return exact_number(value)
+    return real_number(value)  # an honest Fraction or Decimal by its value (review rev25-r7 M1)
+
+
+def _not_a_pair(got) -> str:
+    """What is wrong with a returned value that is not a pair of numbers (review rev25-r7 M1: name the part)."""
+    if type(got) is tuple and len(got) == 2:
+        for part, value in zip(("scale", "tracker"), got, strict=True):
+            if _number(value) is None:
+                want = "float" if part == "scale" else "int"
+                return (f"the new {part} you returned is {value!r}, a {type(value).__name__}: return it as a Python "
+                        f"{want} (`{want}(...)`).")
+    return f"return a tuple (new_scale, new_tracker) of two numbers; you returned {type(got).__name__} {got!r}."
+
+
+def _read_pair(got):
+    """``(pair, problem, shape problem)`` of what ``update_scale`` returned, read right after its call (the check's
+    ``checks.answer_of`` keeps only these frozen numbers and words: review rev25-r7 E1)."""
+    pair, problem = _as_pair(got)
+    return pair, problem, (_not_a_pair(got) if pair is None and problem is None else None)
 
 
 def _as_pair(got):
@@ -441,34 +461,34 @@ def update_scale(fn) -> None:
     task = "Task 2 (update_scale)"
     require_callable(task, fn, "update_scale")
     # Every step of every pattern is called first (each from the answer's own previous result) and judged afterwards
-    # against torch (review rev25-r4 W1: no expected value exists while the answer runs, as in lesson00._answers).
-    runs = []
+    # against torch (review rev25-r4 W1: no expected value exists while the answer runs, as in lesson 00). What each
+    # call gave is kept frozen, in tuples built by rebinding, and read into numbers right after the call
+    # (checks.answer_of, _as_pair): the answer's function can reach every list the check holds (review rev25-r7 E1).
+    runs: tuple = ()
     for _, found, g, b, n, init in PATTERNS:
-        scale, tracker, answers = init, 0, []
+        scale, tracker, answers = init, 0, ()
         for inf in found:
-            try:
-                got = call(task, fn, "update_scale", scale, tracker, inf, g, b, n)
-            except CheckFailed as error:
-                answers.append((scale, tracker, None, error))
+            # plain numbers now, in the call pass (review rev25-r5 E1)
+            read, error = answer_of(task, fn, "update_scale", (scale, tracker, inf, g, b, n), _read_pair)
+            answers = (*answers, (scale, tracker, read, error))
+            if error is not None:
                 break
-            pair, problem = _as_pair(got)  # plain numbers now, in the call pass (review rev25-r5 E1)
-            answers.append((scale, tracker, (got, pair, problem), None))
+            pair = read[0]
             if pair is None:
                 break
             scale, tracker = pair
-        runs.append(answers)
+        runs = (*runs, answers)
     steps = 0
     for (what, found, g, b, n, _init), answers, wants in zip(PATTERNS, runs, TORCH_UPDATES, strict=True):
         for i, (inf, want, (scale, tracker, answer, error)) in enumerate(
                 zip(found, wants, answers, strict=False)):
             if error is not None:
                 raise error
-            got, pair, problem = answer
+            pair, problem, shape = answer
             if problem is not None:
                 raise fail(task, f"from scale {scale!r}, tracker {tracker}, found_inf={inf}: {problem}")
             if pair is None:
-                raise fail(task, "return a tuple (new_scale, new_tracker) of two numbers; you returned "
-                                 f"{type(got).__name__} {got!r}.")
+                raise fail(task, shape)
             if pair != want:
                 context = (f"pattern '{what}' (growth_factor={g}, backoff_factor={b}, growth_interval={n}), step {i}: "
                            f"from scale {scale!r}, tracker {tracker}, found_inf={inf} you returned "
