@@ -195,26 +195,14 @@ def _judge(task: str, trace: str, got: tuple[str, str, str]) -> None:
                          f"remove the cause: {_WHY[trace]}.{_FIX_EXTRA.get((trace, got[2]), '')}")
 
 
-def _plain_tuple(value):
-    """A tuple subclass's items as a plain tuple, read by ``tuple``'s own code (a slice of the whole: none of the
-    subclass's methods run), so that a namedtuple ``(kind, where, fix)`` is the tuple the task asks for; anything
-    else as it is. :func:`~ampcourse.checks.plain` then judges the items (each must be a plain ``str``)."""
-    if issubclass(type(value), tuple) and type(value) is not tuple:  # type(): not a forged __class__
-        return tuple.__getitem__(value, slice(None))
-    return value
-
-
 def diagnose(fn) -> None:
     """Task 1: ``diagnose(trace) -> (kind, where, fix)`` for each trace of :data:`TRACES` (a tuple, a namedtuple,
     a list or a dict with those keys)."""
     task = "Task 1 (diagnose)"
     require_callable(task, fn, "diagnose")
 
-    def answer(trace):  # the conversion runs in the call pass, before any expected value is read
-        return _plain_tuple(fn(trace))
-
-    for trace in TRACES:
-        got = _answer(task, call(task, answer, "diagnose", trace), trace)
+    for trace in TRACES:  # a namedtuple becomes a plain tuple in the call pass (checks.plain), before any judging
+        got = _answer(task, call(task, fn, "diagnose", trace), trace)
         _judge(task, trace, got)
     passed(task, f"all {len(TRACES)} traces diagnosed: kind, where and fix of each")
 
