@@ -1662,7 +1662,8 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
     if backing_off:
         first, low = records[0].scale_before, records[-1].scale_before
-        return "scaler", (f"init_scale={first:g} is {math.log2(first / _DEFAULT_INIT_SCALE):.3g} doublings above "
+        doublings = math.log2(first / _DEFAULT_INIT_SCALE)
+        return "scaler", (f"init_scale={first:g} is {doublings:.3g} doubling{'' if doublings == 1 else 's'} above "
                           f"GradScaler's default ({_DEFAULT_INIT_SCALE:g}), and GradScaler halves the scale once per "
                           f"skipped step: at every scale tried so far (down to {low:g}) scale × gradient passes "
                           f"{FP16_MAX:g}. Start from the default init_scale, or record more steps: skips that go on "
@@ -1736,9 +1737,11 @@ def _scale_findings(records: list[StepRecord], sampled: list[StepRecord], found:
     final = diagnosis.final_scale
     n = diagnosis.steps
     if diagnosis.status == "collapsing" or final < 1 or diagnosis.warmup_skips == n:
-        # every step skipped, and every scale tried still at or above the default init_scale: a large init_scale
-        # backing off looks like this for its first log2(init_scale / 2**16) steps (Megatron starts at 2**32)
-        backing_off = diagnosis.warmup_skips == n and records[-1].scale_before >= _DEFAULT_INIT_SCALE
+        # every step skipped, the scale started above the default init_scale and every scale tried is still at or
+        # above it: a large init_scale backing off looks like this for its first log2(init_scale / 2**16) steps
+        # (Megatron starts at 2**32); at the default init_scale itself the skips are not a backing-off
+        backing_off = (diagnosis.warmup_skips == n and records[0].scale_before > _DEFAULT_INIT_SCALE
+                       and records[-1].scale_before >= _DEFAULT_INIT_SCALE)
         where, cause = _likely_cause(records, sampled, found, collapse=True, backing_off=backing_off)
         start = n - diagnosis.trailing_skips if diagnosis.trailing_skips else records[-1].step
         if backing_off:

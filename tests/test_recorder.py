@@ -2266,3 +2266,35 @@ def test_r7_8_the_benchmark_verdict_agrees_with_its_own_lower_bound_and_blocks()
                 text = verdict((low + high) / 2, low, high, bound, "cpu")
                 if ": yes (" in text:
                     assert bound <= 0.05 and high <= 0.05 and (low + high) / 2 <= 0.05, text
+
+
+def _too_large_loss_run(steps: int, init_scale: float) -> AmpRecorder:
+    """Review rev24-r8 scale1.py: a loss × 2**20 (a leftover constant, truly too large for float16)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    x, y = torch.randn(16, 8), torch.randn(16, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = (model(x).float() - y).pow(2).mean() * 2.0**20
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    return rec
+
+
+def test_r8_3_skips_at_the_default_init_scale_are_not_read_as_a_large_init_scale_backing_off():
+    """Review rev24-r8 finding 3: a 1-step run skipped at 65536 was told "init_scale=65536 is 0 doublings above
+    GradScaler's default ... Start from the default init_scale", which it already used."""
+    rec = _too_large_loss_run(1, 2.0**16)
+    assert rec.records[0].skipped and rec.records[0].scale_before == 2.0**16
+    f = finding(rec, "scale_collapse")
+    assert f.where != "scaler" and "doublings above" not in f.message and "Start from the default" not in f.message
+    assert "every scale tried is at or above" not in f.message, f.message
+
+
+def test_r8_3_one_doubling_above_the_default_is_said_in_the_singular():
+    f = finding(_too_large_loss_run(1, 2.0**17), "scale_collapse")
+    assert f.where == "scaler" and "is 1 doubling above GradScaler's default (65536)" in f.message, f.message
