@@ -1504,9 +1504,17 @@ def _broken_weights(records: list[StepRecord], r: StepRecord,
         where = ("wherever v rounds to 0 in float16" if beta2 is None else
                  f"wherever v rounds to 0 in float16 — on a first step, where v = {1 - beta2:.3g} · g², every "
                  f"gradient below about {_v_zero_below(beta2):.2g} (beta2={beta2:g}), 0 included")
-        return (f"{which}. In a float16 model the optimizer's eps={eps:g} is 0 in float16 (an update divides by "
-                f"sqrt(v) + eps: x/0 {where}): use eps >= {tiny} (float16's smallest normal), or train "
-                "with autocast and float32 weights — not this module's precision.")
+        fix = (f"use eps >= {tiny} (float16's smallest normal), or train with autocast and float32 weights — not "
+               "this module's precision.")
+        stored = float(torch.tensor(eps, dtype=torch.float16))  # what eps is in the float16 update
+        if stored == 0.0:
+            return (f"{which}. In a float16 model the optimizer's eps={eps:g} is 0 in float16 (an update divides by "
+                    f"sqrt(v) + eps: x/0 {where}): {fix}")
+        bound = ("" if beta2 is None else
+                 f", up to about {_v_zero_below(beta2) / stored:.2g} × the learning rate on a first step")
+        return (f"{which}. In a float16 model the optimizer's eps={eps:g} is not 0 but subnormal in float16 "
+                f"(stored as {stored:.4g}): an update divides by sqrt(v) + eps, so {where} it is "
+                f"lr · m / eps{bound} — a huge step: {fix}")
     return (f"{which}: the cause is that update (a too-large learning rate, an eps of 0 in the weights' dtype, "
             f"a division by 0 in the optimizer), not this module's precision — record step {r.step - 1} with every=1.")
 

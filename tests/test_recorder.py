@@ -2298,3 +2298,32 @@ def test_r8_3_skips_at_the_default_init_scale_are_not_read_as_a_large_init_scale
 def test_r8_3_one_doubling_above_the_default_is_said_in_the_singular():
     f = finding(_too_large_loss_run(1, 2.0**17), "scale_collapse")
     assert f.where == "scaler" and "is 1 doubling above GradScaler's default (65536)" in f.message, f.message
+
+
+@pytest.mark.parametrize("eps", [1e-8, 2e-8, 3e-8, 1e-7, 1e-6, 6e-5])
+def test_r8_6_the_eps_message_says_0_only_where_eps_is_0_in_float16(eps):
+    """Review rev24-r8 finding 6: "eps=1e-06 is 0 in float16 (... x/0)" is false: 1e-6 is a float16 subnormal
+    (1.0133e-06); where v rounds to 0 the update is lr · m / eps, a huge but finite step."""
+    from ampcourse.recorder import _broken_weights, _v_zero_below
+
+    rec = _half_adam(1e-8)
+    r = finding(rec, "overflow")
+    text = _broken_weights(rec.records, rec.records[r.step], (torch.float16, eps, 0.999))
+    stored = torch.tensor(eps, dtype=torch.float16).item()
+    assert "use eps >= 6.1e-05" in text, text
+    if stored == 0.0:
+        assert f"eps={eps:g} is 0 in float16" in text and "x/0" in text, text
+        return
+    assert "is 0 in float16" not in text and "x/0" not in text, text
+    assert f"eps={eps:g} is not 0 but subnormal in float16 (stored as {stored:.4g})" in text, text
+    # torch agrees: a first Adam step with a gradient just below where v rounds to 0 moves the weight by about
+    # g / eps times the learning rate, and the message quotes that bound
+    g = _v_zero_below(0.999) * 0.98
+    p = nn.Parameter(torch.ones(1, dtype=torch.float16))
+    optimizer = torch.optim.Adam([p], lr=1e-3, eps=eps)
+    p.grad = torch.tensor([g], dtype=torch.float16)
+    optimizer.step()
+    assert optimizer.state[p]["exp_avg_sq"].item() == 0.0 and math.isfinite(p.item())
+    moved = (1.0 - p.item()) / 1e-3
+    assert moved == pytest.approx(p.grad.item() / stored, rel=0.01), (moved, g / stored)
+    assert f"up to about {_v_zero_below(0.999) / stored:.2g} × the learning rate on a first step" in text, text
