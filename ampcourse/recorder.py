@@ -1513,7 +1513,7 @@ def _broken_weights(records: list[StepRecord], r: StepRecord,
         bound = ("" if beta2 is None else
                  f", up to about {_v_zero_below(beta2) / stored:.2g} × the learning rate on a first step")
         return (f"{which}. In a float16 model the optimizer's eps={eps:g} is not 0 but subnormal in float16 "
-                f"(stored as {stored:.4g}): an update divides by sqrt(v) + eps, so {where} it is "
+                f"(stored as {stored:.4g}): an update divides by sqrt(v) + eps, so {where}, it is "
                 f"lr · m / eps{bound} — a huge step: {fix}")
     return (f"{which}: the cause is that update (a too-large learning rate, an eps of 0 in the weights' dtype, "
             f"a division by 0 in the optimizer), not this module's precision — record step {r.step - 1} with every=1.")
