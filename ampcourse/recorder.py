@@ -433,6 +433,13 @@ _FP16_OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.
 input is cast to the autocast dtype there, so the module that produced it is measured against that dtype."""
 
 
+_WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+             nn.Embedding, nn.EmbeddingBag)
+"""Modules that multiply their input by a weight (or look it up): an additive mask is added to attention scores,
+never handed to one of these, so a 0/-inf model input that such a module receives itself and whose output is the
+first to hold inf/NaN is broken data (log(0) in a log-feature), not a mask (:meth:`_Probe.collect`)."""
+
+
 _NARROW = (torch.float16, torch.bfloat16, torch.float32)
 """The float dtypes a norm may accumulate in float32 (``dtype=torch.float32`` refuses a float64 input)."""
 
@@ -518,6 +525,7 @@ class _Probe:
         weights = [p.detach() for _, p, _ in params]
         self.weights = None if not weights else self._put(_weights_check(weights))
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
+        self._weighted = {name for name, module in modules if isinstance(module, _WEIGHTED)}
         for name, module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._forward_hook(name), with_kwargs=True))
@@ -861,6 +869,11 @@ class _Probe:
         mask_peaks = frozenset(i for i, t in zip(inputs, self._input_tensors, strict=True)
                                if _minus_inf_only(values, i) and values[i + 1] == 0 and _zeros_and_minus_inf(t))
         self._input_tensors = []
+        bad = _first_bad_call(calls, values, loss_finite) if mask_peaks else None
+        if bad is not None and bad[0] in self._weighted:
+            # a mask is added to scores, never multiplied by a weight: a 0/-inf input that the first module with
+            # an inf/NaN output (a Linear, a convolution, an embedding) received itself is log(0) data
+            mask_peaks -= frozenset(bad[3])
         masks = _minus_inf_ok(calls, values, loss_finite, mask_peaks)
         return {
             "autocast_dtype": _lowest(self.autocast),

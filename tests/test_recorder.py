@@ -2327,3 +2327,29 @@ def test_r8_6_the_eps_message_says_0_only_where_eps_is_0_in_float16(eps):
     moved = (1.0 - p.item()) / 1e-3
     assert moved == pytest.approx(p.grad.item() / stored, rel=0.01), (moved, g / stored)
     assert f"up to about {_v_zero_below(0.999) / stored:.2g} × the learning rate on a first step" in text, text
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_r8_1_log_of_one_hot_data_fed_to_a_linear_is_broken_data_not_a_mask(dtype):
+    """Review rev24-r8 finding 1 (onehot.py): log(one_hot) holds only 0 and -inf, like an additive mask, but a
+    mask is added to scores, never multiplied by a weight: fed straight into a Linear it is log(0) in the data.
+    It read as an overflow in that Linear, with a precision fix."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu") if dtype == torch.float16 else None
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(6):
+            x = torch.log(nn.functional.one_hot(torch.randint(0, 10, (16,)), 10).float())
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=dtype):
+                loss = model(x).float().pow(2).mean()
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    first = rec.records[0]
+    assert first.input_masks == () and first.input_finite is False
+    assert "overflow" not in kinds(rec), [str(f) for f in rec.findings()]
+    f = finding(rec, "nonfinite_input")
+    assert f.step == 0 and "the data are broken" in f.message
+    assert "fix the data" in finding(rec, "nonfinite_loss").message
+
