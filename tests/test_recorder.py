@@ -2353,3 +2353,39 @@ def test_r8_1_log_of_one_hot_data_fed_to_a_linear_is_broken_data_not_a_mask(dtyp
     assert f.step == 0 and "the data are broken" in f.message
     assert "fix the data" in finding(rec, "nonfinite_loss").message
 
+
+def test_r8_4_the_readme_says_what_checks_plain_does_with_a_value_type_subclass():
+    """Review rev24-r8 finding 4: README said "a subclass of int/float/str/… is refused"; checks.plain turns one
+    into its built-in content (a namedtuple, an IntEnum, a str subclass even with its own __eq__), and refuses an
+    object of another class with its own __eq__. The README's sentence and plain must agree."""
+    import enum
+    from collections import namedtuple
+    from pathlib import Path
+
+    from ampcourse.checks import CheckFailed, plain
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "a subclass of int/float/str/…, or an object with its own" not in readme
+    assert ("a subclass of a built-in value type (a namedtuple such as lesson 11's `(kind, where, fix)`, an "
+            "`IntEnum`, a str subclass) is turned into its built-in content") in readme
+    assert "an object of another class that defines its own comparison or conversion methods" in readme
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Loose(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    class Anything:
+        def __eq__(self, other):
+            return True
+
+    answer = namedtuple("Answer", "kind where fix")("overflow", "attn", "fp32")
+    for value, want in ((answer, ("overflow", "attn", "fp32")), (Level.HIGH, 3), (Loose("x"), "x")):
+        got = plain("T", value, "f")
+        assert type(got) is type(want) and got == want, (value, got)
+    with pytest.raises(CheckFailed, match="defines `__eq__`"):
+        plain("T", Anything(), "f")
