@@ -223,7 +223,9 @@ class StepRecord:
         input_broken: an input held NaN or +inf (broken data whatever came before); sampled steps only.
         input_masks: the positions of the inputs whose values are all 0 or -inf: additive masks (as
             ``nn.Transformer.generate_square_subsequent_mask`` gives), read as finite inputs on every sampled
-            step, the first included; sampled steps only.
+            step, the first included — unless the first module whose output holds inf/NaN multiplies its input
+            by a weight (:data:`_WEIGHTED`: a Linear, a convolution, an embedding) and received that input itself:
+            that is log(0) data, since a mask is added to scores; sampled steps only.
         weights_finite: every trained parameter was finite when the step's hooks were attached (after the
             previous step's update, before this step's forward); None if not sampled.
     """
