@@ -223,7 +223,9 @@ class StepRecord:
         input_broken: an input held NaN or +inf (broken data whatever came before); sampled steps only.
         input_masks: the positions of the inputs whose values are all 0 or -inf: additive masks (as
             ``nn.Transformer.generate_square_subsequent_mask`` gives), read as finite inputs on every sampled
-            step, the first included; sampled steps only.
+            step, the first included — unless the first module whose output holds inf/NaN multiplies its input
+            by a weight (:data:`_WEIGHTED`: a Linear, a convolution, an embedding) and received that input itself:
+            that is log(0) data, since a mask is added to scores; sampled steps only.
         weights_finite: every trained parameter was finite when the step's hooks were attached (after the
             previous step's update, before this step's forward); None if not sampled.
     """
@@ -433,6 +435,13 @@ _FP16_OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.
 input is cast to the autocast dtype there, so the module that produced it is measured against that dtype."""
 
 
+_WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+             nn.Embedding, nn.EmbeddingBag)
+"""Modules that multiply their input by a weight (or look it up): an additive mask is added to attention scores,
+never handed to one of these, so a 0/-inf model input that such a module receives itself and whose output is the
+first to hold inf/NaN is broken data (log(0) in a log-feature), not a mask (:meth:`_Probe.collect`)."""
+
+
 _NARROW = (torch.float16, torch.bfloat16, torch.float32)
 """The float dtypes a norm may accumulate in float32 (``dtype=torch.float32`` refuses a float64 input)."""
 
@@ -518,6 +527,7 @@ class _Probe:
         weights = [p.detach() for _, p, _ in params]
         self.weights = None if not weights else self._put(_weights_check(weights))
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
+        self._weighted = {name for name, module in modules if isinstance(module, _WEIGHTED)}
         for name, module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._forward_hook(name), with_kwargs=True))
@@ -861,6 +871,11 @@ class _Probe:
         mask_peaks = frozenset(i for i, t in zip(inputs, self._input_tensors, strict=True)
                                if _minus_inf_only(values, i) and values[i + 1] == 0 and _zeros_and_minus_inf(t))
         self._input_tensors = []
+        bad = _first_bad_call(calls, values, loss_finite) if mask_peaks else None
+        if bad is not None and bad[0] in self._weighted:
+            # a mask is added to scores, never multiplied by a weight: a 0/-inf input that the first module with
+            # an inf/NaN output (a Linear, a convolution, an embedding) received itself is log(0) data
+            mask_peaks -= frozenset(bad[3])
         masks = _minus_inf_ok(calls, values, loss_finite, mask_peaks)
         return {
             "autocast_dtype": _lowest(self.autocast),
@@ -1504,9 +1519,17 @@ def _broken_weights(records: list[StepRecord], r: StepRecord,
         where = ("wherever v rounds to 0 in float16" if beta2 is None else
                  f"wherever v rounds to 0 in float16 — on a first step, where v = {1 - beta2:.3g} · g², every "
                  f"gradient below about {_v_zero_below(beta2):.2g} (beta2={beta2:g}), 0 included")
-        return (f"{which}. In a float16 model the optimizer's eps={eps:g} is 0 in float16 (an update divides by "
-                f"sqrt(v) + eps: x/0 {where}): use eps >= {tiny} (float16's smallest normal), or train "
-                "with autocast and float32 weights — not this module's precision.")
+        fix = (f"use eps >= {tiny} (float16's smallest normal), or train with autocast and float32 weights — not "
+               "this module's precision.")
+        stored = float(torch.tensor(eps, dtype=torch.float16))  # what eps is in the float16 update
+        if stored == 0.0:
+            return (f"{which}. In a float16 model the optimizer's eps={eps:g} is 0 in float16 (an update divides by "
+                    f"sqrt(v) + eps: x/0 {where}): {fix}")
+        bound = ("" if beta2 is None else
+                 f", up to about {_v_zero_below(beta2) / stored:.2g} × the learning rate on a first step")
+        return (f"{which}. In a float16 model the optimizer's eps={eps:g} is not 0 but subnormal in float16 "
+                f"(stored as {stored:.4g}): an update divides by sqrt(v) + eps, so {where}, it is "
+                f"lr · m / eps{bound} — a huge step: {fix}")
     return (f"{which}: the cause is that update (a too-large learning rate, an eps of 0 in the weights' dtype, "
             f"a division by 0 in the optimizer), not this module's precision — record step {r.step - 1} with every=1.")
 
@@ -1662,7 +1685,8 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         return "loss", "the loss itself is inf/NaN: compute it in FP32 (see the nonfinite_loss finding)." + later
     if backing_off:
         first, low = records[0].scale_before, records[-1].scale_before
-        return "scaler", (f"init_scale={first:g} is {math.log2(first / _DEFAULT_INIT_SCALE):.3g} doublings above "
+        doublings = math.log2(first / _DEFAULT_INIT_SCALE)
+        return "scaler", (f"init_scale={first:g} is {doublings:.3g} doubling{'' if doublings == 1 else 's'} above "
                           f"GradScaler's default ({_DEFAULT_INIT_SCALE:g}), and GradScaler halves the scale once per "
                           f"skipped step: at every scale tried so far (down to {low:g}) scale × gradient passes "
                           f"{FP16_MAX:g}. Start from the default init_scale, or record more steps: skips that go on "
@@ -1736,9 +1760,11 @@ def _scale_findings(records: list[StepRecord], sampled: list[StepRecord], found:
     final = diagnosis.final_scale
     n = diagnosis.steps
     if diagnosis.status == "collapsing" or final < 1 or diagnosis.warmup_skips == n:
-        # every step skipped, and every scale tried still at or above the default init_scale: a large init_scale
-        # backing off looks like this for its first log2(init_scale / 2**16) steps (Megatron starts at 2**32)
-        backing_off = diagnosis.warmup_skips == n and records[-1].scale_before >= _DEFAULT_INIT_SCALE
+        # every step skipped, the scale started above the default init_scale and every scale tried is still at or
+        # above it: a large init_scale backing off looks like this for its first log2(init_scale / 2**16) steps
+        # (Megatron starts at 2**32); at the default init_scale itself the skips are not a backing-off
+        backing_off = (diagnosis.warmup_skips == n and records[0].scale_before > _DEFAULT_INIT_SCALE
+                       and records[-1].scale_before >= _DEFAULT_INIT_SCALE)
         where, cause = _likely_cause(records, sampled, found, collapse=True, backing_off=backing_off)
         start = n - diagnosis.trailing_skips if diagnosis.trailing_skips else records[-1].step
         if backing_off:

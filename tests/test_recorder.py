@@ -2266,3 +2266,126 @@ def test_r7_8_the_benchmark_verdict_agrees_with_its_own_lower_bound_and_blocks()
                 text = verdict((low + high) / 2, low, high, bound, "cpu")
                 if ": yes (" in text:
                     assert bound <= 0.05 and high <= 0.05 and (low + high) / 2 <= 0.05, text
+
+
+def _too_large_loss_run(steps: int, init_scale: float) -> AmpRecorder:
+    """Review rev24-r8 scale1.py: a loss × 2**20 (a leftover constant, truly too large for float16)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    x, y = torch.randn(16, 8), torch.randn(16, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = (model(x).float() - y).pow(2).mean() * 2.0**20
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    return rec
+
+
+def test_r8_3_skips_at_the_default_init_scale_are_not_read_as_a_large_init_scale_backing_off():
+    """Review rev24-r8 finding 3: a 1-step run skipped at 65536 was told "init_scale=65536 is 0 doublings above
+    GradScaler's default ... Start from the default init_scale", which it already used."""
+    rec = _too_large_loss_run(1, 2.0**16)
+    assert rec.records[0].skipped and rec.records[0].scale_before == 2.0**16
+    f = finding(rec, "scale_collapse")
+    assert f.where != "scaler" and "doublings above" not in f.message and "Start from the default" not in f.message
+    assert "every scale tried is at or above" not in f.message, f.message
+
+
+def test_r8_3_one_doubling_above_the_default_is_said_in_the_singular():
+    f = finding(_too_large_loss_run(1, 2.0**17), "scale_collapse")
+    assert f.where == "scaler" and "is 1 doubling above GradScaler's default (65536)" in f.message, f.message
+
+
+@pytest.mark.parametrize("eps", [1e-8, 2e-8, 3e-8, 1e-7, 1e-6, 6e-5])
+def test_r8_6_the_eps_message_says_0_only_where_eps_is_0_in_float16(eps):
+    """Review rev24-r8 finding 6: "eps=1e-06 is 0 in float16 (... x/0)" is false: 1e-6 is a float16 subnormal
+    (1.0133e-06); where v rounds to 0 the update is lr · m / eps, a huge but finite step."""
+    from ampcourse.recorder import _broken_weights, _v_zero_below
+
+    rec = _half_adam(1e-8)
+    r = finding(rec, "overflow")
+    text = _broken_weights(rec.records, rec.records[r.step], (torch.float16, eps, 0.999))
+    stored = torch.tensor(eps, dtype=torch.float16).item()
+    assert "use eps >= 6.1e-05" in text, text
+    if stored == 0.0:
+        assert f"eps={eps:g} is 0 in float16" in text and "x/0" in text, text
+        return
+    assert "is 0 in float16" not in text and "x/0" not in text, text
+    assert f"eps={eps:g} is not 0 but subnormal in float16 (stored as {stored:.4g})" in text, text
+    # torch agrees: a first Adam step with a gradient just below where v rounds to 0 moves the weight by about
+    # g / eps times the learning rate, and the message quotes that bound
+    g = _v_zero_below(0.999) * 0.98
+    p = nn.Parameter(torch.ones(1, dtype=torch.float16))
+    optimizer = torch.optim.Adam([p], lr=1e-3, eps=eps)
+    p.grad = torch.tensor([g], dtype=torch.float16)
+    optimizer.step()
+    assert optimizer.state[p]["exp_avg_sq"].item() == 0.0 and math.isfinite(p.item())
+    moved = (1.0 - p.item()) / 1e-3
+    assert moved == pytest.approx(p.grad.item() / stored, rel=0.01), (moved, g / stored)
+    assert f"up to about {_v_zero_below(0.999) / stored:.2g} × the learning rate on a first step" in text, text
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_r8_1_log_of_one_hot_data_fed_to_a_linear_is_broken_data_not_a_mask(dtype):
+    """Review rev24-r8 finding 1 (onehot.py): log(one_hot) holds only 0 and -inf, like an additive mask, but a
+    mask is added to scores, never multiplied by a weight: fed straight into a Linear it is log(0) in the data.
+    It read as an overflow in that Linear, with a precision fix."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu") if dtype == torch.float16 else None
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(6):
+            x = torch.log(nn.functional.one_hot(torch.randint(0, 10, (16,)), 10).float())
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=dtype):
+                loss = model(x).float().pow(2).mean()
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    first = rec.records[0]
+    assert first.input_masks == () and first.input_finite is False
+    assert "overflow" not in kinds(rec), [str(f) for f in rec.findings()]
+    f = finding(rec, "nonfinite_input")
+    assert f.step == 0 and "the data are broken" in f.message
+    assert "fix the data" in finding(rec, "nonfinite_loss").message
+
+
+def test_r8_4_the_readme_says_what_checks_plain_does_with_a_value_type_subclass():
+    """Review rev24-r8 finding 4: README said "a subclass of int/float/str/… is refused"; checks.plain turns one
+    into its built-in content (a namedtuple, an IntEnum, a str subclass even with its own __eq__), and refuses an
+    object of another class with its own __eq__. The README's sentence and plain must agree."""
+    import enum
+    from collections import namedtuple
+    from pathlib import Path
+
+    from ampcourse.checks import CheckFailed, plain
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "a subclass of int/float/str/…, or an object with its own" not in readme
+    assert ("a subclass of a built-in value type (a namedtuple such as lesson 11's `(kind, where, fix)`, an "
+            "`IntEnum`, a str subclass) is turned into its built-in content") in readme
+    assert "an object of another class that defines its own comparison or conversion methods" in readme
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Loose(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    class Anything:
+        def __eq__(self, other):
+            return True
+
+    answer = namedtuple("Answer", "kind where fix")("overflow", "attn", "fp32")
+    for value, want in ((answer, ("overflow", "attn", "fp32")), (Level.HIGH, 3), (Loose("x"), "x")):
+        got = plain("T", value, "f")
+        assert type(got) is type(want) and got == want, (value, got)
+    with pytest.raises(CheckFailed, match="defines `__eq__`"):
+        plain("T", Anything(), "f")
