@@ -66,3 +66,34 @@ def tests(wrong: dict[Key, dict[str, tuple[Any, str]]], right: dict[Key, dict[st
         assert "✓" in capsys.readouterr().out
 
     return test_wrong_answer_is_named, test_right_answer_passes
+
+
+# --- forgeries shared by several lessons' fixtures ------------------------------------------------------
+
+class MroMeta(type):
+    """Review rev25-r6 E2: a metaclass whose ``__mro__`` property says the class is a plain ``object``."""
+
+    __mro__ = property(lambda cls: (object,))
+
+
+class VerdictPosingAsStr(metaclass=MroMeta):
+    """Equal to every verdict; poses as a str for isinstance() through a ``__class__`` property."""
+
+    __class__ = property(lambda self: str)
+
+    def __init__(self, text):
+        self.text = text
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return repr(self.text)
+
+    def __str__(self):
+        return self.text

@@ -730,7 +730,7 @@ OTHER_FORGERIES["callback_from_stance_04"] = ("04_gradscaler.ipynb", {'def updat
 
 
 # --- review rev25-r6 -----------------------------------------------------------------------------------------------
-# The review's cells as it wrote them (/tmp/r6/e_*.json; a cell it appended after the solution's is given whole here).
+# The review's cells as it wrote them (rev25-r6; a cell it appended after the solution's is given whole here).
 # E5: code that runs inside the judgement without a thread (a gc callback with gc.set_threshold(1, 1, 1); a
 # TorchFunctionMode left entered): "cannot be graded". E1/E2: a __float__ reading the check's `expected`, returned
 # through noted_call (06 Task 2b) or from a class claiming the fractions module (06 Task 2a); a metaclass `__mro__`
@@ -772,7 +772,7 @@ OTHER_FORGERIES.update({
 
 
 # --- review rev25-r7 -----------------------------------------------------------------------------------------------
-# The review's cells (/tmp/r7/cells/*.py). E1: the answer's function writes the call-first check's own locals through
+# The review's cells (rev25-r7). E1: the answer's function writes the call-first check's own locals through
 # sys._getframe (00 Task 1's case list; 04 Task 2's lists of answers, here also trying to rebind them through
 # frame.f_locals once they are tuples): the answers are now frozen in tuples and the cases remade after the calls, so
 # the wrong rule is named. E2: an exact Fraction holding the answer's object as its numerator (01 Task 2). E3: a

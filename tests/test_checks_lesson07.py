@@ -242,35 +242,6 @@ def loss_tree_map(loss_fn, logits, target):
 
 # --- Task 4 ------------------------------------------------------------------------------------------------------
 
-class _MroMeta(type):
-    """Review rev25-r6 E2: a metaclass whose ``__mro__`` property says the class is a plain ``object``."""
-
-    __mro__ = property(lambda cls: (object,))
-
-
-class _VerdictPosingAsStr(metaclass=_MroMeta):
-    """Equal to every verdict; poses as a str for isinstance() through a ``__class__`` property."""
-
-    __class__ = property(lambda self: str)
-
-    def __init__(self, text):
-        self.text = text
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-    def __repr__(self):
-        return repr(self.text)
-
-    def __str__(self):
-        return self.text
-
-
 class _HonestVerdict(str):
     """A right answer's own str subclass (review rev25-r6 M1: judged by its content)."""
 
@@ -436,8 +407,8 @@ WRONG = {
         "a finite run called a forward overflow": (lambda i, s, losses: "forward overflow",
                                                    "every loss is finite"),
         "an always-equal verdict behind a metaclass __mro__ property (review rev25-r6 E2)": (
-            lambda i, s, losses: _VerdictPosingAsStr("healthy"),
-            "an object of type `_VerdictPosingAsStr`, whose class defines `__eq__`, `__ne__`, `__class__`"),
+            lambda i, s, losses: grader_fixtures.VerdictPosingAsStr("healthy"),
+            "an object of type `VerdictPosingAsStr`, whose class defines `__eq__`, `__ne__`, `__class__`"),
     },
 }
 

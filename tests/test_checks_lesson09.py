@@ -218,35 +218,6 @@ def weighted(divide="rows", reduction="sum", autocast=torch.float16, one_backwar
 
 
 # --- Task 3: amp_verdict -------------------------------------------------------------------------------------------
-class _MroMeta(type):
-    """Review rev25-r6 E2: a metaclass whose ``__mro__`` property says the class is a plain ``object``."""
-
-    __mro__ = property(lambda cls: (object,))
-
-
-class _VerdictPosingAsStr(metaclass=_MroMeta):
-    """Equal to every verdict; poses as a str for isinstance() through a ``__class__`` property."""
-
-    __class__ = property(lambda self: str)
-
-    def __init__(self, text):
-        self.text = text
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-    def __repr__(self):
-        return repr(self.text)
-
-    def __str__(self):
-        return self.text
-
-
 class _HonestVerdict09(str):
     """A right answer's own str subclass (review rev25-r6 M1: judged by its content)."""
 
@@ -559,8 +530,8 @@ WRONG = {
         "same sign on every seed (the reviewer's case)": (same_sign_rule, "every seed's difference has the same sign"),
         "sign reversed": (verdict(flip=True), "the sign is reversed"),
         "always 'within noise' behind a metaclass __mro__ property (review rev25-r6 E2)": (
-            lambda fp32, amp: _VerdictPosingAsStr("within noise"),
-            "an object of type `_VerdictPosingAsStr`, whose class defines `__eq__`, `__ne__`, `__class__`"),
+            lambda fp32, amp: grader_fixtures.VerdictPosingAsStr("within noise"),
+            "an object of type `VerdictPosingAsStr`, whose class defines `__eq__`, `__ne__`, `__class__`"),
         "strict <": (strict_rule, "compare with `≤`, not `<`"),
         "t statistic, identical runs divide 0 by 0": (t_statistic_unguarded, "0 / 0 is nan"),
         "any difference counts": (lambda f, a: "amp better" if sum(a) > sum(f) else "amp worse",
