@@ -67,10 +67,7 @@ def _zeros_whose_float_is_the_reference(model, x):
     wrong = torch.zeros_like(right_forward(model, x))
 
     def float_():
-        frame = sys._getframe(1)
-        while frame is not None and "reference" not in frame.f_locals:
-            frame = frame.f_back
-        return frame.f_locals["reference"] if frame is not None else torch.Tensor.float(wrong)
+        return grader_fixtures.callers_local("reference", lambda: torch.Tensor.float(wrong))
 
     wrong.float = float_
     return wrong

@@ -28,6 +28,14 @@ def _started(cwd, env: dict) -> KernelManager:
     return km
 
 
+def _gone(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` has ended (and been reaped) within ``seconds``."""
+    deadline = time.time() + seconds
+    while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
+        time.sleep(0.1)
+    return not os.path.exists(f"/proc/{pid}")
+
+
 def _forked_kernel(tmp_path, env: dict | None = None, tries: int = 20):
     """A kernel forked from a template: the first one of its settings is ordinary (it starts the template)."""
     for _ in range(tries):
@@ -130,10 +138,7 @@ def test_an_interrupt_and_a_kill_reach_the_kernels_own_children(tmp_path):
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
-    deadline = time.time() + 10
-    while os.path.exists(f"/proc/{child}") and time.time() < deadline:
-        time.sleep(0.1)
-    assert not os.path.exists(f"/proc/{child}"), "a killed kernel's child process outlived it"
+    assert _gone(child, 10), "a killed kernel's child process outlived it"
 
 
 MANAGER = """
@@ -165,10 +170,7 @@ def test_a_killed_manager_takes_its_forked_kernel_with_it(tmp_path):
             break
         time.sleep(0.5)
     assert "serve" in parent, "no forked kernel in 10 tries"
-    deadline = time.time() + 15
-    while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
-        time.sleep(0.2)
-    assert not os.path.exists(f"/proc/{pid}"), "the forked kernel outlived its killed manager"
+    assert _gone(pid, 15), "the forked kernel outlived its killed manager"
 
 
 @templates_on
@@ -177,10 +179,7 @@ def test_a_killed_client_takes_its_kernel_with_it(tmp_path):
     pid = int(_run(kc, "print(os.getpid())")[0])
     kc.stop_channels()
     km.shutdown_kernel(now=True)  # SIGKILL to the client's process group
-    deadline = time.time() + 10
-    while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
-        time.sleep(0.1)
-    assert not os.path.exists(f"/proc/{pid}"), "the forked kernel outlived its killed client"
+    assert _gone(pid, 10), "the forked kernel outlived its killed client"
 
 
 @templates_on
