@@ -401,12 +401,14 @@ def _minus_inf_ok(calls: list[tuple], values: list[float], loss_finite: bool = F
     return bad is None or all(math.isfinite(values[i]) or i in masks for i in bad[3])
 
 
-def _zeros_and_minus_inf(t: torch.Tensor) -> bool:
-    """Every value of ``t`` is 0 or -inf: an additive mask (``generate_square_subsequent_mask``), not data. One
-    kernel and one sync, asked only of a model input that holds -inf and whose largest value is 0. Log-features
-    and log-probabilities hold other negative values, a relative-position bias other values of either sign."""
+def _zeros_and_minus_inf(t: torch.Tensor) -> torch.Tensor:
+    """A 0-d bool tensor: every value of ``t`` is 0 or -inf, an additive mask
+    (``generate_square_subsequent_mask``), not data. Taken of each floating-point model input on a sampled step, in
+    the forward pre-hook (the input itself is not kept until ``rec.step``: under gradient accumulation that would
+    hold every micro-batch, review rev24-r8); read at ``rec.step`` with the step's one transfer. Log-features and
+    log-probabilities hold other negative values, a relative-position bias other values of either sign."""
     t = t.detach()
-    return bool(torch.logical_or(t == 0, t == -math.inf).all())
+    return torch.logical_or(t == 0, t == -math.inf).all()
 
 
 def _abs_max_of(low: float, high: float) -> float:
@@ -452,13 +454,16 @@ def _weights_check(weights: list[torch.Tensor]) -> torch.Tensor:
     On a CPU (dtypes in :data:`_NARROW`): the sum of their 2-norms, by one ``_foreach_norm`` call. A NaN or inf
     makes it NaN or inf; finite weights give a finite sum unless one is beyond about 1e19 (its square
     overflows float32), and then the exact test below decides. Elsewhere, or when the sum is not finite: the
-    largest max |w| (``_foreach_norm`` with ``ord=inf``: one fused kernel on CUDA, but on a CPU about 3-4x
-    slower than the 2-norm, ~1 ms on lesson 11's model; there the sum's host check costs no device sync)."""
+    largest max |w| of each (``_foreach_norm`` with ``ord=inf``: one fused kernel on CUDA, but on a CPU about 3-4x
+    slower than the 2-norm, ~1 ms on lesson 11's model; there the sum's host check costs no device sync), tested
+    for inf/NaN in its own dtype: 0 when all are finite, inf otherwise."""
     if all(w.device.type == "cpu" and w.dtype in _NARROW for w in weights):
         total = torch.stack(torch._foreach_norm(weights, 2, dtype=torch.float32)).sum()
         if math.isfinite(total):
             return total
-    return _stack([t.float() for t in torch._foreach_norm(weights, math.inf)]).amax()
+    # each max |w| tested in its own dtype: a float64 weight beyond float32's range is finite (review rev24-r8)
+    finite = _stack([torch.isfinite(t) for t in torch._foreach_norm(weights, math.inf)]).all()
+    return torch.where(finite, 0.0, math.inf).float()
 
 
 def _is_compiled(module: nn.Module) -> bool:
@@ -503,14 +508,17 @@ class _Probe:
         self.params: dict[str, tuple[int, int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
         # (an index of flat; or -1 - k: the norm of sample k, the whole gradient), non-zero
         self.norms: list[int] = []  # the samples k whose norm collect() computes (whole parameter gradients)
-        self._pending: list[tuple[str, nn.Parameter, bool]] = []  # parameters accumulated, not yet measured
+        self._pending: list[tuple[str, torch.Tensor, bool]] = []  # (name, gradient, embedding) not yet measured
         self._kept: list[list[tuple[str, bool]]] = []  # the roles of the gradients kept, not yet measured
         self._kept_grads: list[torch.Tensor] = []  # those gradients
         self._kept_bytes = 0
         self._queued = -1  # the graph task (backward pass) _measure_all is queued on; -1: none
         self._at_once = at_once  # measure each parameter's gradient in its own hook (DDP's bucket views)
         self.inputs: list[int] = []
-        self._input_tensors: list[torch.Tensor] = []  # the model's inputs, for collect()'s mask test only
+        self._input_masks: list[int] = []  # per model input: the index of its _zeros_and_minus_inf flag
+        self._root_storage: dict[int, int] = {}  # a model input's storage address -> the input's peak
+        self._fed: dict[int, tuple[list[int], bool]] = {}  # call number -> (peaks of the model inputs it got,
+        # it is a _WEIGHTED module): _fed_by_root
         # module calls in completion order: (name, call number, parent's call number, input peaks, output peaks)
         self.calls: list[tuple[str, int, int | None, list[int], list[int]]] = []
         self._stack: list[tuple[str, int, list[int], list[torch.Tensor]]] = []  # running calls: name, call
@@ -547,7 +555,9 @@ class _Probe:
     def _root_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         tensors = _inputs(args, kwargs)
         self.inputs += [self._peak(t) for t in tensors]
-        self._input_tensors += tensors  # kept until collect(): an input with -inf is asked if it is a 0/-inf mask
+        self._input_masks += [self._put(_zeros_and_minus_inf(t)) for t in tensors]
+        for t, i in zip(tensors, self.inputs[-len(tensors):] if tensors else (), strict=True):
+            self._root_storage[t.untyped_storage().data_ptr()] = i
 
     def _put(self, t: torch.Tensor) -> int:
         """Keep a measured 0-d tensor for collect(); its index."""
@@ -588,7 +598,7 @@ class _Probe:
 
     def _pre_hook(self, name: str, module: nn.Module) -> Callable:
         casts = isinstance(module, _FP16_OPS)
-
+        weighted = isinstance(module, _WEIGHTED)
         stack, peak = self._stack, self._peak
 
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
@@ -598,7 +608,22 @@ class _Probe:
             stack.append((name, number, [peak(t) for t in inputs], inputs))
             if casts and self._made_by:
                 self._float32_inputs(number, inputs)
+            if self._root_storage and inputs:
+                self._fed_by_root(number, inputs, weighted)
         return hook
+
+    def _fed_by_root(self, number: int, inputs: list[torch.Tensor], weighted: bool) -> None:
+        """Note the model inputs that this call receives, as they are or as a view (``x.reshape(...)``,
+        ``x.flatten(1)``, ``x[:, None]``: the same storage), when it is a Linear/convolution/embedding
+        (:data:`_WEIGHTED`) or receives nothing else (a Flatten, a LayerNorm over the input): a 0/-inf input that
+        such a call turns into the first inf/NaN output is log(0) data, not a mask, which is added to scores beside
+        other inputs (:meth:`collect`; reviews rev24-r8 and rev24-r9: reshaped, or behind a Flatten or LayerNorm,
+        it read as a mask)."""
+        storage = self._root_storage
+        ptrs = [t.untyped_storage().data_ptr() for t in inputs]
+        fed = [storage[p] for p in ptrs if p in storage]
+        if fed and (weighted or len(fed) == len(ptrs)):
+            self._fed[number] = (fed, weighted)
 
     def _float32_inputs(self, number: int, inputs: list[torch.Tensor]) -> None:
         """Note the float32 inputs, made by watched modules, of a call of a module that may run autocast's
@@ -764,42 +789,44 @@ class _Probe:
 
     def _param_hook(self, name: str, embedding: bool) -> Callable:
         pending = self._pending
-        entry: list = []  # (name, param, embedding), made once: no new object per call
 
         def hook(param: torch.Tensor) -> None:
-            """Note the parameter; its gradient is measured with the others at the end of this backward pass
+            """Note the parameter and its gradient; measured with the others at the end of this backward pass
             (:meth:`_measure_params`): ``unscale_``, clipping and the optimizer come after ``backward()`` returns.
-            Under DDP with ``gradient_as_bucket_view=True`` (``at_once``) ``param.grad`` is DDP's bucket, which
-            DDP divides by the world size and all-reduces in place while the backward pass goes on: there it is
-            measured now, in its own hook, which runs before DDP's (the tensor's post-accumulate hooks run before
-            the AccumulateGrad node's post hooks, where DDP's reducer marks it ready)."""
+            The gradient tensor is kept, not read from ``param.grad`` again there: DDP with
+            ``gradient_as_bucket_view=True`` copies it into its bucket and makes ``param.grad`` a view of that,
+            which it divides by the world size and all-reduces in place while the backward pass goes on. A
+            gradient that is such a view already (DDP's after its first backward pass; ``at_once``: the recorder
+            was given the DDP wrapper) is measured now, in its own hook, which runs before DDP's (the tensor's
+            post-accumulate hooks run before the AccumulateGrad node's post hooks, where DDP's reducer marks it
+            ready)."""
             if self.removed:
                 return
-            if self._at_once or not self._queue():  # DDP's bucket view, or outside a backward pass: now
-                self._measure_param(name, param, embedding)
+            grad = param.grad
+            if grad is None:
                 return
-            if not entry:
-                entry.append((name, param, embedding))
-            pending.append(entry[0])
+            if self._at_once or grad._is_view() or not self._queue():  # a bucket's view, or outside a backward
+                self._measure_param(name, grad, embedding)
+                return
+            pending.append((name, grad, embedding))
         return hook
 
     def _measure_params(self, force: bool = False) -> None:
-        """Measure the gradients of the parameters noted in this backward pass, in the order they were
-        accumulated (at its end, :meth:`_measure_all`: the kernels back to back instead of one hook's work between
-        each two of the backward pass's own kernels)."""
+        """Measure the gradients noted in this backward pass, in the order they were accumulated (at its end,
+        :meth:`_measure_all`: the kernels back to back instead of one hook's work between each two of the backward
+        pass's own kernels)."""
         pending = self._pending[:]
         self._pending.clear()
         if self.removed and not force:
             return
-        for name, param, embedding in pending:
-            self._measure_param(name, param, embedding)
+        for name, grad, embedding in pending:
+            self._measure_param(name, grad, embedding)
 
-    def _measure_param(self, name: str, param: torch.Tensor, embedding: bool) -> None:
-        """Measure one parameter's gradient: a copy of its sample (the whole gradient up to :data:`SAMPLE`
+    def _measure_param(self, name: str, grad: torch.Tensor, embedding: bool) -> None:
+        """Measure one parameter's gradient ``grad``: a copy of its sample (the whole gradient up to :data:`SAMPLE`
         entries) and, for a larger one, its norm; an embedding's over the rows that got a gradient."""
         params = self.params
-        grad = param.grad
-        if grad is None or grad.is_sparse:
+        if grad.is_sparse:
             return
         g = grad.detach() if grad.requires_grad else grad
         if embedding and g.dim() == 2:  # rows of tokens absent from the batch are 0 by design: leave them out
@@ -867,14 +894,17 @@ class _Probe:
                          nonzero if nonzero >= 0 else nonzero_at + at[-1 - nonzero])
                   for name, (i, counted, norm, nonzero) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
-        # the model's inputs whose values are all 0 or -inf: additive masks (one more sync, only for such inputs)
-        mask_peaks = frozenset(i for i, t in zip(inputs, self._input_tensors, strict=True)
-                               if _minus_inf_only(values, i) and values[i + 1] == 0 and _zeros_and_minus_inf(t))
-        self._input_tensors = []
+        # the model's inputs whose values are all 0 or -inf: additive masks
+        mask_peaks = frozenset(i for i, flag in zip(inputs, self._input_masks, strict=True)
+                               if _minus_inf_only(values, i) and values[i + 1] == 0 and values[flag] == 1.0)
         bad = _first_bad_call(calls, values, loss_finite) if mask_peaks else None
-        if bad is not None and bad[0] in self._weighted:
-            # a mask is added to scores, never multiplied by a weight: a 0/-inf input that the first module with
-            # an inf/NaN output (a Linear, a convolution, an embedding) received itself is log(0) data
+        fed, weighted = self._fed.get(bad[1], ((), False)) if bad is not None else ((), False)
+        if fed and (weighted or mask_peaks.issuperset(fed)):
+            # a mask is added to scores beside other values, never multiplied by a weight: a 0/-inf model input (or
+            # a view of it) that the first module with an inf/NaN output received, being a Linear, a convolution,
+            # an embedding, or fed by nothing but such inputs (a Flatten, a LayerNorm over the input), is log(0) data
+            mask_peaks -= frozenset(fed)
+        elif bad is not None and bad[0] in self._weighted:
             mask_peaks -= frozenset(bad[3])
         masks = _minus_inf_ok(calls, values, loss_finite, mask_peaks)
         return {
@@ -1271,8 +1301,10 @@ class AmpRecorder:
             return dtype, None, None
         group = min(groups, key=lambda g: g["eps"])
         betas = group.get("betas")
-        beta2 = (float(betas[1]) if isinstance(betas, (tuple, list)) and len(betas) == 2
-                 and isinstance(betas[1], (int, float)) and 0 <= betas[1] < 1 else None)
+        # beta2 gives the first step's v = (1 - beta2)·g² only where v is an average of squares (not Adamax's
+        # u = max(beta2·u, |g| + eps): review rev24-r8)
+        beta2 = (float(betas[1]) if isinstance(self.optimizer, _SQUARES) and isinstance(betas, (tuple, list))
+                 and len(betas) == 2 and isinstance(betas[1], (int, float)) and 0 <= betas[1] < 1 else None)
         return dtype, float(group["eps"]), beta2
 
     def report(self) -> str:
@@ -1488,6 +1520,10 @@ def _overflow(records: list[StepRecord], sampled: list[StepRecord],
     elif r.weights_finite is False:
         fix = _broken_weights(records, r, weights)
     return Finding("overflow", r.step, name, f"{what}: {fix}")
+
+
+_SQUARES = (torch.optim.Adam, torch.optim.AdamW, torch.optim.NAdam, torch.optim.RAdam)
+"""Optimizers whose second moment is ``v = beta2·v + (1 - beta2)·g²`` (``betas[1]``), read by :func:`_v_zero_below`."""
 
 
 def _v_zero_below(beta2: float) -> float:
@@ -1812,22 +1848,33 @@ def _majority(flags: list[bool]) -> bool:
     return bool(flags) and 2 * sum(flags) > len(flags)
 
 
-def _lost_param(r: StepRecord, name: str) -> bool:
+def _lost_param(r: StepRecord, name: str, zeros: bool = True) -> bool:
     """A parameter's gradient counts as lost on step ``r`` by the rule a module's does (:func:`_lost_activation`):
-    all of it 0 or below fp16's normal range, or more than :data:`UNDERFLOW_FRACTION` of its non-zero entries
-    below it. Its exact zeros alone do not count: rows no token or position reached are 0 in any precision."""
+    more than :data:`UNDERFLOW_FRACTION` of its non-zero entries below fp16's normal range, or (with ``zeros``)
+    all of it exactly 0. Its exact zeros alone do not count otherwise: rows no token or position reached are 0 in
+    any precision, and so is everything below a dead ReLU."""
     lost = r.param_grad_lost.get(name)
     if lost is None:
         return False
-    return lost >= 1.0 or r.param_grad_subnormal.get(name, 0.0) > UNDERFLOW_FRACTION
+    subnormal = r.param_grad_subnormal.get(name, 0.0)
+    return subnormal > UNDERFLOW_FRACTION or (zeros and lost >= 1.0)
+
+
+def _flushed_at_the_loss(r: StepRecord) -> bool:
+    """The gradient entering the model (the last module's output gradient, the first in backward order) is lost
+    itself: then a gradient that is exactly 0 everywhere further down was flushed to 0 (a loss too small for
+    float16), not 0 by the model's design (a dead ReLU, an unused branch), which leaves the loss's side intact."""
+    first = next((m for m in reversed(r.modules) if m.grad_lost is not None), None)
+    return _lost_activation(first)
 
 
 def _underflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
     steps = [r for r in sampled if r.autocast_dtype == torch.float16 and not r.skipped and r.param_grad_lost]
     if not steps:
         return None
+    flushed = [_flushed_at_the_loss(r) for r in steps]
     where = next((name for name in steps[-1].param_grad_lost
-                  if _majority([_lost_param(r, name) for r in steps])), None)
+                  if _majority([_lost_param(r, name, zeros) for r, zeros in zip(steps, flushed, strict=True)])), None)
     if where is not None:
         last = steps[-1]
         share, sub = last.param_grad_lost[where], last.param_grad_subnormal.get(where, 0.0)
@@ -1835,7 +1882,8 @@ def _underflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding 
                 else f"{share:.0%} of the gradient of parameter {where}")
     else:
         names = [m.name for m in reversed(steps[-1].modules) if m.grad_lost is not None]  # backward order
-        where = next((n for n in names if _majority([_lost_activation(_module(r, n)) for r in steps])), None)
+        where = next((n for n in names if _majority([_lost_activation(_module(r, n), zeros)
+                                                     for r, zeros in zip(steps, flushed, strict=True)])), None)
         if where is None:
             return None
         module = _module(steps[-1], where)
@@ -1852,10 +1900,13 @@ def _underflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding 
                    f"most sampled steps: those gradients are lost or imprecise; {fix}")
 
 
-def _lost_activation(module: ModuleStats | None) -> bool:
+def _lost_activation(module: ModuleStats | None, zeros: bool = True) -> bool:
+    """A module's output gradient counts as lost: more than :data:`UNDERFLOW_FRACTION` of its non-zero entries
+    below fp16's normal range, or (with ``zeros``: the loss's side is lost too, :func:`_flushed_at_the_loss`) all
+    of it exactly 0."""
     if module is None or module.grad_lost is None:
         return False
-    return module.grad_lost >= 1.0 or (module.grad_subnormal or 0.0) > UNDERFLOW_FRACTION
+    return (module.grad_subnormal or 0.0) > UNDERFLOW_FRACTION or (zeros and module.grad_lost >= 1.0)
 
 
 def _cast_down_fix(m: ModuleStats, consumer: str | None, *, said: bool = False) -> str:

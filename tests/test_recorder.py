@@ -1870,10 +1870,10 @@ class HalfNet(nn.Module):
         return self.head(torch.relu(self.tok(idx)))
 
 
-def _half_adam(eps: float, steps: int = 6, every: int = 1) -> AmpRecorder:
+def _half_adam(eps: float, steps: int = 6, every: int = 1, kind=torch.optim.Adam) -> AmpRecorder:
     torch.manual_seed(0)
     model = HalfNet().half()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=eps)
+    optimizer = kind(model.parameters(), lr=1e-3, eps=eps)
     with AmpRecorder(model, optimizer, every=every) as rec:
         for _ in range(steps):
             idx, target = torch.randint(0, 32, (8, 4)), torch.randint(0, 32, (8, 4))
@@ -2110,7 +2110,7 @@ rank, store = int(sys.argv[1]), sys.argv[2]
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
 out = []
-for view in (False, True):
+for view, given in ((False, "ddp"), (True, "ddp"), (True, "module")):
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 4))
     ref = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 4))
@@ -2118,20 +2118,24 @@ for view in (False, True):
     model = nn.parallel.DistributedDataParallel(base, gradient_as_bucket_view=view, bucket_cap_mb=0.001)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     g = torch.Generator().manual_seed(rank)
-    x, y = torch.randn(32, 8, generator=g) * (1 + 10 * rank), torch.randn(32, 4, generator=g)
-    with AmpRecorder(model, optimizer) as rec:
-        loss = (model(x) - y).pow(2).mean()
-        loss.backward()
-        averaged = math.sqrt(sum(float(p.grad.norm()) ** 2 for p in model.parameters()))
-        optimizer.step()
-        rec.step(loss)
-    (ref(x) - y).pow(2).mean().backward()  # the rank's own gradient, on an undistributed copy
-    local = {"module." + n: p.grad for n, p in ref.named_parameters()}
-    own = math.sqrt(sum(float(t.norm()) ** 2 for t in local.values()))
-    lost = {n: float(((t.abs() < 2.0**-14)).float().mean()) for n, t in local.items()}
-    r = rec.records[0]
-    out.append({"view": view, "recorded": r.grad_norm, "own": own, "averaged": averaged,
-                "lost": r.param_grad_lost, "own_lost": lost})
+    prefix = "module." if given == "ddp" else ""
+    with AmpRecorder(model if given == "ddp" else model.module, optimizer) as rec:
+        for step in range(2):  # DDP makes param.grad its bucket's view in the first backward pass
+            x, y = torch.randn(32, 8, generator=g) * (1 + 10 * rank), torch.randn(32, 4, generator=g)
+            optimizer.zero_grad()
+            loss = (model(x) - y).pow(2).mean()
+            loss.backward()
+            averaged = math.sqrt(sum(float(p.grad.norm()) ** 2 for p in model.parameters()))
+            optimizer.step()
+            rec.step(loss)
+            ref.zero_grad()
+            (ref(x) - y).pow(2).mean().backward()  # the rank's own gradient, on an undistributed copy
+            local = {prefix + n: p.grad for n, p in ref.named_parameters()}
+            own = math.sqrt(sum(float(t.norm()) ** 2 for t in local.values()))
+            lost = {n: float(((t.abs() < 2.0**-14)).float().mean()) for n, t in local.items()}
+            r = rec.records[step]
+            out.append({"view": view, "given": given, "step": step, "recorded": r.grad_norm, "own": own,
+                        "averaged": averaged, "lost": r.param_grad_lost, "own_lost": lost})
 dist.destroy_process_group()
 print(json.dumps(out))
 '''
@@ -2141,7 +2145,9 @@ def test_r7_1_under_ddp_each_rank_records_its_own_gradients_also_with_a_bucket_v
     """Review rev24-r7 finding 1 (ddp.py): with gradient_as_bucket_view=True, param.grad is DDP's bucket, which
     DDP divides by the world size and all-reduces during the backward pass; measured at its end, rank 0 read its
     own gradient / 2 and rank 1 a value part-way through the all-reduce. Two gloo ranks on CPU, different
-    batches, a small bucket: each rank's grad_norm and lost fractions are its own backward's."""
+    batches, a small bucket: each rank's grad_norm and lost fractions are its own backward's, on the first step
+    and after it (param.grad a view of the bucket), also when the recorder is given ``ddp.module`` (review rev24-r8:
+    then it did not know of the bucket views and read rank 0's 0.3036 for a true 0.6072)."""
     import json
     import os
     import subprocess
@@ -2162,7 +2168,7 @@ def test_r7_1_under_ddp_each_rank_records_its_own_gradients_also_with_a_bucket_v
             assert row["recorded"] == pytest.approx(row["own"], rel=1e-5), (rank, row)
             assert row["recorded"] != pytest.approx(row["averaged"], rel=1e-3), (rank, row)  # the ranks differ
             for name, share in row["own_lost"].items():
-                assert row["lost"][name] == pytest.approx(share, abs=1e-6), (rank, row["view"], name)
+                assert row["lost"][name] == pytest.approx(share, abs=1e-6), (rank, row, name)
 
 
 class RaiseOnce(torch.autograd.Function):
@@ -2389,3 +2395,183 @@ def test_r8_4_the_readme_says_what_checks_plain_does_with_a_value_type_subclass(
         assert type(got) is type(want) and got == want, (value, got)
     with pytest.raises(CheckFailed, match="defines `__eq__`"):
         plain("T", Anything(), "f")
+
+
+# --- review rev24-r8 (left by rec11) --------------------------------------------------------------------------------
+
+def _dead_relu_classifier() -> nn.Module:
+    """classifier() with block.up's bias at -100: every ReLU of the block is dead, so block.up's gradients and
+    norm's input gradient are exactly 0 in any precision (0 by the model's design, not by float16)."""
+    model = classifier()
+    with torch.no_grad():
+        model.block.up.bias.fill_(-100.0)
+    return model
+
+
+def test_r8_a_gradient_that_is_0_by_design_below_a_dead_relu_is_no_underflow():
+    """Review rev24-r8 (weak): a dead ReLU's exact-0 gradients read as underflow ("100% of the gradient of
+    parameter norm.weight ... is 0 or below float16's smallest normal"); an exact 0 everywhere counts as lost only
+    when the gradient entering the model is lost too (a loss too small for float16 flushes everything)."""
+    rec = train(_dead_relu_classifier(), torch.float16, scaler=True, steps=6)
+    last = rec.records[-1]
+    assert last.param_grad_lost["block.up.weight"] == 1.0 and last.param_grad_subnormal["block.up.weight"] == 0.0
+    assert "underflow" not in kinds(rec), [str(f) for f in rec.findings()]
+
+
+def test_r8_a_loss_flushed_to_0_at_the_loss_still_underflows_from_the_head_on():
+    rec = train(classifier(), torch.float16, scaler=None, loss_factor=2.0**-30)
+    last = rec.records[-1]
+    assert last.modules[-1].grad_lost == 1.0 and last.modules[-1].grad_subnormal == 0.0  # all exactly 0
+    assert finding(rec, "underflow").where == "head.weight"
+
+
+class Reshaping(nn.Module):
+    """A model that reshapes its input before its first Linear (``x.view(n, -1)``: a view of the same storage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.view(x.shape[0], -1))
+
+
+def test_r8_log_of_one_hot_data_reshaped_before_its_linear_is_broken_data_too():
+    """Review rev24-r8 (misleading): the r8_1 fix matched the Linear's input to the model's input by identity, so a
+    reshaped log(one_hot) (a view: another tensor object) still read as a mask and the Linear as overflowing."""
+    torch.manual_seed(0)
+    model = Reshaping()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with AmpRecorder(model, optimizer) as rec:
+        for _ in range(4):
+            x = torch.log(nn.functional.one_hot(torch.randint(0, 10, (16,)), 10).float()).view(16, 2, 5)
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(x).float().pow(2).mean()
+            optimizer_step(loss, optimizer, None)
+            rec.step(loss)
+    first = rec.records[0]
+    assert first.input_masks == () and first.input_finite is False
+    assert "overflow" not in kinds(rec), [str(f) for f in rec.findings()]
+    assert finding(rec, "nonfinite_input").step == 0
+
+
+def test_r8_a_sampled_step_keeps_no_micro_batch_input_alive_until_rec_step():
+    """Review rev24-r8 (weak): on a sampled step every micro-batch input was kept until ``rec.step`` (for the
+    0/-inf mask test): under accumulation, all of them at once. The test is taken in the forward pre-hook now."""
+    import weakref
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    alive = []
+    with AmpRecorder(model, optimizer) as rec:
+        optimizer.zero_grad()
+        for _ in range(4):
+            x = torch.randn(32, 8)
+            alive.append(weakref.ref(x))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(x).float().pow(2).mean() / 4
+            loss.backward()
+            del x
+        assert [ref() is None for ref in alive] == [True] * 4
+        optimizer.step()
+        rec.step(loss)
+    assert rec.records[0].sampled and rec.records[0].input_finite is True
+    assert kinds(rec) == ["healthy"]
+
+
+def test_r8_float64_weights_beyond_float32s_range_are_finite_weights():
+    """Review rev24-r8 (nit): a float64 weight of 1e300 read as a non-finite weight (its max |w| cast to float32)."""
+    from ampcourse.recorder import _weights_check
+
+    big = torch.tensor([1e300, -2.0], dtype=torch.float64)
+    assert math.isfinite(float(_weights_check([big, torch.ones(3)])))
+    assert not math.isfinite(float(_weights_check([big, torch.tensor([1.0, math.nan])])))
+    assert not math.isfinite(float(_weights_check([torch.tensor([math.inf], dtype=torch.float64)])))
+    assert math.isfinite(float(_weights_check([torch.ones(2, dtype=torch.float16)])))
+
+
+def test_r8_adamax_gets_no_threshold_from_beta2_which_is_not_an_average_of_squares_there():
+    """Review rev24-r8 (nit): Adamax's u = max(beta2·u, |g| + eps) has no first-step v = (1 - beta2)·g²: the
+    eps message gave it Adam's threshold "(beta2=0.999)"."""
+    adamax = [f for f in _half_adam(1e-8, kind=torch.optim.Adamax).findings() if "eps=1e-08" in f.message]
+    assert adamax and all("beta2" not in f.message for f in adamax), [str(f) for f in adamax]
+    adam = [f for f in _half_adam(1e-8).findings() if "eps=1e-08" in f.message]
+    assert adam and any("(beta2=0.999)" in f.message for f in adam)
+
+
+class FlattenInForward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(10, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
+
+
+class InlineAttention(nn.Module):
+    """Attention written in the model's own forward, the causal 0/-inf mask a model input, the scores grown to
+    overflow float16 (``gain``): an overflow of the model's own code, with a mask beside it, not broken data."""
+
+    def __init__(self, gain: float) -> None:
+        super().__init__()
+        self.qk, self.out, self.gain = nn.Linear(8, 16), nn.Linear(8, 4), gain
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k = self.qk(x).chunk(2, -1)
+        scores = q @ k.transpose(-2, -1) * self.gain + mask
+        return self.out(torch.softmax(scores, -1) @ x)
+
+
+def _one_hot_log_run(model: nn.Module, shape=(16, 10)) -> AmpRecorder:
+    torch.manual_seed(0)
+    optimizer, scaler = torch.optim.SGD(model.parameters(), lr=1e-2), torch.amp.GradScaler("cpu")
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(4):
+            x = torch.log(nn.functional.one_hot(torch.randint(0, 10, (16,)), 10).float()).view(shape)
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x).float().pow(2).mean()
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    return rec
+
+
+@pytest.mark.parametrize("front", ["flatten", "layernorm", "flatten in forward"])
+def test_r9_1_log_of_one_hot_data_behind_a_flatten_or_layernorm_is_broken_data(front):
+    """Review rev24-r9 finding 1 (t1.py, t2.py): with a Flatten or a LayerNorm before the first Linear, or a
+    ``x.flatten(1)`` in the forward, log(one_hot) data read as a mask and the Flatten (or the model) as overflowing,
+    with a precision fix. A module fed by nothing but the 0/-inf input is no attention score."""
+    if front == "flatten":
+        model, shape = nn.Sequential(nn.Flatten(), nn.Linear(10, 4)), (16, 2, 5)
+    elif front == "layernorm":
+        model, shape = nn.Sequential(nn.LayerNorm(10), nn.Linear(10, 4)), (16, 10)
+    else:
+        model, shape = FlattenInForward(), (16, 2, 5)
+    rec = _one_hot_log_run(model, shape)
+    first = rec.records[0]
+    assert first.input_masks == () and first.input_finite is False, (first.input_masks, first.input_finite)
+    assert "overflow" not in kinds(rec), [str(f) for f in rec.findings()]
+    assert finding(rec, "nonfinite_input").step == 0
+
+
+def test_r9_1_a_mask_input_beside_attention_written_in_the_models_own_forward_is_still_a_mask():
+    """The other side of the rule: the model's own forward receives the data and the 0/-inf mask; its scores
+    overflow float16. The mask is a mask (the model is fed by more than it), the overflow is the model's."""
+    torch.manual_seed(0)
+    model = InlineAttention(gain=3e4)
+    optimizer, scaler = torch.optim.SGD(model.parameters(), lr=0.0), torch.amp.GradScaler("cpu")
+    mask = nn.Transformer.generate_square_subsequent_mask(6)
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(4):
+            x = torch.randn(4, 6, 8)
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, mask).float().pow(2).mean()
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    first = rec.records[0]
+    assert first.input_masks == (1,) and first.input_finite is True
+    assert "nonfinite_input" not in kinds(rec), [str(f) for f in rec.findings()]
+    assert finding(rec, "overflow").step == 0
