@@ -359,9 +359,10 @@ def test_every_exercise_imports_a_check_module_the_guard_finds():
 
 
 def forged_exercise(name):
-    """Exercise ``name`` as generated (every task a stub), with the one-line forgery added before its first
-    check cell."""
-    nb = authoring.read(ROOT / "exercises" / name)
+    """Exercise ``name`` as generated (every task a stub: made from its solution, not read from exercises/, which
+    in a learner's working copy holds their answers), with the one-line forgery added before its first check
+    cell."""
+    nb = authoring.make_exercise(authoring.read(ROOT / "solutions" / name), name)
     first = next(i for i, c in enumerate(nb.cells) if "check" in authoring.tags(c))
     nb.cells.insert(first, nbformat.v4.new_code_cell(one_line_forgery(f"lesson{name[:2]}")))
     return nb

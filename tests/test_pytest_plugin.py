@@ -175,7 +175,8 @@ def _other_forgery(label):
 
 
 def _forged(name):
-    nb = read(ROOT / "exercises" / name)
+    """Exercise ``name`` as generated (from its solution: exercises/ may hold a learner's answers), forged."""
+    nb = make_exercise(read(ROOT / "solutions" / name), name)
     first = next(i for i, c in enumerate(nb.cells) if "check" in tags(c))
     nb.cells.insert(first, nbformat.v4.new_code_cell(one_line_forgery(f"lesson{name[:2]}")))
     return nb

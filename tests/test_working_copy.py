@@ -56,7 +56,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "learner", "GIT_AUTHOR_EMAIL": "learner@example.in
 NOTE = "my answer"
 #: The cheap tests of ``./course test`` that read the notebooks in notebooks/, solutions/ or exercises/.
 READERS = ("tests/test_authoring.py", "tests/test_update.py", "tests/test_nbval_markers.py",
-           "tests/test_checks_framework.py")
+           "tests/test_checks_framework.py", "tests/test_line_width.py")
 
 
 def _git(cwd: Path, *args: str) -> str:
