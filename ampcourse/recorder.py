@@ -59,19 +59,21 @@ from .tables import Table
 from .troubleshoot import COLLAPSE_WINDOW, MAX_SKIP_FRACTION, diagnose_scale
 from .validate import as_int
 
-__all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "SAMPLE",
-           "TRAILING_SKIPS", "UNDERFLOW_FRACTION", "AmpRecorder", "Finding", "ModuleStats", "StepRecord"]
+__all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", "MIN_FREQUENT_SKIPS", "RECENT_STEPS",
+           "SAMPLE", "TRAILING_SKIPS", "UNDERFLOW_FRACTION", "AmpRecorder", "Finding", "ModuleStats", "StepRecord"]
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
-UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's non-zero entries below fp16's normal range
-# (or all of it 0 or below), on most sampled steps
+UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's non-zero entries below fp16's normal range,
+# able to carry more than half of its squared norm (or all of it 0 or below), on most sampled steps
 SAMPLE = 4096  # gradient fractions are counted on at most this many entries of each tensor, spread over all of it
 # and over every channel of its last dimension when that is at most SAMPLE wide (_sample_index)
 
 MIN_FREQUENT_SKIPS = 3  # frequent_skips: at least this many skips after the first applied step (1 or 2: settling)
 TRAILING_SKIPS = 3  # never healthy when the last this-many steps (or more) were all skipped
+RECENT_STEPS = 2 * COLLAPSE_WINDOW  # frequent_skips also over the run's last this-many steps (a long clean start
+# does not hide skips that keep coming back now)
 
 def _fused_optimizers() -> tuple[str, ...]:
     """The ``torch.optim`` classes that, made with ``fused=True``, set ``_step_supports_amp_scaling``: those whose
@@ -143,6 +145,9 @@ class ModuleStats:
         dtype: its (first floating-point) output's dtype.
         cast_by: for a float32 output measured against the autocast dtype, the first module that received it
             and ran a low-precision op on it (its output in the autocast dtype); None otherwise.
+        grad_subnormal_mass: the most of that gradient's squared norm its entries below fp16's normal range can
+            carry (their count × (2**-14)² / the sample's squared norm, at most 1): the ``underflow`` rule counts
+            them as lost only when they can carry more than :data:`UNDERFLOW_FRACTION` of it.
         minus_inf: its outputs' only non-finite values are -inf (no NaN, no +inf): on a step with a finite loss,
             a mask (``scores.masked_fill(future, -inf)``), which ``report()`` and ``plot()`` leave out of the
             headroom table and bars and the findings do not read as an overflow (:func:`_is_mask`).
@@ -158,6 +163,7 @@ class ModuleStats:
     dtype: torch.dtype | None = None
     cast_by: str | None = None
     minus_inf: bool = False
+    grad_subnormal_mass: float | None = None
 
     @property
     def finite(self) -> bool:
@@ -214,6 +220,9 @@ class StepRecord:
             rows) below fp16's normal range: the ``underflow`` rule reads it, as it reads a module's
             ``grad_subnormal``, so that entries 0 by design (the rows of a position table ``pos[:, :t]`` past the
             sequence length, a unit no input reached) are not read as lost.
+        param_grad_subnormal_mass: parameter name → the most of its gradient's squared norm the entries below fp16's
+            normal range can carry (as a module's ``grad_subnormal_mass``; the sample's count scaled to the whole
+            gradient): many such entries far below the largest ones carry nothing (a softmax's tail).
         step_called: ``optimizer.step()`` ran (see ``stepped``).
         scaler_checked: an enabled GradScaler was given, so ``GradScaler.step`` checked this step's gradients
             and applied it only if they were all finite (``torch/amp/grad_scaler.py``: ``optimizer.step()`` runs
@@ -256,6 +265,7 @@ class StepRecord:
     input_broken: bool = False
     input_masks: tuple[int, ...] = ()
     weights_finite: bool | None = None
+    param_grad_subnormal_mass: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -505,9 +515,9 @@ class _Probe:
         self.autocast: set[torch.dtype | None] = set()
         self.grad_out: dict[str, list[tuple[int, int, int]]] = {}  # lost, non-zero (indices), counted
         self.events: list[tuple[tuple[tuple[str, bool], ...], int]] = []  # (gradient roles, its peak)
-        self.params: dict[str, tuple[int, int, int, int]] = {}  # lost, counted (-1 - count if kept here), norm
-        # (an index of flat; or -1 - k: the norm of sample k, the whole gradient), non-zero
-        self.norms: list[int] = []  # the samples k whose norm collect() computes (whole parameter gradients)
+        self.params: dict[str, tuple[int, int, int, int, int]] = {}  # lost, counted (-1 - count if kept here),
+        # norm (an index of flat; or -1 - k: the norm of sample k, the whole gradient), non-zero, and the entries
+        # the norm is over (as counted)
         self._pending: list[tuple[str, torch.Tensor, bool]] = []  # (name, gradient, embedding) not yet measured
         self._kept: list[list[tuple[str, bool]]] = []  # the roles of the gradients kept, not yet measured
         self._kept_grads: list[torch.Tensor] = []  # those gradients
@@ -835,19 +845,20 @@ class _Probe:
             counted = self._put(used.sum() * a.shape[1])
             lost = self._put(((a < FP16_NORMAL_MIN) & used).sum())
             nonzero = self._put((a > 0).sum())
+            size = counted  # the rows no token reached are 0: the norm is the used rows' norm
         else:
             n = g.numel()
             lost, kept = self._keep_sample(g, n)
             counted = -1 - kept
             params.pop(name, None)  # a later call (accumulation) replaces the earlier one, in its new place
             if kept == n:  # the sample is the whole gradient: its norm is counted with it at collect()
-                params[name] = (lost, counted, lost, lost)  # sample k, stored as -1 - k
-                self.norms.append(-1 - lost)
+                params[name] = (lost, counted, lost, lost, counted)  # sample k, stored as -1 - k
             else:
-                params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)), lost)
+                params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)), lost,
+                                -1 - n)
             return
         params.pop(name, None)
-        params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)), nonzero)
+        params[name] = (lost, counted, self._put(torch.linalg.vector_norm(g, dtype=torch.float32)), nonzero, size)
 
     def collect(self, scale: float, loss_finite: bool = False) -> dict[str, Any]:
         """The sampled-step fields of a :class:`StepRecord` (``scale``: the scale the loss was multiplied by;
@@ -857,7 +868,8 @@ class _Probe:
             self._measure_all(force=True)
         # one stack of the measured 0-d tensors, one cat with the counts, one transfer (float32 holds every
         # count exactly: at most 2**24)
-        parts, at, norm_at = _group_counts(self.samples, self.norms) if self.samples else ([], {}, {})
+        samples = self.samples
+        parts, at, norm_at = _group_counts(samples, range(len(samples))) if samples else ([], {}, {})
         order = None
         if self.flat:
             # one stack per dtype: a stack of mixed dtypes converts each 0-d tensor on its own (4x slower)
@@ -888,11 +900,11 @@ class _Probe:
         def lost(i: int) -> int:  # i: an index of values, or sample k stored as -1 - k: its count of lost entries
             return flat + at[-1 - i] if i < 0 else i
 
-        outs = {name: [(lost(i), nonzero_at + at[-1 - j], n) for i, j, n in counts]
+        outs = {name: [(lost(i), nonzero_at + at[-1 - j], n, norms_at + norm_at[-1 - j]) for i, j, n in counts]
                 for name, counts in self.grad_out.items()}
         params = {name: (lost(i), counted, norm if norm >= 0 else norms_at + norm_at[-1 - norm],
-                         nonzero if nonzero >= 0 else nonzero_at + at[-1 - nonzero])
-                  for name, (i, counted, norm, nonzero) in self.params.items()}
+                         nonzero if nonzero >= 0 else nonzero_at + at[-1 - nonzero], size)
+                  for name, (i, counted, norm, nonzero, size) in self.params.items()}
         inputs, peaks, events, calls = self.inputs, self.peaks, self.events, self.calls
         # the model's inputs whose values are all 0 or -inf: additive masks
         mask_peaks = frozenset(i for i, flag in zip(inputs, self._input_masks, strict=True)
@@ -934,12 +946,14 @@ class _Probe:
             peak = math.nan if any(math.isnan(p) for p in ps) else max(ps)
             grad: dict[str, Any] = {}
             if outs.get(name):
-                total = sum(n for _, _, n in outs[name])
-                lost = sum(values[i] for i, _, _ in outs[name])
-                nonzero = sum(values[j] for _, j, _ in outs[name])
+                total = sum(n for _, _, n, _ in outs[name])
+                lost = sum(values[i] for i, _, _, _ in outs[name])
+                nonzero = sum(values[j] for _, j, _, _ in outs[name])
+                squares = sum(values[k] ** 2 for _, _, _, k in outs[name])
                 zero = total - nonzero
                 grad = {"grad_lost": lost / total, "grad_finite": out_finite.get(name, True),
-                        "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0}
+                        "grad_subnormal": (lost - zero) / nonzero if nonzero else 0.0,
+                        "grad_subnormal_mass": _subnormal_mass(lost - zero, squares)}
             minus_inf = not math.isfinite(peak) and all(math.isfinite(values[i]) or _minus_inf_only(values, i)
                                                         for i in peaks[name])
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
@@ -1097,20 +1111,33 @@ def _value(values: list[float], i: int) -> float:
     return values[i] if i >= 0 else float(-1 - i)
 
 
-def _param_fields(params: dict[str, list[int]], values: list[float], scale: float) -> dict[str, Any]:
-    lost, subnormal, bad_first, squares, any_bad = {}, {}, None, 0.0, False
-    for name, (i_lost, i_counted, i_norm, i_nonzero) in params.items():
+def _subnormal_mass(subnormal: float, squares: float) -> float:
+    """The most of a gradient's squared norm ``squares`` that its ``subnormal`` non-zero entries below fp16's normal
+    range can carry (each less than 2**-14): ``subnormal · 2**-28 / squares``, at most 1 (0 for a non-finite or a
+    zero gradient). Entries far below the gradient's largest ones carry next to nothing: a softmax's output
+    gradient has most of its entries there, and losing them changes the gradient by a few parts in 10**8."""
+    if not subnormal or not 0.0 < squares < math.inf:
+        return 0.0
+    return min(1.0, subnormal * FP16_NORMAL_MIN**2 / squares)
+
+
+def _param_fields(params: dict[str, tuple[int, ...]], values: list[float], scale: float) -> dict[str, Any]:
+    lost, subnormal, mass, bad_first, squares, any_bad = {}, {}, {}, None, 0.0, False
+    for name, (i_lost, i_counted, i_norm, i_nonzero, i_size) in params.items():
         counted, norm, nonzero = _value(values, i_counted), values[i_norm], values[i_nonzero]
         lost[name] = values[i_lost] / counted if counted else 1.0
         zero = counted - nonzero
         subnormal[name] = (values[i_lost] - zero) / nonzero if nonzero else 0.0
+        # the sample's count of subnormal entries, for the whole gradient the norm is over
+        below = (values[i_lost] - zero) / counted * _value(values, i_size) if counted else 0.0
+        mass[name] = _subnormal_mass(below, norm**2)
         if not math.isfinite(norm) and bad_first is None:
             bad_first = name
         any_bad = any_bad or not math.isfinite(norm)
         squares += norm**2
     norm = None if not params else (math.inf if any_bad else math.sqrt(squares) / scale)
-    return {"param_grad_lost": lost, "param_grad_subnormal": subnormal, "first_nonfinite_grad": bad_first,
-            "grad_norm": norm}
+    return {"param_grad_lost": lost, "param_grad_subnormal": subnormal, "param_grad_subnormal_mass": mass,
+            "first_nonfinite_grad": bad_first, "grad_norm": norm}
 
 
 # --- The recorder ------------------------------------------------------------------------------------------
@@ -1337,7 +1364,7 @@ def _check_args(model: Any, optimizer: Any, scaler: Any, scheduler: Any) -> None
 
 
 def _as_loss(loss: Any) -> float:
-    """The step's loss as a float: a one-element real tensor, or a real number (``float``, ``int``, numpy's
+    """The step's loss as a float: a one-element floating-point tensor, or a real number (``float``, ``int``, numpy's
     ``float32``: any ``numbers.Real`` but bool); a complex one is refused (its imaginary part would be dropped)."""
     if isinstance(loss, torch.Tensor):
         if loss.numel() != 1:
@@ -1345,6 +1372,9 @@ def _as_loss(loss: Any) -> float:
         if loss.is_complex():
             raise TypeError(f"loss must be a real number (got a complex tensor, {loss.dtype}): pass the real loss "
                             "the backward pass ran on")
+        if not loss.is_floating_point():  # review rev24-r9 finding 8: tensor(True) read as a loss of 1.0
+            raise TypeError(f"loss must be a floating-point scalar (got a {loss.dtype} tensor): pass the loss the "
+                            "backward pass ran on")
         return float(loss.detach().float())
     if isinstance(loss, numbers.Complex) and not isinstance(loss, numbers.Real):
         raise TypeError(f"loss must be a real number (got {type(loss).__name__} {loss!r}): pass the real loss the "
@@ -1426,7 +1456,7 @@ def _diagnose(records: list[StepRecord], scaler: Any, scheduler: Any, epoch0: in
         if finding is not None:
             found.append(finding)
     overflowed = frozenset(f.where for f in found if f.kind == "overflow")
-    for finding in (_underflow(records, sampled), _low_headroom(records, sampled, overflowed)):
+    for finding in (_underflow(records, sampled, weights[0]), _low_headroom(records, sampled, overflowed)):
         if finding is not None:
             found.append(finding)
     if scheduler is not None:
@@ -1554,18 +1584,25 @@ def _broken_weights(records: list[StepRecord], r: StepRecord,
         tiny = f"{FP16_NORMAL_MIN:.2g}"
         where = ("wherever v rounds to 0 in float16" if beta2 is None else
                  f"wherever v rounds to 0 in float16 — on a first step, where v = {1 - beta2:.3g} · g², every "
-                 f"gradient below about {_v_zero_below(beta2):.2g} (beta2={beta2:g}), 0 included")
+                 f"gradient below about {_v_zero_below(beta2):.2g} (beta2={beta2:g})")
         fix = (f"use eps >= {tiny} (float16's smallest normal), or train with autocast and float32 weights — not "
                "this module's precision.")
         stored = float(torch.tensor(eps, dtype=torch.float16))  # what eps is in the float16 update
         if stored == 0.0:
             return (f"{which}. In a float16 model the optimizer's eps={eps:g} is 0 in float16 (an update divides by "
-                    f"sqrt(v) + eps: x/0 {where}): {fix}")
-        bound = ("" if beta2 is None else
-                 f", up to about {_v_zero_below(beta2) / stored:.2g} × the learning rate on a first step")
-        return (f"{which}. In a float16 model the optimizer's eps={eps:g} is not 0 but subnormal in float16 "
-                f"(stored as {stored:.4g}): an update divides by sqrt(v) + eps, so {where}, it is "
-                f"lr · m / eps{bound} — a huge step: {fix}")
+                    f"sqrt(v) + eps: x/0 {where}, 0 included): {fix}")
+        most = None if beta2 is None else _v_zero_below(beta2) / stored
+        bound = "" if most is None else f", up to about {most:.2g} × the learning rate on a first step"
+        text = (f"{which}. In a float16 model the optimizer's eps={eps:g} is not 0 but subnormal in float16 "
+                f"(stored as {stored:.4g}): an update divides by sqrt(v) + eps, so {where}, it is lr · m / eps{bound}")
+        lr = max((e.lr for e in updates), default=None)
+        if most is None or lr is None or most * lr >= FP16_MAX:
+            return f"{text} — a huge step: {fix}"
+        # review rev24-r9 finding 7: such a step is at most most · lr, which at an ordinary lr cannot reach 65504
+        return (f"{text}; at lr={lr:g} that is at most about {most * lr:.2g}, which cannot make a float16 weight "
+                f"inf: the eps is not the likely cause. Look at the update's other causes (a too-large learning "
+                f"rate, a division by 0 in the optimizer): record step {r.step - 1} with every=1. (Still, "
+                f"{fix[0].lower() + fix[1:-1]}: a subnormal eps holds few digits.)")
     return (f"{which}: the cause is that update (a too-large learning rate, an eps of 0 in the weights' dtype, "
             f"a division by 0 in the optimizer), not this module's precision — record step {r.step - 1} with every=1.")
 
@@ -1727,7 +1764,13 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
                           f"skipped step: at every scale tried so far (down to {low:g}) scale × gradient passes "
                           f"{FP16_MAX:g}. Start from the default init_scale, or record more steps: skips that go on "
                           "below it are a collapse, and the steps there show its cause." + later)
-    skipped = [r for r in sampled if r.skipped]
+    # the window's sampled skips (for skips that keep coming back, those after the first applied step): a large
+    # init_scale backing off earlier, with an inf gradient where it enters the model, is not their cause (review
+    # rev24-r9 finding 3); when a forward overflow came later, the skips before it (``sampled`` stops there)
+    applied = next((x.step for x in records if not x.skipped), None)
+    skipped = [x for x in sampled if x.skipped and (collapse or applied is None or x.step > applied)]
+    inside = [x for x in skipped if window and window[0].step <= x.step <= window[-1].step]
+    skipped = inside if inside or not later else skipped
     r = skipped[-1] if skipped else None
     if r is not None and r.first_nonfinite_backward is not None:
         name = r.first_nonfinite_backward
@@ -1751,7 +1794,10 @@ def _likely_cause(records: list[StepRecord], sampled: list[StepRecord], found: l
         if not collapse:
             return name, (f"the gradient of {name} overflows float16 at scale {r.scale_before:g} (scale × gradient > "
                           f"{FP16_MAX:g}): the gradients spike." + later)
-        return name, f"the first non-finite gradient is that of {name}, even at scale {r.scale_before:g}." + later
+        return name, (f"the first non-finite gradient is that of {name}, even at scale {r.scale_before:g}: it "
+                      "overflows float16 there, so the activations feeding its module or the gradient reaching it "
+                      "are too large — normalise them (a norm layer before it, a smaller init), run that module in "
+                      "FP32 (FP32Island), or train in bf16." + later)
     return "scaler", ("no sampled step saw where the inf/NaN starts: record with every=1, or run "
                       "troubleshoot.find_nonfinite on a failing batch." + later)
 
@@ -1830,7 +1876,38 @@ def _scale_findings(records: list[StepRecord], sampled: list[StepRecord], found:
                         f"the last {diagnosis.trailing_skips} steps (from step {start} on) were all skipped "
                         f"({diagnosis.first_scale:g} → {final:g}): no step updates the model now; if it goes on for "
                         f"{COLLAPSE_WINDOW} steps it is a collapse. Likely cause: {cause}")]
+    tail, recent = _recent_skips(records)
+    if recent:
+        where, cause = _likely_cause(records, sampled, found, collapse=False)
+        return [Finding("frequent_skips", recent[0], where,
+                        f"{len(recent)} of the last {len(tail)} steps (from step {tail[0].step} on) were skipped "
+                        f"({len(recent) / len(tail):.0%} > {MAX_SKIP_FRACTION:.0%}) and the scale fell "
+                        f"{tail[0].scale_before:g} → {final:g}: overflows keep coming back now, though the whole run "
+                        f"skipped at most {MAX_SKIP_FRACTION:.0%} of its steps. Likely cause: {cause} Or a loss spike "
+                        "/ too-large learning rate: lower it or clip the gradients (after scaler.unscale_).")]
     return []
+
+
+def _recent_skips(records: list[StepRecord]) -> tuple[list[StepRecord], list[int]]:
+    """The run's last :data:`RECENT_STEPS` steps after its first applied step, and their skipped steps when they
+    are frequent: at least :data:`MIN_FREQUENT_SKIPS`, more than :data:`MAX_SKIP_FRACTION` of them (a back-off
+    after the scale grew left out: :func:`_skip_phases`); else ``(tail, [])`` (review rev24-r9 finding 6: a run
+    skipping every third step over its last 20 read as healthy after 40 clean steps)."""
+    first = next((k for k, r in enumerate(records) if not r.skipped), None)
+    if first is None:
+        return [], []
+    top, grown = 0.0, set()
+    for r in records:
+        if r.scale_before is None:
+            continue
+        if not r.skipped:
+            top = max(top, r.scale_before)
+        elif top and r.scale_before > top:
+            grown.add(r.step)
+    tail = records[max(first + 1, len(records) - RECENT_STEPS):]
+    skips = [r.step for r in tail if r.skipped and r.step not in grown]
+    frequent = len(skips) >= MIN_FREQUENT_SKIPS and len(skips) > MAX_SKIP_FRACTION * len(tail)
+    return tail, skips if frequent else []
 
 
 def _unneeded_scaler(sampled: list[StepRecord]) -> Finding | None:
@@ -1850,14 +1927,17 @@ def _majority(flags: list[bool]) -> bool:
 
 def _lost_param(r: StepRecord, name: str, zeros: bool = True) -> bool:
     """A parameter's gradient counts as lost on step ``r`` by the rule a module's does (:func:`_lost_activation`):
-    more than :data:`UNDERFLOW_FRACTION` of its non-zero entries below fp16's normal range, or (with ``zeros``)
-    all of it exactly 0. Its exact zeros alone do not count otherwise: rows no token or position reached are 0 in
-    any precision, and so is everything below a dead ReLU."""
+    more than :data:`UNDERFLOW_FRACTION` of its non-zero entries below fp16's normal range, when they can carry
+    more than that share of its squared norm (``param_grad_subnormal_mass``: review rev24-r9 finding 2, a softmax's
+    tail of tiny entries carries next to nothing), or (with ``zeros``) all of it exactly 0. Its exact zeros alone
+    do not count otherwise: rows no token or position reached are 0 in any precision, and so is everything below a
+    dead ReLU."""
     lost = r.param_grad_lost.get(name)
     if lost is None:
         return False
     subnormal = r.param_grad_subnormal.get(name, 0.0)
-    return subnormal > UNDERFLOW_FRACTION or (zeros and lost >= 1.0)
+    mass = r.param_grad_subnormal_mass.get(name, 1.0)
+    return subnormal > UNDERFLOW_FRACTION and mass > UNDERFLOW_FRACTION or (zeros and lost >= 1.0)
 
 
 def _flushed_at_the_loss(r: StepRecord) -> bool:
@@ -1868,8 +1948,14 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
     return _lost_activation(first)
 
 
-def _underflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding | None:
-    steps = [r for r in sampled if r.autocast_dtype == torch.float16 and not r.skipped and r.param_grad_lost]
+def _underflow(records: list[StepRecord], sampled: list[StepRecord],
+               dtype: torch.dtype | None = None) -> Finding | None:
+    """Gradients lost below float16's normal range on most sampled float16 steps: those that ran float16 autocast,
+    or all of them when the trained parameters are float16 (``dtype``: ``model.half()``, whose gradients are
+    float16 whatever autocast does; review rev24-r9 finding 4)."""
+    half = dtype == torch.float16
+    steps = [r for r in sampled if (half or r.autocast_dtype == torch.float16) and not r.skipped
+             and r.param_grad_lost]
     if not steps:
         return None
     flushed = [_flushed_at_the_loss(r) for r in steps]
@@ -1890,7 +1976,10 @@ def _underflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding 
         what = f"{module.grad_subnormal:.0%} of the non-zero gradient flowing out of {_label(where)}"
     r = steps[0]
     scale = r.scale_before
-    if scale is None:
+    if scale is None and half:
+        fix = ("the model's weights are float16 (model.half()), so its gradients are too, and a GradScaler refuses "
+               "float16 gradients: train with autocast and float32 weights plus a GradScaler, or in bf16.")
+    elif scale is None:
         fix = "there is no GradScaler: use torch.amp.GradScaler with float16, or train in bf16."
     else:
         fix = (f"the loss scale {scale:g} is too small for it: let the scaler grow (a larger init_scale, a shorter "
@@ -1902,11 +1991,15 @@ def _underflow(records: list[StepRecord], sampled: list[StepRecord]) -> Finding 
 
 def _lost_activation(module: ModuleStats | None, zeros: bool = True) -> bool:
     """A module's output gradient counts as lost: more than :data:`UNDERFLOW_FRACTION` of its non-zero entries
-    below fp16's normal range, or (with ``zeros``: the loss's side is lost too, :func:`_flushed_at_the_loss`) all
+    below fp16's normal range, able to carry more than that share of its squared norm (``grad_subnormal_mass``:
+    then its largest entry is at most about 2**-7.5 at the scale, far below 65504, so a larger scale does lift
+    them), or (with ``zeros``: the loss's side is lost too, :func:`_flushed_at_the_loss`) all
     of it exactly 0."""
     if module is None or module.grad_lost is None:
         return False
-    return (module.grad_subnormal or 0.0) > UNDERFLOW_FRACTION or (zeros and module.grad_lost >= 1.0)
+    mass = 1.0 if module.grad_subnormal_mass is None else module.grad_subnormal_mass
+    return ((module.grad_subnormal or 0.0) > UNDERFLOW_FRACTION and mass > UNDERFLOW_FRACTION
+            or (zeros and module.grad_lost >= 1.0))
 
 
 def _cast_down_fix(m: ModuleStats, consumer: str | None, *, said: bool = False) -> str:
@@ -1983,6 +2076,17 @@ def _skip_phases(records: list[StepRecord]) -> tuple[int, int, int]:
     return settling, growth, other
 
 
+def _few_skips(records: list[StepRecord]) -> str:
+    """Why a run's skips after its first applied step are no frequent_skips, in words: too few, or too small a
+    share (of the steps from the first applied one on, and of the last :data:`RECENT_STEPS`)."""
+    first = next((k for k, r in enumerate(records) if not r.skipped), len(records))
+    after = sum(r.skipped for r in records[first:])
+    if after < MIN_FREQUENT_SKIPS:
+        return f"{after} after the first applied step: fewer than {MIN_FREQUENT_SKIPS}"
+    return (f"{after} of the {len(records) - first} steps from the first applied one on: at most "
+            f"{MAX_SKIP_FRACTION:.0%}, and no more than that over the last {RECENT_STEPS} steps")
+
+
 def _healthy(records: list[StepRecord], sampled: list[StepRecord]) -> Finding:
     skipped = sum(r.skipped for r in records)
     modules = [m for m in (sampled[-1].modules if sampled else ()) if m.finite]
@@ -1994,8 +2098,7 @@ def _healthy(records: list[StepRecord], sampled: list[StepRecord]) -> Finding:
         parts = [f"{settling} while the scale settled (before the first applied step)" if settling else "",
                  f"{growth} back-off{'s' if growth != 1 else ''} after the scale grew (normal: GradScaler grows the "
                  "scale every growth_interval steps and halves it at the next overflow)" if growth else "",
-                 f"{other} more (fewer than {MIN_FREQUENT_SKIPS} after the first applied step, or at most "
-                 f"{MAX_SKIP_FRACTION:.0%} of them)" if other else ""]
+                 f"{other} more ({_few_skips(records)})" if other else ""]
         skips = f"{skipped} skipped: " + ", ".join(p for p in parts if p)
     else:
         skips = "0 skipped"

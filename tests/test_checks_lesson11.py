@@ -47,6 +47,14 @@ def diagnose_as_typed_namedtuples(trace):
     return TypedDiagnosis(*ANSWERS[trace])
 
 
+InOtherOrder = collections.namedtuple("InOtherOrder", "fix kind where")
+
+
+def diagnose_as_namedtuples_in_another_order(trace):  # its fields are named: read by name, not by position
+    kind, where, fix = ANSWERS[trace]
+    return InOtherOrder(kind=kind, where=where, fix=fix)
+
+
 class Agreeable(tuple):
     """A tuple subclass whose comparisons say yes to anything: read by tuple's own code, it cannot pass."""
 
@@ -532,6 +540,7 @@ RIGHT = {
         "C: drop the constant": _with("C", ("scale_collapse", "lm_head.weight", "drop_constant")),
         "namedtuples (rev24-r7 #7)": diagnose_as_namedtuples,
         "typing.NamedTuple": diagnose_as_typed_namedtuples,
+        "a namedtuple with its fields named in another order": diagnose_as_namedtuples_in_another_order,
         # judged by its content: checks.plain turns a str subclass into its str (its own == never runs), and the
         # content here is right; a wrong content in such a class is refused ("symptom" above)
         "a namedtuple of str subclasses": diagnose_namedtuple_of_str_subclasses,
@@ -634,3 +643,11 @@ def test_the_wrong_where_message_reads_as_a_sentence():
         else:
             raise AssertionError(f"trace {trace}: where={where!r} passed")
     assert "'loss'" not in check.HINTS["diagnose"][2]
+
+
+def test_r9_9_trace_c_starts_where_a_summed_losss_logit_gradient_cannot_overflow_where_it_enters():
+    """Review rev24-r9 finding 9: trace C's loss is a sum, so each logit gradient is p - y (at most 1 in size); at
+    scale 65536 a token with p(target) < 4.9e-4 would make it inf where it enters the model, and the trace's own
+    column would then read `loss`. Every row's scale keeps scale × 1 within float16."""
+    assert all(row["scale"] <= check.FP16_MAX for row in check.TRACES["C"])
+    assert check.TRACES["C"][0]["scale"] == 2.0**15

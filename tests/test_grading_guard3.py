@@ -215,7 +215,7 @@ def test_every_check_calls_the_learners_function_through_call():
     trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in paths}
     inspection = {"isfunction", "getsource", "getattr", "signature", "getclosurevars"}  # these do not call it
     # checks.collect/answer_of call it through call (review rev25-r7 E1)
-    takes_fn = {"call", "noted_call", "require_callable", "collect", "answer_of", *inspection} | {
+    takes_fn = {"call", "call_named", "noted_call", "require_callable", "collect", "answer_of", *inspection} | {
         f.name for tree in trees.values() for f in ast.walk(tree)
         if isinstance(f, ast.FunctionDef) and "fn" in [a.arg for a in f.args.args]}
     direct = []

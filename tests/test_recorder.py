@@ -2575,3 +2575,162 @@ def test_r9_1_a_mask_input_beside_attention_written_in_the_models_own_forward_is
     assert first.input_masks == (1,) and first.input_finite is True
     assert "nonfinite_input" not in kinds(rec), [str(f) for f in rec.findings()]
     assert finding(rec, "overflow").step == 0
+
+
+# --- review rev24-r9, findings 2-8 ---------------------------------------------------------------------------------
+
+class TiedLM(nn.Module):
+    """A small language model with its head tied to the embedding (review rev24-r9 t3.py): its logits spread over
+    tens of units, so most entries of the softmax's output gradient are far below float16's normal range."""
+
+    def __init__(self, vocab: int = 50, d: int = 32) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        layer = nn.TransformerEncoderLayer(d, 4, 64, dropout=0.0, batch_first=True, norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.enc(self.emb(ids))))
+
+
+def test_r9_2_a_tied_head_language_model_in_fp16_is_healthy():
+    """Review rev24-r9 finding 2 (t3.py): "64% of the non-zero gradient flowing out of (model) is ... below float16's
+    smallest normal ... let the scaler grow" on a healthy run: those entries are the logits of near-zero softmax
+    probabilities and carry ~6e-8 of the gradient's norm. Lost entries count by what they can carry."""
+    torch.manual_seed(0)
+    model = TiedLM()
+    optimizer, scaler = torch.optim.AdamW(model.parameters(), lr=1e-3), torch.amp.GradScaler("cpu")
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(3):
+            ids = torch.randint(0, 50, (8, 16))
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                out = model(ids)
+            loss = nn.functional.cross_entropy(out.float().flatten(0, 1), ids.roll(-1, 1).flatten())
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    root = rec.records[-1].modules[-1]
+    assert root.name == "" and root.grad_subnormal > 0.5  # most entries are tiny ...
+    assert root.grad_subnormal_mass < 1e-3  # ... and carry nothing
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+
+
+def test_r9_2_a_gradient_of_only_subnormal_entries_carries_its_whole_norm_and_underflows():
+    """The underflows the rule is for: every non-zero entry subnormal, so they carry all of the norm."""
+    rec = train(classifier(), torch.float16, scaler=None, loss_factor=2.0**-16)
+    r = rec.records[-1]
+    assert r.param_grad_subnormal_mass["head.weight"] == 1.0
+    assert finding(rec, "underflow").where == "head.weight"
+
+
+def _spike_run(init_scale: float) -> AmpRecorder:
+    """Review rev24-r9 t8.py: an MLP, 40 clean steps, then a batch ×300 (a data spike) on every third step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    g = torch.Generator().manual_seed(1)
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for step in range(60):
+            x, y = torch.randn(8, 20, generator=g), torch.randint(0, 10, (8,), generator=g)
+            if step >= 40 and step % 3 == 0:
+                x = x * 300
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = nn.functional.cross_entropy(model(x).float(), y)
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    return rec
+
+
+def test_r9_3_a_large_init_scale_backing_off_is_not_the_cause_of_later_weight_gradient_spikes():
+    """Review rev24-r9 finding 3: with init_scale 2**32 the first skips had an inf gradient where it enters the model;
+    the later spikes' first inf gradient was 2.weight's, yet frequent_skips blamed the loss ("a leftover static loss
+    scale ... a sum instead of a mean"). The cause is read from the skips it is about."""
+    rec = _spike_run(2.0**32)
+    late = [r for r in rec.records if r.skipped and r.step >= 40]
+    assert late and all(r.first_nonfinite_grad == "2.weight" and r.modules[-1].grad_finite for r in late)
+    assert rec.records[0].modules[-1].grad_finite is False  # the back-off from 2**32: inf where it enters
+    f = finding(rec, "frequent_skips")
+    assert f.where == "2.weight" and "enters the model" not in f.message, f.message
+
+
+def test_r9_6_a_run_skipping_every_third_step_lately_is_no_healthy_run():
+    """Review rev24-r9 finding 6: 6 skips in 60 steps (10%, not above it) read as healthy, though the last 20 steps
+    skipped every third one and the scale fell 32x. The skip rule also reads the last RECENT_STEPS steps."""
+    from ampcourse.recorder import RECENT_STEPS
+
+    rec = _spike_run(2.0**16)
+    assert [r.step for r in rec.records if r.skipped] == [42, 45, 48, 51, 54, 57]
+    f = finding(rec, "frequent_skips")
+    assert f.step == 45 and f.where == "2.weight", f
+    assert f"5 of the last {RECENT_STEPS} steps (from step 44 on) were skipped (31% > 10%)" in f.message, f.message
+    assert "the scale fell 32768 → 1024" in f.message, f.message
+
+
+def test_r9_6_the_healthy_text_says_which_of_its_two_reasons_holds():
+    from ampcourse.recorder import _healthy
+
+    records = list(_spike_run(2.0**16).records[:46])  # two skips, 42 and 45
+    text = _healthy(records, records).message
+    assert "2 more (2 after the first applied step: fewer than 3)" in text, text
+
+
+def test_r9_4_a_pure_float16_model_underflows_and_is_told_about_float32_weights():
+    """Review rev24-r9 finding 4 (t13.py): a ``model.half()`` MLP (no autocast, no scaler: GradScaler refuses
+    float16 gradients) lost every gradient of 0.weight and was called healthy: the rule kept autocast-fp16 steps."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)).half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with AmpRecorder(model, optimizer) as rec:
+        for _ in range(4):
+            x, y = torch.randn(256, 64).half(), torch.randn(256, 1).half()
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y) * 1e-3
+            loss.backward()
+            optimizer.step()
+            rec.step(loss)
+    assert rec.records[-1].autocast_dtype is None
+    f = finding(rec, "underflow")
+    assert "model.half()" in f.message and "autocast and float32 weights plus a GradScaler, or in bf16" in f.message
+    assert "use torch.amp.GradScaler with float16" not in f.message, f.message
+
+
+def test_r9_5_a_scale_collapse_blamed_on_a_parameter_gradient_names_a_fix():
+    """Review rev24-r9 finding 5 (t12b.py): "Likely cause: the first non-finite gradient is that of head.weight,
+    even at scale 8192." — and nothing to do about it."""
+    from ampcourse.recorder import _likely_cause
+
+    records = [StepRecord(step=k, loss=2.0, scale_before=2.0**16 / 2**k, scale_after=2.0**15 / 2**k, stepped=False,
+                          skipped=True, scale_decreased=True, lr=0.1, scheduler_epoch=None, sampled=True,
+                          first_nonfinite_grad="head.weight") for k in range(COLLAPSE_WINDOW + 1)]
+    where, cause = _likely_cause(records, records, [], collapse=True)
+    assert where == "head.weight"
+    assert "FP32Island" in cause and "bf16" in cause and "normalise" in cause, cause
+
+
+def test_r9_7_a_subnormal_eps_is_the_likely_cause_only_when_its_largest_step_reaches_65504():
+    """Review rev24-r9 finding 7: the subnormal-eps text said "0 included" (at g = 0, m = 0: the step is 0) and
+    called eps=1e-7 the cause, though at lr=1e-3 its largest step is about 46, which cannot make a weight inf."""
+    from ampcourse.recorder import _broken_weights, _v_zero_below
+
+    rec = _half_adam(1e-8)
+    r = rec.records[finding(rec, "overflow").step]
+    stored = torch.tensor(1e-7, dtype=torch.float16).item()
+    at_small_lr = _broken_weights(rec.records, r, (torch.float16, 1e-7, 0.999))
+    assert "0 included" not in at_small_lr and "a huge step" not in at_small_lr, at_small_lr
+    assert (f"at lr=0.001 that is at most about {_v_zero_below(0.999) / stored * 1e-3:.2g}, which cannot make a "
+            "float16 weight inf: the eps is not the likely cause") in at_small_lr, at_small_lr
+    large = [dataclasses.replace(x, lr=10.0) for x in rec.records]
+    at_large_lr = _broken_weights(large, large[r.step], (torch.float16, 1e-7, 0.999))
+    assert "0 included" not in at_large_lr and "a huge step: use eps >= 6.1e-05" in at_large_lr, at_large_lr
+
+
+@pytest.mark.parametrize("loss", [torch.tensor(True), torch.tensor(3), torch.tensor([2], dtype=torch.int64)])
+def test_r9_8_a_bool_or_integer_tensor_is_no_loss(loss):
+    """Review rev24-r9 finding 8: tensor(True) was taken as loss 1.0 and tensor(3) as 3.0 (a Python True is refused)."""
+    model, optimizer = _parts()
+    with AmpRecorder(model, optimizer) as rec, pytest.raises(TypeError, match="loss must be a floating-point scalar"):
+        rec.step(loss)

@@ -623,6 +623,40 @@ def noted_call(fn: Callable[..., Any], *args: Any, plain_as: tuple[str, str] | N
             run["calls"].append((began, time.monotonic()))
 
 
+def call_named(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
+    """:func:`call`, with a namedtuple answer read by its fields' names: a dict of them (then :func:`plain`), so a
+    check that reads a dict by its keys reads ``Diagnosis(kind=..., fix=..., where=...)`` by name too, whatever the
+    fields' order (:func:`plain` alone makes it a tuple, read by position)."""
+    return noted_call(_call, task, _NamedFields(fn), name, *args, **kwargs)
+
+
+def _namedtuple_fields(value: object) -> dict | None:
+    """A namedtuple's fields as a dict, else None: the names from its class's own ``__dict__`` (read with ``type``'s
+    slots), the values with ``tuple``'s C iteration, so none of the answer's methods runs."""
+    kind = type(value)
+    mro = _TYPE_MRO(kind)
+    if kind is tuple or tuple not in mro:
+        return None
+    fields = next((_TYPE_DICT(c)["_fields"] for c in mro if "_fields" in _TYPE_DICT(c)), None)
+    items = tuple(tuple.__iter__(value))
+    if (type(fields) is not tuple or len(fields) != len(items) or not all(type(f) is str for f in fields)
+            or len(set(fields)) != len(fields)):
+        return None
+    return dict(zip(fields, items, strict=True))
+
+
+class _NamedFields:
+    """The learner's function, its namedtuple result turned into a dict of its fields (:func:`call_named`)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        value = self.fn(*args, **kwargs)
+        named = _namedtuple_fields(value)
+        return value if named is None else named
+
+
 def _guard_run() -> dict | None:
     """The grader's record of the check now running (``ampcourse.grading.guard_reset``), None outside the grader."""
     guard = sys.modules.get("_ampcourse_grader_guard")

@@ -26,7 +26,7 @@ import torch
 
 from ..recorder import FUSED_OPTIMIZERS, KINDS, LOW_HEADROOM_BITS
 from ..tables import Table
-from . import call, fail, hints, passed, require_callable
+from . import call, call_named, fail, hints, passed, require_callable
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 
@@ -63,7 +63,10 @@ TRACES: dict[str, list[dict]] = {
     "A": _rows(8, skipped=range(8), loss=math.nan, forward="encoder.layers.5.ffn.wo",
                grad="encoder.layers.5.ffn.wo.weight"),
     "B": _rows(6, dtype="bfloat16", scale=2.0**16, loss=lambda s: 2.5 - 0.1 * s),
-    "C": _rows(8, skipped=range(8), loss=lambda s: SUMMED_TOKENS * (2.5 - 0.001 * s), grad="lm_head.weight"),
+    # C starts at 32768: a summed loss's logit gradient is p - y, at most 1, so at 65536 a token with p(target) below
+    # about 4.9e-4 would make it inf where it enters the model, and `loss` would be where (review rev24-r9 finding 9)
+    "C": _rows(8, scale=2.0**15, skipped=range(8), loss=lambda s: SUMMED_TOKENS * (2.5 - 0.001 * s),
+               grad="lm_head.weight"),
     "D": _rows(6, scale=2.0**24, skipped=range(4), lr=lambda s: 1e-3 * (1 - s / 6)),
     "E": _rows(6, scale=1.0, loss=lambda s: 2.5 - 0.01 * s, lost="embed.weight"),
 }
@@ -201,8 +204,8 @@ def diagnose(fn) -> None:
     task = "Task 1 (diagnose)"
     require_callable(task, fn, "diagnose")
 
-    for trace in TRACES:  # a namedtuple becomes a plain tuple in the call pass (checks.plain), before any judging
-        got = _answer(task, call(task, fn, "diagnose", trace), trace)
+    for trace in TRACES:  # a namedtuple becomes a dict of its fields in the call pass (checks.call_named)
+        got = _answer(task, call_named(task, fn, "diagnose", trace), trace)
         _judge(task, trace, got)
     passed(task, f"all {len(TRACES)} traces diagnosed: kind, where and fix of each")
 
