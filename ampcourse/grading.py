@@ -76,14 +76,17 @@ tricks, a module global swapped and put back), nor what the answer's function *w
 the check's frames (a list, a dict, a tensor) and any object alive (``gc.get_objects()``). The call-first checks
 (lesson 00's three, lesson 02's Tasks 2/3, lesson 04's Task 2: ``checks.collect``/``answer_of``) therefore keep each
 answer frozen (numbers, strings, dtypes, tuples of them) in tuples built by rebinding, and judge cases they make again
-after the last call from their constants (review rev25-r7 E1); a swap there must last until the check's last
-judgement and is seen by ``passed()``'s comparison, unless something racing it, a thread, undoes it between the two (a
-gc callback, a torch mode or a signal handler would too: those are hazards, above); a trace or profile function the
-answer's call leaves on, the one Python way to rebind a running function's locals, fails that call
-(``checks.answer_of``); ``ctypes`` can still write a function's locals (``PyFrame_LocalsToFast``). Other checks still
-compute their expected values first, and there the
-answer's own function can read them while it runs; the check modules' public tables (answers, reference literals such
-as lesson 04's ``TORCH_UPDATES``) are readable by any cell. An answer returned through ``checks.call``, or
+after the last call from their constants (review rev25-r7 E1); the guard's comparison runs at the end of their call
+pass (``checks.compare_now``, as ``passed()`` runs it before it prints), so a swap made during the calls is seen while
+it is in place, even one that puts itself back when the check next calls the swapped helper (review rev25-r8 E1); a
+swap made after the call pass must last until ``passed()``'s comparison, unless something racing it, a thread, undoes
+it between the two (a gc callback, a torch mode or a signal handler would too: those are hazards, above); a trace or
+profile function the answer's call leaves on, or a ``frame.f_trace`` on the check's stack, the one Python way to rebind
+a running function's locals, fails that call (``checks.answer_of``, comparing with the hooks the reset recorded in the
+run record, review rev25-r8 E2); ``ctypes`` can still write a function's locals (``PyFrame_LocalsToFast``). Other
+checks still compute their expected values first, and there the answer's own function can read them while it runs;
+the check modules' public tables (answers, reference literals such as lesson 04's ``TORCH_UPDATES``) are readable by
+any cell. An answer returned through ``checks.call``, or
 ``noted_call(..., plain_as=...)``, is converted to plain values in the call pass, ``checks.plain``/``exact_number``/
 ``real_number``: a value-type subclass becomes its content, a Mapping of the answer's own a dict read once, a
 Fraction is taken only with two exact ints inside; an object whose class defines comparison or conversion dunders, a
@@ -1283,6 +1286,9 @@ def guard_reset(shell) -> list[str]:
     import secrets
 
     _GUARD["run"] = {"nonce": secrets.token_hex(16), "ran": [], "calls": [], "early": [],
+                     # the trace/profile hooks the guard recorded: checks.answer_of compares with these, never with
+                     # a local a trace function could rewrite (review rev25-r8 E2)
+                     "hooks": tuple(_GUARD.get("hooks", {}).get(f"sys.{h}") for h in ("settrace", "setprofile")),
                      # ampcourse.checks.passed calls this before it prints (review rev25-r4 E1): a change undone
                      # after the check's last judgement (by code left in sys.stdout, a display hook, a thread) is
                      # seen there

@@ -804,3 +804,112 @@ OTHER_FORGERIES.update({
     "wide_shared_00": ("00_start_here.ipynb", {"def choose_recipe": WIDE_SHARED_00}, 2, "failed",
                        ["a structure too large to judge"]),
 })
+
+
+# --- review rev25-r8 -----------------------------------------------------------------------------------------------
+# E1: a swap that undoes itself: the answer rebinds a helper the check calls after its call pass to one that puts the
+# real helper back when called, and returns cases made to fit the wrong answer (00 Task 1's _tensor_bytes_cases; 04
+# Task 2's TORCH_UPDATES, iterated by the judging loop). The guard's comparison now runs at the end of the call pass
+# (checks.collect, lesson 04's loop), where the swap is still in place: "altered". E2: a trace function that rewrites
+# answer_of's `hooks` local (the value it compared with) and then the check's remade cases: answer_of now compares with
+# the hooks the guard recorded. E3: a float32 forward with autocast switched off in a pre-hook and on again in a
+# forward hook ahead of the check's (00 Task 2): the check reads the state in a pre-hook too, and requires Linear
+# outputs in the autocast dtype.
+SWAP_UNDONE_00 = '''import sys, torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    m = sys.modules['ampcourse.checks.lesson00']
+    real = m._tensor_bytes_cases
+    if not getattr(real, 'forged', False):
+        def fake():
+            m._tensor_bytes_cases = real  # put back as soon as the check remakes its cases
+            return [(c, n if s is None else s, None) for c, n, s in real()]
+        fake.forged = True
+        m._tensor_bytes_cases = fake
+    return t.untyped_storage().nbytes()  # wrong for views
+'''
+SWAP_UNDONE_04 = '''import sys
+
+_log = []
+
+
+class _Wants:
+    """Iterated by the judging loop: puts the real TORCH_UPDATES back and yields what the answer returned."""
+    def __init__(self, real):
+        self.real = real
+
+    def __iter__(self):
+        m = sys.modules['ampcourse.checks.lesson04']
+        m.TORCH_UPDATES = self.real
+        out, i = [], 0
+        for _, found, *_ in m.PATTERNS:
+            out.append(tuple(_log[i:i + len(found)]))
+            i += len(found)
+        return iter(out)
+
+
+def update_scale(scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    m = sys.modules['ampcourse.checks.lesson04']
+    if not isinstance(m.TORCH_UPDATES, _Wants):
+        _log.clear()
+        m.TORCH_UPDATES = _Wants(m.TORCH_UPDATES)
+    new = (scale * 0.5, 0)   # wrong: halves the scale at every step, inf or not
+    _log.append(new)
+    return new
+'''
+TRACE_REWRITES_HOOKS_00 = '''import sys, torch
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    if sys.gettrace() is None:
+        def tracer(frame, event, arg):
+            loc = frame.f_locals
+            if frame.f_code.co_name == "answer_of" and "hooks" in loc:
+                loc["hooks"] = (tracer, loc["hooks"][1])  # answer_of now thinks the trace was there before
+            if frame.f_code.co_name == "tensor_bytes" and "cases" in loc and "answers" in loc:
+                loc["cases"] = [(c, n if s is None else s, None) for c, n, s in loc["cases"]]
+                sys.settrace(None)
+                f = frame
+                while f is not None:
+                    f.f_trace = None
+                    f = f.f_back
+            return tracer
+        f = sys._getframe(1)
+        while f is not None:
+            f.f_trace = tracer
+            f = f.f_back
+        sys.settrace(tracer)
+    return t.untyped_storage().nbytes()  # wrong for views
+'''
+AUTOCAST_TOGGLED_00 = '''import torch
+from ampcourse.device import describe
+
+hardware = describe()
+
+
+def amp_forward(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    dev = x.device.type
+    hs = []
+    for layer in model:  # a float32 forward; autocast switched on only while each layer's forward hooks run
+        hs.append(layer.register_forward_hook(lambda m, i, o: torch.set_autocast_enabled(dev, True), prepend=True))
+        hs.append(layer.register_forward_pre_hook(lambda m, i: torch.set_autocast_enabled(dev, False)))
+    try:
+        out = model(x)
+    finally:
+        for h in hs:
+            h.remove()
+        torch.set_autocast_enabled(dev, False)
+    return out
+'''
+REVIEW_FORGERIES.update({
+    "swap_undone": (SWAP_UNDONE_00, "failed", ["altered the grader while this check ran",
+                                               "ampcourse.checks.lesson00._tensor_bytes_cases"]),
+    "trace_rewrites_hooks": (TRACE_REWRITES_HOOKS_00, "failed", ["set a trace or profile function"]),
+})
+OTHER_FORGERIES.update({
+    "swap_undone_04": ("04_gradscaler.ipynb", {"def update_scale": SWAP_UNDONE_04}, 1, "failed",
+                       ["altered the grader while this check ran", "ampcourse.checks.lesson04.TORCH_UPDATES"]),
+    "autocast_toggled_00": ("00_start_here.ipynb", {"def amp_forward": AUTOCAST_TOGGLED_00}, 1, "failed",
+                            ["autocast's state changed while Linear ran"]),
+})

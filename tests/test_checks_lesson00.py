@@ -283,8 +283,55 @@ for _ in range(17):
     _WIDE = [_WIDE] * 20  # review rev25-r7 W2: 20**17 paths through 17 shared lists
 
 
+class _ReprEndsTheProgram:
+    """Review rev25-r8 N2: an object whose __repr__ raises SystemExit, which the check calls outside the answer's
+    call (checks.Returned)."""
+
+    def __repr__(self):
+        raise SystemExit("bye")
+
+
+def _fp32_with_autocast_toggled(model, x):
+    """Review rev25-r8 E3: autocast switched off in a pre-hook and back on in a forward hook ahead of the check's,
+    so the check's hook saw it on while every layer ran in float32 (autocast on before the call, so the first layer's
+    pre-hook sees it on too)."""
+    dev, dtype = x.device.type, describe().recommendation.dtype
+    handles = []
+    for layer in model:
+        handles.append(layer.register_forward_hook(lambda m, i, o: torch.set_autocast_enabled(dev, True),
+                                                   prepend=True))
+        handles.append(layer.register_forward_pre_hook(lambda m, i: torch.set_autocast_enabled(dev, False)))
+    torch.set_autocast_enabled(dev, True)
+    torch.set_autocast_dtype(dev, dtype)
+    try:
+        return model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+        torch.set_autocast_enabled(dev, False)
+
+
+def _fp32_with_autocast_toggled_from_off(model, x):
+    """The review's own cell (rev25-r8 E3): the same toggling, autocast off when the forward starts."""
+    dev = x.device.type
+    handles = []
+    for layer in model:
+        handles.append(layer.register_forward_hook(lambda m, i, o: torch.set_autocast_enabled(dev, True),
+                                                   prepend=True))
+        handles.append(layer.register_forward_pre_hook(lambda m, i: torch.set_autocast_enabled(dev, False)))
+    try:
+        return model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+        torch.set_autocast_enabled(dev, False)
+
+
 WRONG = {
     ("00", "tensor_bytes"): {
+        "an object whose __repr__ raises SystemExit (review rev25-r8 N2)": (
+            lambda t: _ReprEndsTheProgram(), "the _ReprEndsTheProgram `tensor_bytes` returned: its `__repr__` raised "
+                                             "SystemExit: bye, which ends a program"),
         # an int subclass is judged by its int content (review rev25-r6 M1: checks.plain converts it)
         "an int that equals anything (review rev25-r2 E4)": (lambda t: _EqualToAnything(0),
                                                              "you returned 0, expected 4000"),
@@ -310,6 +357,10 @@ WRONG = {
             _writes_every_frame, "as if it were float32"),
     },
     ("00", "amp_forward"): {
+        "float32 layers, autocast toggled around the check's hooks (review rev25-r8 E3)": (
+            _fp32_with_autocast_toggled, "the Linear layers produced float32, but under"),
+        "the review's cell: toggled from autocast off (review rev25-r8 E3)": (
+            _fp32_with_autocast_toggled_from_off, "autocast's state changed while Linear ran"),
         "no autocast": (_no_autocast, "did not run under autocast"),
         "output converted, no autocast (B4)": (_converted_output, "converting a float32 forward's output"),
         "16-bit copy of the model (B4)": (_converted_copy, "a 16-bit copy of the model) is not autocast"),
@@ -373,6 +424,8 @@ RIGHT = {
         "the rule written out": recipe_right,
         "ampcourse.device.recommend": recipe_from_recommend,
         "major and minor as one number": recipe_by_number,
+        "a numpy bool for the scaler (review rev25-r8 N3)": lambda c: (recipe_right(c)[0],
+                                                                        np.bool_(recipe_right(c)[1])),
         "dataclasses.astuple of a dataclass (review rev25-r7 M1)": lambda c: dataclasses.astuple(
             _Recipe(*recipe_right(c))),
     },

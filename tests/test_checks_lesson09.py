@@ -18,7 +18,7 @@ from ampcourse.checks import CheckFailed, NotStarted, lesson09
 
 def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler", scheduler_on="applied",
          unscale=True, record="right", empty="check", autocast_dtype=None, loss_outside=False, divisor=None,
-         autocast_device="input's"):
+         autocast_device="input's", stepped_from="scale"):
     """A train_window with one mistake switched on (the defaults are the right answer)."""
     def train_window(model, optimizer, scaler, scheduler, micro_batches, max_norm, dtype):
         if not micro_batches:
@@ -75,8 +75,14 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
             optimizer.step()
         scaler.update()
         stepped = scaler.get_scale() >= before
-        if scheduler_on == "always" or (scheduler_on == "applied" and stepped) or (
-                scheduler_on == "scale unchanged" and scaler.get_scale() == before):
+        schedule_when = scheduler_on
+        if stepped_from != "scale":  # review rev25-r8 W1: "skipped" read from the gradients, not from the scale
+            schedule_when = "stepped" if stepped_from == "finite norm, scheduler too" else scheduler_on
+            stepped = bool(torch.isfinite(norm))
+        if schedule_when == "stepped" and stepped:
+            scheduler.step()
+        if schedule_when == "always" or (schedule_when == "applied" and scaler.get_scale() >= before) or (
+                schedule_when == "scale unchanged" and scaler.get_scale() == before):
             scheduler.step()
         out = {"stepped": stepped, "grad_norm": norm.item(), "loss": total}
         if record == "none":
@@ -507,6 +513,11 @@ WRONG = {
         "empty window: IndexError": (step(empty="index"), "micro_batches == []) raised IndexError"),
         "empty window: ValueError without the argument": (step(empty="unnamed"), "name the argument"),
         "empty window: returns normally": (step(empty="return"), "returned normally"),
+        "stepped = isfinite(grad_norm), the scheduler with it (review rev25-r8 W1)": (
+            step(stepped_from="finite norm, scheduler too"), "with a disabled scaler (`GradScaler(enabled=False)`) and "
+                                                             "inf gradients"),
+        "stepped = isfinite(grad_norm) in the record only (review rev25-r8 W1)": (
+            step(stepped_from="finite norm, record only"), "a disabled scaler skips nothing"),
         "autocast for another device type (re-review)": (step(autocast_device="other"),
                                                          "autocast was off during the forward pass"),
     },

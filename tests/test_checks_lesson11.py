@@ -6,6 +6,7 @@ import typing
 import weakref
 
 import grader_fixtures
+import numpy as np
 import torch
 
 from ampcourse.checks import lesson11 as check
@@ -444,6 +445,9 @@ def plan_with_module_stats(peaks, bf16):
 
 WRONG = {
     ("11", "diagnose"): {
+        "a dict without 'fix' (review rev25-r8 N1)": (
+            lambda trace: {"kind": ANSWERS[trace][0], "where": ANSWERS[trace][1]},
+            "returned {'kind': 'overflow', 'where': 'encoder.layers.5.ffn.wo'}: the dict has no 'fix'"),
         "A: the NaN loss, a symptom": (_with("A", ("nonfinite_loss", "loss", "fp32_loss")), "symptom"),
         "A: the collapsing scale": (_with("A", ("scale_collapse", "scaler", "larger_scale")), "no loss scale"),
         "A: the parent module": (_with("A", ("overflow", "encoder.layers.5", "bf16_or_fp32_island")),
@@ -551,6 +555,7 @@ RIGHT = {
         "step hook and the scale, as float32 tensors": applied_hook_and_scale,
         "a comment naming scaler._scale": applied_with_a_comment_on_the_private_scale,
         "the scale from state_dict() (empty when disabled)": applied_by_state_dict,
+        "a numpy bool (review rev25-r8 N3)": lambda *args: np.bool_(applied_not_smaller(*args)),
     },
     ("11", "finetune_plan"): {
         "log2 headroom, torch dtypes": plan_with_log2,

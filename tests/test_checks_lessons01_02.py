@@ -169,6 +169,12 @@ def flushed_float32_division(grads, scale):  # review 0002, fixture B: float32 s
     return (((grads * scale).half() == 0) & nz).sum().float().div(nz.sum().float()).item()
 
 
+def flushed_in_place(grads, scale):  # review rev25-r8 E4: scales the tensor it was given, as the task text reads
+    grads *= scale
+    nonzero = grads != 0
+    return ((grads.half() == 0) & nonzero).sum().item() / nonzero.sum().item()
+
+
 def _cast_then_scale(grads, scale):  # review 0002: cast first, then multiply (float16 arithmetic)
     nz = grads[grads != 0]
     return ((nz.half() * scale) == 0).float().mean().item()
@@ -421,13 +427,15 @@ RIGHT = {
     ("01", "format_limits"): {"decimal.Decimal (review rev25-r7 M1)": _limits_decimal,
                               "the formulas": limits_right, "integer significands with ldexp": limits_ldexp,
                               "an exact int largest, Fractions (review)": limits_exact_int_and_fractions},
-    ("01", "update_is_lost"): {"spacing and ties by hand": lost_right, "exact fractions": lost_fractions},
+    ("01", "update_is_lost"): {"spacing and ties by hand": lost_right, "exact fractions": lost_fractions,
+                               "a numpy bool (review rev25-r8 N3)": lambda w, u, d: np.bool_(lost_right(w, u, d))},
     ("02", "predict_cast"): {"the thresholds": predict_right, "numpy's float16 cast": predict_numpy},
     ("02", "largest_safe_scale"): {"floor of log2": scale_right, "halving from 2**40": scale_by_halving,
                                    "frexp": scale_frexp},
     ("02", "flushed_fraction"): {"the threshold 2**-25": flushed_right, "a float64 -> float16 cast": flushed_by_cast,
                                  "mean in float32 (review 0002, A)": flushed_float32_mean,
-                                 "float32 division of mask sums (review 0002, B)": flushed_float32_division},
+                                 "float32 division of mask sums (review 0002, B)": flushed_float32_division,
+                                 "scaled in place, `grads *= scale` (review rev25-r8 E4)": flushed_in_place},
     ("02", "better_dtype"): {"rounding by hand from the spacing": better_by_hand, "real casts": better_by_cast},
 }
 

@@ -791,3 +791,78 @@ def test_a_signal_handler_or_an_interval_timer_left_by_an_answer_is_a_hazard(gua
                      f"an interval timer (ITIMER_REAL, signal.setitimer){grading.IN_EFFECT}"]
     assert "left a signal handler for SIGALRM (signal.signal), an interval timer" in grading.cannot_grade(found)
     assert grading._code_without_a_thread() == []
+
+
+# --- review rev25-r8 ----------------------------------------------------------------------------------------------
+
+def _guard_run(monkeypatch, compare=lambda: []) -> dict:
+    """A guard's run record in this process, with a ``compare`` of the test's and the hooks on now as recorded."""
+    module = types.ModuleType("_ampcourse_grader_guard")
+    module.state = {"run": {"nonce": "n", "ran": [], "calls": [], "early": [], "compare": compare,
+                            "hooks": (sys.gettrace(), sys.getprofile())}}
+    monkeypatch.setitem(sys.modules, "_ampcourse_grader_guard", module)
+    return module.state["run"]
+
+
+@pytest.mark.parametrize(("lesson", "name", "task"), [("00", "_tensor_bytes_cases", "tensor_bytes"),
+                                                      ("04", "TORCH_UPDATES", "update_scale")])
+def test_a_swap_that_undoes_itself_is_seen_at_the_end_of_the_call_pass(monkeypatch, capsys, lesson, name, task):
+    """E1: the answer rebinds a helper the check uses after its calls to one that puts the real one back when the
+    check uses it: by passed() nothing is changed, but the comparison at the end of the call pass saw the swap."""
+    import importlib
+
+    import review_forgeries
+
+    module = importlib.import_module(f"ampcourse.checks.lesson{lesson}")
+    real = getattr(module, name)
+    run = _guard_run(monkeypatch, lambda: [name] if getattr(module, name) is not real else [])
+    space: dict = {}
+    exec(getattr(review_forgeries, f"SWAP_UNDONE_{lesson}"), space)
+    try:
+        getattr(module, task)(space[task])  # the forged cases fit the wrong answer: it "passes"
+    finally:
+        setattr(module, name, real)
+    assert "✓" in capsys.readouterr().out
+    assert run["early"] == [name], run["early"]
+
+
+def test_a_trace_function_that_rewrites_answer_ofs_own_record_of_the_hooks_fails_the_call(monkeypatch):
+    """E2: the trace rewrites answer_of's local copy of the hooks before its comparison: the guard's record is used."""
+    import review_forgeries
+
+    from ampcourse.checks import lesson00
+
+    _guard_run(monkeypatch)
+    space: dict = {}
+    exec(review_forgeries.TRACE_REWRITES_HOOKS_00, space)
+    before = sys.gettrace()
+    try:
+        with pytest.raises(CheckFailed, match="set a trace or profile function"):
+            lesson00.tensor_bytes(space["tensor_bytes"])
+        assert sys.gettrace() is before
+    finally:
+        sys.settrace(before)
+
+
+def test_an_f_trace_left_on_the_checks_frames_fails_the_call(monkeypatch):
+    """E2: the docstring's claim: a ``frame.f_trace`` the answer sets on collect's frames (with no trace function on
+    now) is taken out, and the call fails."""
+    from ampcourse.checks import collect
+
+    if sys.gettrace() is not None:
+        pytest.skip("a trace function is on (a debugger, coverage): f_trace is its own")
+    _guard_run(monkeypatch)
+
+    def answer(x):
+        f = sys._getframe(1)
+        while f is not None:
+            f.f_trace = lambda *a: None
+            f = f.f_back
+        return x
+
+    with pytest.raises(CheckFailed, match=r"set a trace function on the check's frames \(`frame.f_trace`\)"):
+        collect("Task 1 (f)", answer, "f", [(1,), (2,)])
+    f = sys._getframe()
+    while f is not None:
+        assert f.f_trace is None
+        f = f.f_back

@@ -153,15 +153,24 @@ def passed(task: str, what: str) -> None:
     by a function of the real check module (``ampcourse.grading.guard_verify``), never by the printed line alone.
     Before it prints, it runs the guard's comparison (the reset's ``compare``) and keeps what changed for the verify:
     code the answer left in ``sys.stdout`` or a display hook runs only after it (review rev25-r4 E1)."""
-    run = _guard_run()
-    compare = run.get("compare") if run is not None else None
-    if callable(compare) and isinstance(run.get("early"), list):
-        # the guard's comparison, before anything the answer left in sys.stdout runs (review rev25-r4 E1)
-        run["early"].extend(compare())
+    run = compare_now()  # the guard's comparison, before anything the answer left in sys.stdout runs (rev25-r4 E1)
     print(f"{PASS_MARK} {task}: {what}")
     if run is not None and isinstance(run.get("ran"), list):
         caller = sys._getframe(1)
         run["ran"].append((run.get("nonce"), task, caller.f_code, caller.f_globals))
+
+
+def compare_now() -> dict | None:
+    """Run the guard's comparison (the reset's ``compare``) now and keep what changed for the verify; the run record,
+    None outside the grader. :func:`passed` calls it before it prints, and :func:`collect` (lesson 04's own call loop
+    too) at the end of the call pass, before the check makes its cases again: a swap that helps the check must be in
+    place then, where it is seen, even one that undoes itself when the check next calls the swapped helper (review
+    rev25-r8 E1)."""
+    run = _guard_run()
+    compare = run.get("compare") if run is not None else None
+    if callable(compare) and isinstance(run.get("early"), list):
+        run["early"].extend(compare())
+    return run
 
 
 def require_callable(task: str, fn: object, name: str) -> Callable[..., Any]:
@@ -475,6 +484,17 @@ def exact_number(value: object) -> int | float | None:
     return None
 
 
+def exact_bool(value: object) -> bool | None:
+    """``value`` as a ``bool``: a ``bool``, or numpy's ``bool_`` (a C type, read by its C value: an answer that
+    compares numpy numbers returns one honestly; review rev25-r8 N3); None otherwise (0 and 1 included)."""
+    if type(value) is bool:
+        return value
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and type(value) is numpy.bool_ and numpy.bool_ in _NUMPY_SCALARS:
+        return numpy.bool_.__bool__(value)  # the C type's own slot
+    return None
+
+
 def real_number(value: object) -> int | float | None:
     """:func:`exact_number`, or a ``Fraction`` (two exact ints inside, as :func:`plain` leaves it) or a C ``Decimal``
     (finite) as the nearest float, computed by ``int``'s own true division or the C type's own conversion: an honest
@@ -517,10 +537,20 @@ def _short_repr():
 _SHORT_REPR = _short_repr()
 
 
+class _ReprEnded(Exception):
+    """A returned object's ``__repr__`` raised ``SystemExit``/``KeyboardInterrupt`` (or another ``BaseException``)."""
+
+    def __init__(self, kind: str, error: BaseException) -> None:
+        super().__init__(kind)
+        self.kind, self.error = kind, error
+
+
 class Returned:
     """What an answer returned that is not a frozen value (:func:`frozen`): only its class's name, whether it was a
     tensor, and its ``repr``, taken right after the call, for the check's message. A check judges it as "not what the
-    task asks for", never by its content (the object itself is not kept, so nothing can change it later)."""
+    task asks for", never by its content (the object itself is not kept, so nothing can change it later). The
+    ``repr`` runs the answer's own code, outside its call: what it raises is a placeholder text, and a
+    ``SystemExit``/``KeyboardInterrupt`` fails the call (:func:`answer_of`, with :func:`call`'s words)."""
 
     __slots__ = ("kind", "tensor", "text")
 
@@ -533,6 +563,8 @@ class Returned:
             text = _SHORT_REPR.repr(value)  # bounded: a few items per level, a few levels (review rev25-r7 W2)
         except Exception:  # noqa: BLE001 - the answer's own __repr__
             text = f"<a {self.kind}>"
+        except BaseException as err:  # SystemExit, KeyboardInterrupt: failed by answer_of, as _call does (rev25-r8 N2)
+            raise _ReprEnded(self.kind, err) from None
         self.text = text if len(text) <= 300 else text[:297] + "..."
 
     def __repr__(self) -> str:
@@ -562,24 +594,54 @@ def answer_of(task: str, fn: Callable[..., Any], name: str, args: tuple,
     answer converted by ``convert`` (a check's own reading, right after the call: a one-element tensor's item) and
     then :func:`frozen`.
 
-    A trace or profile function set while this ran (``sys.settrace``/``setprofile``, and ``frame.f_trace`` on the
-    caller's frame) is the one way Python code can rebind a running function's locals (CPython 3.11 writes
+    A trace or profile function set while this ran (``sys.settrace``/``setprofile``, or ``frame.f_trace`` on a frame of
+    the check's stack) is the one way Python code can rebind a running function's locals (CPython 3.11 writes
     ``frame.f_locals`` back into the frame after each trace event): it is taken out again and the call fails, raised
-    here, so no trace event in the caller can replace the answers it keeps (review rev25-r7 E1)."""
+    here, so no trace event in the caller can replace the answers it keeps (review rev25-r7 E1). Under the grader the
+    hooks are compared with those the guard recorded (the run record's ``hooks``), not with a local of this frame,
+    which such a trace function could rewrite before the comparison (review rev25-r8 E2); outside it, with the hooks
+    on when this was called."""
     hooks = (sys.gettrace(), sys.getprofile())
     try:
         try:
             got = call(task, fn, name, *args)
         except CheckFailed as error:
             return None, error
-        return frozen(convert(got) if convert is not None else got), None
+        try:
+            return frozen(convert(got) if convert is not None else got), None
+        except _ReprEnded as ended:  # the returned object's __repr__ (review rev25-r8 N2)
+            return None, _ended(task, f"the {ended.kind} `{name}` returned: its `__repr__`", ended.error)
     finally:
-        if sys.gettrace() is not hooks[0] or sys.getprofile() is not hooks[1]:  # by identity, never the hook's ==
-            sys.settrace(hooks[0])
-            sys.setprofile(hooks[1])
-            raise fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it on "
-                             "when it returned: through it code of yours runs inside the check. Take it out "
-                             "(`sys.settrace(None)`) before your function returns.") from None
+        # One line, C calls only: the hooks are read and switched off before any trace event can rewrite a local
+        # again (a line event fires at the start of a line; no Python frame runs inside this one).
+        left = (sys.gettrace(), sys.getprofile(), sys.settrace(None), sys.setprofile(None))
+        _no_trace_left(task, name, hooks, left[:2], sys._getframe())
+
+
+def _no_trace_left(task: str, name: str, before: tuple, left: tuple, frame: types.FrameType) -> None:
+    """Put back the hooks :func:`answer_of` switched off, and fail ``name``'s call when it had left others (``left``)
+    on, or a ``frame.f_trace`` on the check's stack from ``frame`` up (taken out). The hooks wanted are those the guard
+    recorded (the run record's ``hooks``); ``before``, a local of ``answer_of``, only outside the grader."""
+    run = _guard_run()
+    recorded = run.get("hooks") if run is not None else None
+    want = recorded if type(recorded) is tuple and len(recorded) == 2 else before
+    frames = []
+    while frame is not None:
+        if want[0] is None and frame.f_trace is not None:
+            frames.append(frame)
+        frame = frame.f_back
+    for frame in frames:
+        frame.f_trace = None
+    sys.settrace(want[0])
+    sys.setprofile(want[1])
+    if left[0] is not want[0] or left[1] is not want[1]:  # by identity, never the hook's ==
+        raise fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it on "
+                         "when it returned: through it code of yours runs inside the check. Take it out "
+                         "(`sys.settrace(None)`) before your function returns.") from None
+    if frames:
+        raise fail(task, f"`{name}` set a trace function on the check's frames (`frame.f_trace`) and left it there "
+                         "when it returned: through it code of yours runs inside the check. Set no `f_trace` on "
+                         "frames that are not your own.") from None
 
 
 def collect(task: str, fn: Callable[..., Any], name: str, calls: Any,
@@ -589,12 +651,15 @@ def collect(task: str, fn: Callable[..., Any], name: str, calls: Any,
     rebinding a tuple (a write to ``frame.f_locals`` does not reach a function's locals in CPython 3.11, and a tuple
     of frozen values cannot be changed in place). The check then judges these against cases it makes *after* this
     returns, from its constants, never against the objects it handed the answer (which the answer's function could
-    change, as it could any list or dict the check held while it ran)."""
+    change, as it could any list or dict the check held while it ran). Under the grader the guard's comparison runs
+    at the end (:func:`compare_now`): a module global or a function's code swapped during the calls, to be put back
+    when the check calls it while it judges, is seen there (review rev25-r8 E1)."""
     answers: tuple = ()
     for args in tuple(tuple(args) for args in calls):  # taken before the first call: no later case can be swapped
         answers = (*answers, answer_of(task, fn, name, args, convert))
         if answers[-1][1] is not None:
             break
+    compare_now()
     return answers
 
 
@@ -680,15 +745,19 @@ def _call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: An
         raise
     except Exception as err:  # noqa: BLE001 - anything the learner's code raises is reported
         raise fail(task, raised_message(name, err)) from None
-    except KeyboardInterrupt:
-        raise fail(task, f"`{name}` was interrupted (KeyboardInterrupt): it ran until it was stopped — a loop "
-                         "that never ends? (or your answer raises KeyboardInterrupt itself: don't)") from None
-    except BaseException as err:  # noqa: BLE001 - SystemExit, BaseException subclasses raised by the answer
-        raise fail(
-            task, f"`{name}` raised {type(err).__name__}{': ' + str(err) if str(err) else ''}, which ends a "
-                  "program rather than reporting an error: don't call sys.exit()/exit() or raise it in your "
-                  "answer; return the value the task asks for."
-        ) from None
+    except BaseException as err:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, other BaseExceptions of the answer
+        raise _ended(task, f"`{name}`", err) from None
+
+
+def _ended(task: str, who: str, err: BaseException) -> CheckFailed:
+    """The failure for a ``KeyboardInterrupt``/``SystemExit`` (any ``BaseException`` but an ``Exception``) that ``who``
+    (the learner's function, or the ``__repr__`` of what it returned) raised."""
+    if isinstance(err, KeyboardInterrupt):
+        return fail(task, f"{who} was interrupted (KeyboardInterrupt): it ran until it was stopped — a loop "
+                          "that never ends? (or your answer raises KeyboardInterrupt itself: don't)")
+    return fail(task, f"{who} raised {type(err).__name__}{': ' + str(err) if str(err) else ''}, which ends a "
+                      "program rather than reporting an error: don't call sys.exit()/exit() or raise it in your "
+                      "answer; return the value the task asks for.")
 
 
 def _a_stub(err: BaseException) -> bool:

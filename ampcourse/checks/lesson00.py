@@ -14,7 +14,7 @@ from ..device import (
     generation,
     recommend,
 )
-from . import Returned, call, collect, exact_number, fail, hints, passed, require_callable
+from . import Returned, call, collect, exact_bool, exact_number, fail, hints, passed, require_callable
 from .facts import BYTES_PER_ELEMENT
 
 
@@ -95,28 +95,43 @@ def tensor_bytes(fn) -> None:
 
 
 def _watch(model: torch.nn.Module, device_type: str) -> tuple[list[dict], list]:
-    """Forward hooks on every layer of ``model``: what autocast state each layer really ran under."""
+    """Forward pre-hooks and forward hooks on every layer of ``model``: what autocast state each layer really ran
+    under, read before it ran and after (a state switched between the two shows: review rev25-r8 E3), and the dtype it
+    produced."""
     seen: list[dict] = []
+    before: dict[int, tuple[bool, torch.dtype]] = {}
+
+    def state() -> tuple[bool, torch.dtype]:
+        return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+
+    def pre_hook(module, inputs):
+        before[id(module)] = state()
 
     def hook(module, inputs, output):
         seen.append({
             "layer": type(module).__name__,
             "autocast": torch.is_autocast_enabled(device_type),
             "dtype": torch.get_autocast_dtype(device_type),
+            "before": before.pop(id(module), None),
             "other": [t for t in ("cpu", "cuda", "mps") if t != device_type and torch.is_autocast_enabled(t)],
             "input": inputs[0].detach().float().clone() if module is model[0] else None,
             "output": output.dtype,
         })
 
-    return seen, [layer.register_forward_hook(hook) for layer in model]
+    handles = [layer.register_forward_pre_hook(pre_hook, prepend=True) for layer in model]
+    return seen, handles + [layer.register_forward_hook(hook) for layer in model]
 
 
 def amp_forward(fn) -> None:
     """Task 2: ``amp_forward(model, x)`` runs the forward pass under autocast on the course device.
 
-    Forward hooks on every layer record whether autocast was on *while that layer ran*, its dtype and the
-    dtype each layer produced: a float32 forward whose output is converted afterwards
-    (``model(x).to(torch.bfloat16)``, a ``.bfloat16()`` copy of the model) is not autocast.
+    Forward pre-hooks and forward hooks on every layer record whether autocast was on *while that layer ran*, its
+    dtype and the dtype each layer produced: a float32 forward whose output is converted afterwards
+    (``model(x).to(torch.bfloat16)``, a ``.bfloat16()`` copy of the model) is not autocast, nor is one with autocast
+    switched between the two hooks, and under a 16-bit recipe every ``Linear`` must have produced that dtype (Linear
+    is on autocast's lower-precision list): a float32 forward with autocast switched on only around the check's
+    hooks is seen (review rev25-r8 E3). Not seen: an answer's own hook that replaces a float32 layer's output with a
+    converted copy while autocast is switched around the check's hooks.
 
     Where the recipe is float32 (a GPU such as the GTX 1080, :data:`ampcourse.device.RECIPE_RULES`) AMP is off:
     the forward must run with autocast off. ``torch.autocast("cuda", dtype=torch.float32)`` does not turn itself
@@ -195,6 +210,17 @@ def amp_forward(fn) -> None:
     if outside:
         raise fail(task, f"part of the forward ran outside the autocast region ({', '.join(outside)}): the "
                          "whole `model(x)` call belongs inside it.")
+    switched = [s["layer"] for s in seen if s["before"] != (s["autocast"], s["dtype"])]
+    if switched:
+        raise fail(task, f"autocast's state changed while {', '.join(switched)} ran (between the layer's forward "
+                         "pre-hook and its forward hook): run the whole `model(x)` inside one autocast region, "
+                         "without switching autocast in hooks or inside the model.")
+    low = [s["output"] for s in seen if autocast_wanted and s["layer"] == "Linear" and s["output"] != dtype]
+    if low:  # Linear is on autocast's lower-precision list (CPU and CUDA): under autocast it makes `dtype`
+        raise fail(task, f"the Linear layers produced {_name(low[0])}, but under {device.type} autocast in {want} a "
+                         f"Linear layer computes in {want}: "
+                         "the layers did not really run under autocast (switched off around them, or their output "
+                         f"converted). Run `model(x)` inside {region} and return its output as it is.")
     if out.dtype != seen[-1]["output"]:
         raise fail(task, f"the model's last layer produced {str(seen[-1]['output']).removeprefix('torch.')}, but "
                          f"you returned {str(out.dtype).removeprefix('torch.')}: return the output as autocast "
@@ -264,10 +290,10 @@ def choose_recipe(fn) -> None:
         want = recommend("cuda", capability)  # after every call (review rev25-r3 E6, as in Task 1)
         rule = next(rule for rule in RECIPE_RULES if rule.holds(capability))
         if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], torch.dtype)
-                and isinstance(got[1], bool)):
+                and exact_bool(got[1]) is not None):  # a numpy bool is one, by its value (review rev25-r8 N3)
             raise fail(task, f"for {capability} you returned {got!r}: return a tuple (torch dtype, bool), e.g. "
                              "`(torch.float32, False)`.")
-        dtype, scaler = got
+        dtype, scaler = got[0], exact_bool(got[1])
         where = f"for the {name}, compute capability {capability}"
         recipe = f"({_name(want.dtype)}, {want.use_grad_scaler})"
         if (dtype, scaler) == (want.dtype, want.use_grad_scaler):

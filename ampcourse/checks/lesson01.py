@@ -12,7 +12,7 @@ import math
 import torch
 
 from ..floats import derive_format, from_bits
-from . import call, fail, hints, passed, real_number, require_callable
+from . import call, exact_bool, fail, hints, passed, real_number, require_callable
 
 # (bits, what the case is) — normals first: they show bias and implicit-1 mistakes most plainly.
 FP16_CASES = [
@@ -273,9 +273,9 @@ def update_is_lost(fn) -> None:
     answers = []
     for w, u, dtype, _what in UPDATE_CASES:
         got = call(task, fn, "update_is_lost", w, u, dtype)
-        if not isinstance(got, bool):
+        if exact_bool(got) is None:  # a numpy bool is one, by its value (review rev25-r8 N3)
             raise fail(task, f"for w={w!r}, u={u!r} you returned {got!r}; return True or False.")
-        answers.append(got)
+        answers.append(exact_bool(got))
     wrong = [(case, got) for case, got, lost in zip(UPDATE_CASES, answers, UPDATE_LOST, strict=True) if got != lost]
     if not wrong:
         passed(task, f"{len(UPDATE_CASES)} updates predicted right in float16 and bfloat16, ties included: an "

@@ -310,7 +310,10 @@ def flushed_fraction(fn) -> None:
     """
     task = "Task 3 (flushed_fraction)"
     require_callable(task, fn, "flushed_fraction")
-    got_all = collect(task, fn, "flushed_fraction", [(grads, scale) for grads, scale, _ in _flush_cases()], _item)
+    # a copy of the gradients for each call: an answer that scales them in place (`grads *= scale`) is right on each
+    # call, and must not see the tensor an earlier call scaled (review rev25-r8 E4)
+    got_all = collect(task, fn, "flushed_fraction", [(grads.clone(), scale) for grads, scale, _ in _flush_cases()],
+                      _item)
     cases = _flush_cases()  # made after the calls, as in Task 2 (review rev25-r7 E1)
     answers: tuple = ()
     for _case, (got, error) in zip(cases, got_all, strict=False):

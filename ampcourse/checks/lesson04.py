@@ -19,7 +19,18 @@ import torch.nn.functional as F
 
 from ..device import pick_device
 from ..scaler_sim import simulate_grad_scaler
-from . import CheckFailed, answer_of, call, exact_number, fail, hints, passed, real_number, require_callable
+from . import (
+    CheckFailed,
+    answer_of,
+    call,
+    compare_now,
+    exact_number,
+    fail,
+    hints,
+    passed,
+    real_number,
+    require_callable,
+)
 from .spies import SpyOptimizer, SpyScaler
 
 SCALE = 2.0**10  # the spy scaler's scale: no overflow in these steps, growth only after 1000
@@ -478,6 +489,7 @@ def update_scale(fn) -> None:
                 break
             scale, tracker = pair
         runs = (*runs, answers)
+    compare_now()  # the call pass ends: a swap meant to undo itself while the check judges is seen now (rev25-r8 E1)
     steps = 0
     for (what, found, g, b, n, _init), answers, wants in zip(PATTERNS, runs, TORCH_UPDATES, strict=True):
         for i, (inf, want, (scale, tracker, answer, error)) in enumerate(

@@ -371,6 +371,27 @@ def _skip(fn, device, pending) -> None:
     pending.append(record_of_a_skip)
 
 
+def _disabled_overflow(fn, device, pending) -> None:
+    """A disabled scaler (``enabled=False``) and inf/NaN gradients (the inputs × 1e6 overflow float16, as in lesson
+    11): a disabled scaler checks nothing and skips nothing, so the step is applied and the schedule moves on; a
+    ``stepped`` read from a finite gradient norm says otherwise (review rev25-r8 W1)."""
+    log: list[str] = []
+    model, optimizer, _, _ = _objects(device, log)
+    scaler = SpyScaler(log, device.type, enabled=False)
+    scheduler = SpyScheduler(optimizer, log)
+    window = [(x * 1e6, y) for x, y in micro_batches(device, 2, seed=9)]
+    results: list = []
+    calls = _run(fn, device, log, (model, optimizer, scaler, scheduler), window, 1.0, results)
+    if "scheduler.step" not in calls or scheduler.last_epoch != 1:
+        raise fail(TASK, "with a disabled scaler (`GradScaler(enabled=False)`) and inf gradients (the inputs × 1e6 "
+                         "overflow float16) your loop did not step the scheduler, although the optimizer step was "
+                         "applied: a disabled scaler checks nothing and skips nothing. Decide from the scale "
+                         "(`scaler.get_scale()` before and after `update()`), not from the gradients.")
+    pending.append(lambda: _check_stepped(_record(results[0]), True, "a disabled scaler skips nothing, even with "
+                                          "inf gradients (the inputs × 1e6 overflow float16): decide from the scale, "
+                                          "not from the gradient norm"))
+
+
 def _dtype_followed(fn, device) -> None:
     """One window with ``dtype=torch.bfloat16`` and a disabled scaler (bfloat16 needs none): the first layer's
     forward must run under autocast in bfloat16 — not in a dtype the function chose itself."""
@@ -453,6 +474,7 @@ def train_window(fn) -> None:
     _clipping(fn, device, pending)
     _growth(fn, device, pending)
     _skip(fn, device, pending)
+    _disabled_overflow(fn, device, pending)
     _dtype_followed(fn, device)
     for judge in pending:
         judge()

@@ -26,7 +26,7 @@ import torch
 
 from ..recorder import FUSED_OPTIMIZERS, KINDS, LOW_HEADROOM_BITS
 from ..tables import Table
-from . import call, call_named, fail, hints, passed, require_callable
+from . import call, call_named, exact_bool, fail, hints, passed, require_callable
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 
@@ -168,6 +168,11 @@ def show_traces() -> None:
 
 def _answer(task: str, value, trace: str) -> tuple[str, str, str]:
     if isinstance(value, Mapping):
+        missing = [key for key in ("kind", "where", "fix") if key not in value]
+        if missing:  # the dict itself in the message, never a tuple the learner did not return (rev25-r8 N1)
+            raise fail(task, f"diagnose({trace!r}) returned {value!r}: the dict has no "
+                             f"{' and no '.join(repr(k) for k in missing)}; return a dict with the keys 'kind', "
+                             "'where' and 'fix' (three strings), or a tuple (kind, where, fix).")
         value = (value.get("kind"), value.get("where"), value.get("fix"))
     if not isinstance(value, (tuple, list)) or len(value) != 3 or not all(isinstance(v, str) for v in value):
         raise fail(task, f"diagnose({trace!r}) returned {value!r}: return three strings (kind, where, fix), e.g. "
@@ -233,8 +238,9 @@ def _one(task, fn, scaler, *, seed=0, fused=False, x_factor=1.0, optimizer=None,
     steps = []
     optimizer.register_step_post_hook(lambda *a: steps.append(1))
     result = call(task, fn, "applied_step", scaler, optimizer, _loss(model, x))
-    if not isinstance(result, bool):
+    if exact_bool(result) is None:  # a numpy bool is one, by its value (review rev25-r8 N3)
         raise fail(task, f"applied_step returned {result!r}: return True or False (was the step applied?).")
+    result = exact_bool(result)
     moved = any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
     return result, bool(steps), moved
 
