@@ -223,6 +223,7 @@ class StepRecord:
         param_grad_subnormal_mass: parameter name → the most of its gradient's squared norm the entries below fp16's
             normal range can carry (as a module's ``grad_subnormal_mass``; the sample's count scaled to the whole
             gradient): many such entries far below the largest ones carry nothing (a softmax's tail).
+        param_grad_norm: parameter name → the 2-norm of its true (unscaled) gradient (inf/NaN if it held one).
         step_called: ``optimizer.step()`` ran (see ``stepped``).
         scaler_checked: an enabled GradScaler was given, so ``GradScaler.step`` checked this step's gradients
             and applied it only if they were all finite (``torch/amp/grad_scaler.py``: ``optimizer.step()`` runs
@@ -266,6 +267,7 @@ class StepRecord:
     input_masks: tuple[int, ...] = ()
     weights_finite: bool | None = None
     param_grad_subnormal_mass: Mapping[str, float] = field(default_factory=dict)
+    param_grad_norm: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -917,7 +919,12 @@ class _Probe:
             # an embedding, or fed by nothing but such inputs (a Flatten, a LayerNorm over the input), is log(0) data
             mask_peaks -= frozenset(fed)
         elif bad is not None and bad[0] in self._weighted:
-            mask_peaks -= frozenset(bad[3])
+            if any(_minus_inf_only(values, i) for i in bad[3]):
+                # a Linear/conv/embedding handed a -inf (no NaN, no +inf) by the model's own code: the 0/-inf input
+                # standardised, cast or concatenated on its way there (review rev24-r10), never a mask's use
+                mask_peaks = frozenset()
+            else:
+                mask_peaks -= frozenset(bad[3])
         masks = _minus_inf_ok(calls, values, loss_finite, mask_peaks)
         return {
             "autocast_dtype": _lowest(self.autocast),
@@ -1122,7 +1129,7 @@ def _subnormal_mass(subnormal: float, squares: float) -> float:
 
 
 def _param_fields(params: dict[str, tuple[int, ...]], values: list[float], scale: float) -> dict[str, Any]:
-    lost, subnormal, mass, bad_first, squares, any_bad = {}, {}, {}, None, 0.0, False
+    lost, subnormal, mass, norms, bad_first, squares, any_bad = {}, {}, {}, {}, None, 0.0, False
     for name, (i_lost, i_counted, i_norm, i_nonzero, i_size) in params.items():
         counted, norm, nonzero = _value(values, i_counted), values[i_norm], values[i_nonzero]
         lost[name] = values[i_lost] / counted if counted else 1.0
@@ -1131,13 +1138,14 @@ def _param_fields(params: dict[str, tuple[int, ...]], values: list[float], scale
         # the sample's count of subnormal entries, for the whole gradient the norm is over
         below = (values[i_lost] - zero) / counted * _value(values, i_size) if counted else 0.0
         mass[name] = _subnormal_mass(below, norm**2)
+        norms[name] = norm / scale
         if not math.isfinite(norm) and bad_first is None:
             bad_first = name
         any_bad = any_bad or not math.isfinite(norm)
         squares += norm**2
     norm = None if not params else (math.inf if any_bad else math.sqrt(squares) / scale)
     return {"param_grad_lost": lost, "param_grad_subnormal": subnormal, "param_grad_subnormal_mass": mass,
-            "first_nonfinite_grad": bad_first, "grad_norm": norm}
+            "param_grad_norm": norms, "first_nonfinite_grad": bad_first, "grad_norm": norm}
 
 
 # --- The recorder ------------------------------------------------------------------------------------------
@@ -1601,8 +1609,8 @@ def _broken_weights(records: list[StepRecord], r: StepRecord,
         # review rev24-r9 finding 7: such a step is at most most · lr, which at an ordinary lr cannot reach 65504
         return (f"{text}; at lr={lr:g} that is at most about {most * lr:.2g}, which cannot make a float16 weight "
                 f"inf: the eps is not the likely cause. Look at the update's other causes (a too-large learning "
-                f"rate, a division by 0 in the optimizer): record step {r.step - 1} with every=1. (Still, "
-                f"{fix[0].lower() + fix[1:-1]}: a subnormal eps holds few digits.)")
+                f"rate, a division by 0 in the optimizer): record step {r.step - 1} with every=1. A subnormal eps "
+                f"holds few digits, though: use eps >= {tiny} (float16's smallest normal).")
     return (f"{which}: the cause is that update (a too-large learning rate, an eps of 0 in the weights' dtype, "
             f"a division by 0 in the optimizer), not this module's precision — record step {r.step - 1} with every=1.")
 
@@ -1942,10 +1950,15 @@ def _lost_param(r: StepRecord, name: str, zeros: bool = True) -> bool:
 
 def _flushed_at_the_loss(r: StepRecord) -> bool:
     """The gradient entering the model (the last module's output gradient, the first in backward order) is lost
-    itself: then a gradient that is exactly 0 everywhere further down was flushed to 0 (a loss too small for
-    float16), not 0 by the model's design (a dead ReLU, an unused branch), which leaves the loss's side intact."""
+    itself, or every parameter's gradient is exactly 0 (a model that returns its own loss: the root's output
+    gradient is the loss's 1; review rev24-r10): then a gradient that is exactly 0 everywhere further down was
+    flushed to 0 (a loss too small for float16), not 0 by the model's design (a dead ReLU, an unused branch),
+    which leaves the loss's side intact."""
     first = next((m for m in reversed(r.modules) if m.grad_lost is not None), None)
-    return _lost_activation(first)
+    if _lost_activation(first):
+        return True
+    grads = r.param_grad_lost
+    return bool(grads) and all(grads[n] >= 1.0 and not r.param_grad_subnormal.get(n, 0.0) for n in grads)
 
 
 def _underflow(records: list[StepRecord], sampled: list[StepRecord],
@@ -1959,21 +1972,31 @@ def _underflow(records: list[StepRecord], sampled: list[StepRecord],
     if not steps:
         return None
     flushed = [_flushed_at_the_loss(r) for r in steps]
-    where = next((name for name in steps[-1].param_grad_lost
-                  if _majority([_lost_param(r, name, zeros) for r, zeros in zip(steps, flushed, strict=True)])), None)
+
+    def held(name: str) -> list[StepRecord]:  # the steps on which the parameter's gradient counts as lost
+        return [r for r, zeros in zip(steps, flushed, strict=True)
+                if _lost_param(r, name, zeros)]
+    where = next((name for name in steps[-1].param_grad_lost if 2 * len(held(name)) > len(steps)), None)
     if where is not None:
-        last = steps[-1]
+        on = held(where)
+        last = on[-1]  # the share quoted is that of the last step on which the rule held (review rev24-r10)
         share, sub = last.param_grad_lost[where], last.param_grad_subnormal.get(where, 0.0)
         what = (f"{sub:.0%} of the non-zero gradient of parameter {where}" if sub > UNDERFLOW_FRACTION
                 else f"{share:.0%} of the gradient of parameter {where}")
     else:
         names = [m.name for m in reversed(steps[-1].modules) if m.grad_lost is not None]  # backward order
-        where = next((n for n in names if _majority([_lost_activation(_module(r, n), zeros)
-                                                     for r, zeros in zip(steps, flushed, strict=True)])), None)
+
+        def held_out(name: str) -> list[StepRecord]:
+            return [r for r, zeros in zip(steps, flushed, strict=True) if _lost_activation(_module(r, name), zeros)]
+        where = next((n for n in names if 2 * len(held_out(n)) > len(steps)), None)
         if where is None:
             return None
-        module = _module(steps[-1], where)
-        what = f"{module.grad_subnormal:.0%} of the non-zero gradient flowing out of {_label(where)}"
+        on = held_out(where)
+        module = _module(on[-1], where)
+        sub = module.grad_subnormal or 0.0
+        what = (f"{sub:.0%} of the non-zero gradient flowing out of {_label(where)}" if sub > UNDERFLOW_FRACTION
+                else f"{module.grad_lost:.0%} of the gradient flowing out of {_label(where)}")
+    what += f" (step {on[-1].step})"
     r = steps[0]
     scale = r.scale_before
     if scale is None and half:
@@ -1986,7 +2009,7 @@ def _underflow(records: list[StepRecord], sampled: list[StepRecord],
                "growth_interval), make the loss or the inputs larger (normalise them), or train in bf16.")
     return Finding("underflow", r.step, where,
                    f"{what} is 0 or below float16's smallest normal ({FP16_NORMAL_MIN:.2g}) at the current scale, on "
-                   f"most sampled steps: those gradients are lost or imprecise; {fix}")
+                   f"{len(on)} of {len(steps)} sampled float16 steps: those gradients are lost or imprecise; {fix}")
 
 
 def _lost_activation(module: ModuleStats | None, zeros: bool = True) -> bool:

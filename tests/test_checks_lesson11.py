@@ -56,6 +56,18 @@ def diagnose_as_namedtuples_in_another_order(trace):  # its fields are named: re
     return InOtherOrder(kind=kind, where=where, fix=fix)
 
 
+OtherNames = collections.namedtuple("OtherNames", "kind module fix")
+Remedy = collections.namedtuple("Remedy", "finding where remedy")
+
+
+def diagnose_as_namedtuples_named_otherwise(trace):  # review rev24-r10 #1: no field is "where": read by position
+    return OtherNames(*ANSWERS[trace])
+
+
+def diagnose_as_namedtuples_with_other_names_for_two(trace):
+    return Remedy(*ANSWERS[trace])
+
+
 class Agreeable(tuple):
     """A tuple subclass whose comparisons say yes to anything: read by tuple's own code, it cannot pass."""
 
@@ -545,6 +557,9 @@ RIGHT = {
         "namedtuples (rev24-r7 #7)": diagnose_as_namedtuples,
         "typing.NamedTuple": diagnose_as_typed_namedtuples,
         "a namedtuple with its fields named in another order": diagnose_as_namedtuples_in_another_order,
+        "a namedtuple of fields (kind, module, fix), read by position": diagnose_as_namedtuples_named_otherwise,
+        "a namedtuple of fields (finding, where, remedy), read by position":
+            diagnose_as_namedtuples_with_other_names_for_two,
         # judged by its content: checks.plain turns a str subclass into its str (its own == never runs), and the
         # content here is right; a wrong content in such a class is refused ("symptom" above)
         "a namedtuple of str subclasses": diagnose_namedtuple_of_str_subclasses,

@@ -2734,3 +2734,84 @@ def test_r9_8_a_bool_or_integer_tensor_is_no_loss(loss):
     model, optimizer = _parts()
     with AmpRecorder(model, optimizer) as rec, pytest.raises(TypeError, match="loss must be a floating-point scalar"):
         rec.step(loss)
+
+
+# --- review rev24-r10 ----------------------------------------------------------------------------------------------
+
+class LossInside(nn.Module):
+    """A model that returns its own loss (Hugging Face's ``outputs.loss``), times ``factor``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, factor: float) -> torch.Tensor:
+        return nn.functional.cross_entropy(self.net(x).float(), y) * factor
+
+
+def test_r10_2_a_model_returning_its_own_loss_flushed_to_0_underflows():
+    """Review rev24-r10 finding 2 (t5.py): the root's output is the loss, whose gradient is 1: the dead-ReLU rule
+    read every exact-0 parameter gradient as 0 by design, and a loss flushed to 0 was healthy."""
+    torch.manual_seed(0)
+    model = LossInside()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with AmpRecorder(model, optimizer) as rec:
+        for _ in range(4):
+            x, y = torch.randn(64, 32), torch.randint(0, 10, (64,))
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, y, 2.0**-30)
+            loss.backward()
+            optimizer.step()
+            rec.step(loss)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
+    assert finding(rec, "underflow").where == "net.4.weight"
+
+
+class Standardising(nn.Module):
+    """Log-features standardised (or cast, or concatenated) in the forward before the first Linear: a new tensor."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how, self.net = how, nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.how == "standardise":
+            x = (x - 0.1) / 0.3
+        elif self.how == "float":
+            x = x.float()
+        else:
+            x = torch.cat([x[:, :5], x[:, 5:]], 1)
+        return self.net(x)
+
+
+@pytest.mark.parametrize("how", ["standardise", "float", "cat"])
+def test_r10_3_log_of_one_hot_data_transformed_in_the_forward_is_broken_data(how):
+    """Review rev24-r10 finding 3 (t6.py): ``(x - m) / s``, ``x.float()`` of float64 data or a ``torch.cat`` in the
+    forward make a new tensor, so the view test missed it and the model's own code read as overflowing. A Linear
+    handed a -inf (no NaN) by the model's code is no mask's use."""
+    torch.manual_seed(0)
+    model = Standardising(how)
+    optimizer, scaler = torch.optim.SGD(model.parameters(), lr=1e-2), torch.amp.GradScaler("cpu")
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(4):
+            x = torch.log(nn.functional.one_hot(torch.randint(0, 10, (16,)), 10).float())
+            if how == "float":
+                x = x.double()
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x).float().pow(2).mean()
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    assert rec.records[0].input_masks == () and rec.records[0].input_finite is False
+    assert "overflow" not in kinds(rec), [str(f) for f in rec.findings()]
+    assert finding(rec, "nonfinite_input").step == 0
+
+
+def test_r10_4_the_underflow_message_quotes_a_step_on_which_the_rule_held_and_how_many():
+    rec = train(classifier(), torch.float16, scaler=None, loss_factor=2.0**-22)
+    f = finding(rec, "underflow")
+    steps = [r for r in rec.records if r.sampled]
+    assert f"on {len(steps)} of {len(steps)} sampled float16 steps" in f.message
+    share = int(f.message.split("%")[0])
+    assert share > 50

@@ -688,11 +688,13 @@ def noted_call(fn: Callable[..., Any], *args: Any, plain_as: tuple[str, str] | N
             run["calls"].append((began, time.monotonic()))
 
 
-def call_named(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
-    """:func:`call`, with a namedtuple answer read by its fields' names: a dict of them (then :func:`plain`), so a
-    check that reads a dict by its keys reads ``Diagnosis(kind=..., fix=..., where=...)`` by name too, whatever the
-    fields' order (:func:`plain` alone makes it a tuple, read by position)."""
-    return noted_call(_call, task, _NamedFields(fn), name, *args, **kwargs)
+def call_named(task: str, fn: Callable[..., Any], name: str, *args: Any, fields: tuple[str, ...],
+               **kwargs: Any) -> Any:
+    """:func:`call`, with a namedtuple answer whose fields include every name of ``fields`` read by those names: a
+    dict of them (then :func:`plain`), so a check that reads a dict by its keys reads ``Diagnosis(kind=...,
+    fix=..., where=...)`` by name too, whatever the fields' order. A namedtuple named otherwise (``Ans(kind, module,
+    fix)``) is a tuple, read by position, as :func:`plain` makes it (review rev24-r10: it was refused)."""
+    return noted_call(_call, task, _NamedFields(fn, fields), name, *args, **kwargs)
 
 
 def _namedtuple_fields(value: object) -> dict | None:
@@ -711,15 +713,16 @@ def _namedtuple_fields(value: object) -> dict | None:
 
 
 class _NamedFields:
-    """The learner's function, its namedtuple result turned into a dict of its fields (:func:`call_named`)."""
+    """The learner's function, its namedtuple result holding every name of ``fields`` turned into a dict of its
+    fields (:func:`call_named`)."""
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable[..., Any], fields: tuple[str, ...]) -> None:
+        self.fn, self.fields = fn, fields
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         value = self.fn(*args, **kwargs)
         named = _namedtuple_fields(value)
-        return value if named is None else named
+        return value if named is None or not all(f in named for f in self.fields) else named
 
 
 def _guard_run() -> dict | None:

@@ -209,8 +209,8 @@ def diagnose(fn) -> None:
     task = "Task 1 (diagnose)"
     require_callable(task, fn, "diagnose")
 
-    for trace in TRACES:  # a namedtuple becomes a dict of its fields in the call pass (checks.call_named)
-        got = _answer(task, call_named(task, fn, "diagnose", trace), trace)
+    for trace in TRACES:  # a namedtuple (kind, where, fix) becomes a dict of its fields (checks.call_named)
+        got = _answer(task, call_named(task, fn, "diagnose", trace, fields=("kind", "where", "fix")), trace)
         _judge(task, trace, got)
     passed(task, f"all {len(TRACES)} traces diagnosed: kind, where and fix of each")
 
