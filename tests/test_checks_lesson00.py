@@ -291,16 +291,22 @@ class _ReprEndsTheProgram:
         raise SystemExit("bye")
 
 
-def _fp32_with_autocast_toggled(model, x):
-    """Review rev25-r8 E3: autocast switched off in a pre-hook and back on in a forward hook ahead of the check's,
-    so the check's hook saw it on while every layer ran in float32 (autocast on before the call, so the first layer's
-    pre-hook sees it on too)."""
-    dev, dtype = x.device.type, describe().recommendation.dtype
+def _toggling_hooks(model, dev):
+    """Hooks on every layer: autocast off in a pre-hook, back on in a forward hook ahead of the check's."""
     handles = []
     for layer in model:
         handles.append(layer.register_forward_hook(lambda m, i, o: torch.set_autocast_enabled(dev, True),
                                                    prepend=True))
         handles.append(layer.register_forward_pre_hook(lambda m, i: torch.set_autocast_enabled(dev, False)))
+    return handles
+
+
+def _fp32_with_autocast_toggled(model, x):
+    """Review rev25-r8 E3: autocast switched off in a pre-hook and back on in a forward hook ahead of the check's,
+    so the check's hook saw it on while every layer ran in float32 (autocast on before the call, so the first layer's
+    pre-hook sees it on too)."""
+    dev, dtype = x.device.type, describe().recommendation.dtype
+    handles = _toggling_hooks(model, dev)
     torch.set_autocast_enabled(dev, True)
     torch.set_autocast_dtype(dev, dtype)
     try:
@@ -314,11 +320,7 @@ def _fp32_with_autocast_toggled(model, x):
 def _fp32_with_autocast_toggled_from_off(model, x):
     """The review's own cell (rev25-r8 E3): the same toggling, autocast off when the forward starts."""
     dev = x.device.type
-    handles = []
-    for layer in model:
-        handles.append(layer.register_forward_hook(lambda m, i, o: torch.set_autocast_enabled(dev, True),
-                                                   prepend=True))
-        handles.append(layer.register_forward_pre_hook(lambda m, i: torch.set_autocast_enabled(dev, False)))
+    handles = _toggling_hooks(model, dev)
     try:
         return model(x)
     finally:
