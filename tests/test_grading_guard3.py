@@ -844,6 +844,37 @@ def test_a_trace_function_that_rewrites_answer_ofs_own_record_of_the_hooks_fails
         sys.settrace(before)
 
 
+def _after_the_check():  # a function the profiler must still see once the check has returned
+    return 1
+
+
+@pytest.mark.parametrize("graded", [False, True], ids=["learner's notebook", "under the guard"])
+def test_a_check_run_under_cprofile_passes_and_leaves_the_profiler_on(monkeypatch, capsys, graded):
+    """Review rev25-r9 E2: under cProfile (IPython's ``%prun``) ``sys.getprofile()`` is the Profile object, no Python
+    callable: answer_of switches it on again with its own ``enable``, not ``sys.setprofile`` (a TypeError before)."""
+    import cProfile
+    import pstats
+
+    from ampcourse.checks import lesson00
+
+    profiler = cProfile.Profile()
+    trace = sys.gettrace()
+    profiler.enable()
+    try:
+        if graded:
+            _guard_run(monkeypatch)
+        lesson00.tensor_bytes(lambda t: t.numel() * t.element_size())
+        still_on = sys.getprofile() is profiler
+        _after_the_check()
+    finally:
+        profiler.disable()
+        sys.settrace(trace)
+    assert "✓ Task 1 (tensor_bytes)" in capsys.readouterr().out
+    assert still_on
+    seen = {name for _, _, name in pstats.Stats(profiler).stats}
+    assert "_after_the_check" in seen
+
+
 def test_an_f_trace_left_on_the_checks_frames_fails_the_call(monkeypatch):
     """E2: the docstring's claim: a ``frame.f_trace`` the answer sets on collect's frames (with no trace function on
     now) is taken out, and the call fails."""

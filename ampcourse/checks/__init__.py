@@ -632,8 +632,8 @@ def _no_trace_left(task: str, name: str, before: tuple, left: tuple, frame: type
         frame = frame.f_back
     for frame in frames:
         frame.f_trace = None
-    sys.settrace(want[0])
-    sys.setprofile(want[1])
+    _put_back(sys.settrace, want[0])
+    _put_back(sys.setprofile, want[1])
     if left[0] is not want[0] or left[1] is not want[1]:  # by identity, never the hook's ==
         raise fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it on "
                          "when it returned: through it code of yours runs inside the check. Take it out "
@@ -642,6 +642,30 @@ def _no_trace_left(task: str, name: str, before: tuple, left: tuple, frame: type
         raise fail(task, f"`{name}` set a trace function on the check's frames (`frame.f_trace`) and left it there "
                          "when it returned: through it code of yours runs inside the check. Set no `f_trace` on "
                          "frames that are not your own.") from None
+
+
+def _lsprof_profiler() -> type | None:
+    try:
+        import _lsprof
+    except ImportError:  # pragma: no cover - CPython has it
+        return None
+    return _lsprof.Profiler
+
+
+_LSPROF = _lsprof_profiler()  # cProfile's C profiler (cProfile.Profile, IPython's %prun), taken at import
+
+
+def _put_back(install: Callable[[Any], None], hook: object) -> None:
+    """Switch ``hook`` on again as the trace (``install`` is ``sys.settrace``) or profile function (``sys.setprofile``).
+    While a C profiler runs, ``sys.getprofile()`` returns its object, which is no Python callable: cProfile's
+    (``cProfile.Profile().enable()``, ``%prun``) is switched on again by its own C ``enable``, which keeps its
+    subcalls/builtins settings (review rev25-r9 E2: ``sys.setprofile`` made it a Python hook that raised TypeError at
+    the next event). A trace object is given back to ``sys.settrace``: pdb's is a method, coverage's C tracer is
+    callable for this reason. Any other C hook that is not callable stays off."""
+    if install is sys.setprofile and _LSPROF is not None and _LSPROF in _TYPE_MRO(type(hook)):
+        _LSPROF.enable(hook)  # the C type's method, whatever a subclass defines
+    elif hook is None or callable(hook):
+        install(hook)
 
 
 def collect(task: str, fn: Callable[..., Any], name: str, calls: Any,
