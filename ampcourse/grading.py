@@ -1227,6 +1227,9 @@ def guard_reset(shell) -> list[str]:
     """In the kernel, right before a check: undo every change to the grader's state; return what was undone."""
     import importlib.util
 
+    kept = (_GUARD.get("run") or {}).get("kept")
+    if isinstance(kept, list):  # the last check's objects, if no verify let them go: before anything is put back
+        kept.clear()
     undone = []
     if shell.input_transformer_manager is not _GUARD["manager"]:
         shell.input_transformer_manager = _GUARD["manager"]
@@ -1286,6 +1289,9 @@ def guard_reset(shell) -> list[str]:
     import secrets
 
     _GUARD["run"] = {"nonce": secrets.token_hex(16), "ran": [], "calls": [], "early": [],
+                     # what the check handed the answer and got back (checks.keep), alive until the verify lets it
+                     # go before its comparison: a finalizer hung on it runs where that comparison sees it (rev25-r9 E3)
+                     "kept": [],
                      # the trace/profile hooks the guard recorded: checks.answer_of compares with these, never with
                      # a local a trace function could rewrite (review rev25-r8 E2)
                      "hooks": tuple(_GUARD.get("hooks", {}).get(f"sys.{h}") for h in ("settrace", "setprofile")),
@@ -1306,7 +1312,11 @@ def guard_verify(shell) -> tuple[list[str], list[str], list[str]]:
     the tasks whose pass the course's own check recorded since the reset (``ampcourse.checks.passed`` notes the
     reset's nonce, the task and the calling frame's code and globals: only a function of a guarded check module,
     re-executed at the reset, counts; :func:`output_problem` requires the record). A change means the check that
-    ran was not the course's own; a hazard, that it cannot be told: either way its result does not count."""
+    ran was not the course's own; a hazard, that it cannot be told: either way its result does not count. The objects
+    the check kept alive (``checks.keep``) are let go first, so that what their finalizers do is compared too."""
+    kept = (_GUARD.get("run") or {}).get("kept")
+    if isinstance(kept, list):
+        kept.clear()
     changed = _course_changes(_GUARD["checked"], restore=False)
     objects = _guarded_objects(shell)
     for (where, name, slot), value in _GUARD["slots"].items():  # the shell's methods: set_custom_exc in the check

@@ -913,3 +913,34 @@ OTHER_FORGERIES.update({
     "autocast_toggled_00": ("00_start_here.ipynb", {"def amp_forward": AUTOCAST_TOGGLED_00}, 1, "failed",
                             ["autocast's state changed while Linear ran"]),
 })
+
+
+# --- review rev25-r9 -----------------------------------------------------------------------------------------------
+# E3: the same self-undoing swap, installed from the __del__ of an object the answer hangs on each tensor it is handed:
+# the tensors died between the end of the call pass (compare_now) and passed(), so neither comparison saw the swap. The
+# check now keeps what it hands the answer alive until the guard's verify, which lets it go before its comparison.
+DEL_SWAP_00 = '''import sys, torch
+
+
+class _Later:
+    def __del__(self):  # runs when the check lets go of the tensor it was hung on
+        m = sys.modules['ampcourse.checks.lesson00']
+        real = m._tensor_bytes_cases
+        if getattr(real, 'forged', False):
+            return
+
+        def fake():
+            m._tensor_bytes_cases = real  # put back as soon as the check remakes its cases
+            return [(c, n if s is None else s, None) for c, n, s in real()]
+        fake.forged = True
+        m._tensor_bytes_cases = fake
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    t._later = _Later()
+    return t.untyped_storage().nbytes()  # wrong for views
+'''
+REVIEW_FORGERIES.update({
+    "del_swap": (DEL_SWAP_00, "failed", ["altered the grader while this check ran",
+                                         "ampcourse.checks.lesson00._tensor_bytes_cases"]),
+})

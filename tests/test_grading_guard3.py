@@ -798,7 +798,7 @@ def test_a_signal_handler_or_an_interval_timer_left_by_an_answer_is_a_hazard(gua
 def _guard_run(monkeypatch, compare=lambda: []) -> dict:
     """A guard's run record in this process, with a ``compare`` of the test's and the hooks on now as recorded."""
     module = types.ModuleType("_ampcourse_grader_guard")
-    module.state = {"run": {"nonce": "n", "ran": [], "calls": [], "early": [], "compare": compare,
+    module.state = {"run": {"nonce": "n", "ran": [], "calls": [], "early": [], "kept": [], "compare": compare,
                             "hooks": (sys.gettrace(), sys.getprofile())}}
     monkeypatch.setitem(sys.modules, "_ampcourse_grader_guard", module)
     return module.state["run"]
@@ -842,6 +842,30 @@ def test_a_trace_function_that_rewrites_answer_ofs_own_record_of_the_hooks_fails
         assert sys.gettrace() is before
     finally:
         sys.settrace(before)
+
+
+def test_a_swap_from_the_del_of_an_object_hung_on_a_handed_tensor_is_not_in_place_while_the_check_judges(
+        monkeypatch, capsys):
+    """Review rev25-r9 E3: the answer hangs an object on each tensor it is handed whose ``__del__`` installs a
+    self-undoing swap of ``_tensor_bytes_cases``: the check keeps its tensors alive (``checks.keep``) until the guard's
+    verify, so the wrong answer is judged on the real cases, and the swap happens where the verify compares."""
+    import review_forgeries
+
+    from ampcourse.checks import lesson00
+
+    real = lesson00._tensor_bytes_cases
+    run = _guard_run(monkeypatch, lambda: ["swapped"] if lesson00._tensor_bytes_cases is not real else [])
+    space: dict = {}
+    exec(review_forgeries.DEL_SWAP_00, space)
+    try:
+        with pytest.raises(CheckFailed, match="the size of the whole storage"):
+            lesson00.tensor_bytes(space["tensor_bytes"])
+        assert run["early"] == []
+        run["kept"].clear()  # what the verify does before its comparison: the swap is made there
+        assert lesson00._tensor_bytes_cases is not real
+    finally:
+        lesson00._tensor_bytes_cases = real
+    assert "✓" not in capsys.readouterr().out
 
 
 def _after_the_check():  # a function the profiler must still see once the check has returned

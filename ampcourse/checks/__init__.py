@@ -703,6 +703,7 @@ def noted_call(fn: Callable[..., Any], *args: Any, plain_as: tuple[str, str] | N
     With ``plain_as=(task, name)`` what it returns goes through :func:`plain` (a check that uses the value must ask
     for it: review rev25-r6 E1); a refusal is raised as the check's failure, inside the noted call."""
     began = time.monotonic()
+    got = None
     try:
         got = fn(*args, **kwargs)
         return got if plain_as is None else plain(plain_as[0], got, plain_as[1])
@@ -710,6 +711,19 @@ def noted_call(fn: Callable[..., Any], *args: Any, plain_as: tuple[str, str] | N
         run = _guard_run()
         if run is not None and isinstance(run.get("calls"), list):
             run["calls"].append((began, time.monotonic()))
+        keep(args, kwargs, got)
+
+
+def keep(*objects: Any) -> None:
+    """Under the grader, keep ``objects`` (what a check handed the answer, what it returned) alive until the guard's
+    verify, which lets them go before its own comparison: a finalizer the answer hung on them (``__del__``,
+    ``weakref.finalize``) runs where that comparison sees what it did, never between the end of the call pass
+    (:func:`compare_now`) and :func:`passed` (review rev25-r9 E3: a self-undoing swap of
+    ``lesson00._tensor_bytes_cases`` from the ``__del__`` of an object hung on a case's tensor). :func:`noted_call`
+    keeps what it passes and returns; outside the grader, nothing is kept."""
+    run = _guard_run()
+    if run is not None and isinstance(run.get("kept"), list):
+        run["kept"].append(objects)
 
 
 def call_named(task: str, fn: Callable[..., Any], name: str, *args: Any, fields: tuple[str, ...],
@@ -758,7 +772,9 @@ def _guard_run() -> dict | None:
 
 def _call(task: str, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
     try:
-        return plain(task, fn(*args, **kwargs), name)
+        got = fn(*args, **kwargs)
+        keep(got)  # the object itself, which plain() may replace by its content
+        return plain(task, got, name)
     except NotImplementedError as err:
         if not _a_stub(err):  # torch's own (an op without a kernel for a dtype): a failure (review rev25-r6 W2)
             raise fail(task, raised_message(name, err)) from None
