@@ -164,6 +164,55 @@ def _last_layer_outside(model, x):
     return model[2](h.float()).to(dtype)
 
 
+def _prints_a_float32_forward_too(model, x):
+    """Review rev25-r9 M1: a right answer that also prints a float32 forward (it was told it converted to float32)."""
+    print("float32 output:", model(x).sum().item())
+    return right_forward(model, x)
+
+
+def _returns_the_float32_pass_converted(model, x):  # an autocast pass runs, but the float32 one is returned
+    right_forward(model, x)
+    return model(x).to(_rec()[1])
+
+
+def _float32_rounded_in_hooks(model, x):
+    """Review rev25-r9 W1: every layer runs in float32 (autocast on only while the check's hooks read it) and its
+    output is rounded to the recipe's dtype in a hook of the answer's own, ahead of the check's."""
+    dev, dtype = _rec()
+    handles = []
+
+    def off(module, inputs):  # after the check's pre-hook: the layer itself runs in float32
+        torch.set_autocast_enabled(dev, False)
+        return (inputs[0].float(),)
+
+    def rounded(module, inputs, output):  # before the check's hook: autocast on, the output in 16 bits
+        torch.set_autocast_enabled(dev, True)
+        return output.to(dtype)
+
+    for layer in model:
+        handles.append(layer.register_forward_pre_hook(lambda m, i: torch.set_autocast_enabled(dev, True),
+                                                       prepend=True))
+        handles.append(layer.register_forward_pre_hook(off))
+        handles.append(layer.register_forward_hook(rounded, prepend=True))
+    torch.set_autocast_dtype(dev, dtype)
+    try:
+        return model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+        torch.set_autocast_enabled(dev, False)
+
+
+def _forward_default_dtype(model, x):  # torch.autocast without dtype=: its per-device default
+    with torch.autocast(device_type=x.device.type):
+        return model(x)
+
+
+def _forward_amp_autocast_positional(model, x):  # torch.amp.autocast as a context manager, device from x
+    with torch.amp.autocast(x.device.type, dtype=_rec()[1]):
+        return model(x)
+
+
 # --- Task 3: choose_recipe ---------------------------------------------------------------------------------------
 def recipe_right(capability):
     if capability >= (8, 0):
@@ -359,6 +408,10 @@ WRONG = {
             _writes_every_frame, "as if it were float32"),
     },
     ("00", "amp_forward"): {
+        "float32 layers rounded in the answer's own hooks, autocast on around the check's (review rev25-r9 W1)": (
+            _float32_rounded_in_hooks, "the first Linear computed in float32"),
+        "an autocast pass runs, the float32 pass is returned converted (review rev25-r9 M1)": (
+            _returns_the_float32_pass_converted, "is none of their outputs as it was"),
         "float32 layers, autocast toggled around the check's hooks (review rev25-r8 E3)": (
             _fp32_with_autocast_toggled, "the Linear layers produced float32, but under"),
         "the review's cell: toggled from autocast off (review rev25-r8 E3)": (
@@ -421,6 +474,8 @@ RIGHT = {
         "device from the parameters, enabled=True": _forward_param_device,
         "enabled= from the recipe (the solution)": _forward_solution,
         "retain_grad() on the output (review rev25-r6 E3: an empty __dict__)": _forward_returns_a_parameter_like_output,
+        "a float32 forward printed besides the autocast one (review rev25-r9 M1)": _prints_a_float32_forward_too,
+        "torch.amp.autocast with the recipe's dtype": _forward_amp_autocast_positional,
     },
     ("00", "choose_recipe"): {
         "the rule written out": recipe_right,
@@ -644,6 +699,7 @@ def test_a_stray_autocast_region_does_not_move_the_recommendation_or_the_check()
             if describe().device.type == "cpu":
                 check.amp_forward(_forward_solution)
                 check.amp_forward(lambda m, x: _cpu_region(m, x, torch.bfloat16))
+                check.amp_forward(_forward_default_dtype)  # the CPU's default autocast dtype is bfloat16
                 with pytest.raises(CheckFailed, match="recommended AMP dtype on this cpu device is bfloat16"):
                     check.amp_forward(lambda m, x: _cpu_region(m, x, torch.float16))
         assert torch.get_autocast_dtype("cpu") == torch.float16  # the learner's state is given back

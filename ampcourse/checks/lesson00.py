@@ -94,10 +94,35 @@ def tensor_bytes(fn) -> None:
                  "bfloat16 and float16 take half the bytes of float32.")
 
 
+#: the input element the first Linear's output unit 0 reads with weight +1, beside a 1 it reads with weight -1: it
+#: rounds to 1 in bfloat16 and in float16 (spacing 2**-7, 2**-10 at 1), not in float32, so under autocast that unit
+#: is 0 and in a float32 matmul 2**-12, whatever rounding comes after (review rev25-r9 W1)
+PROBE = 1 + 2.0**-12
+
+
+def _model_and_input(device: torch.device) -> tuple[torch.nn.Sequential, torch.Tensor]:
+    """Task 2's model and input: a seeded MLP whose first Linear's unit 0 computes ``x[:, 0] - x[:, 1]``, with
+    ``x[:, 0] = PROBE`` and ``x[:, 1] = 1``: 0 when the Linear multiplies 16-bit copies (autocast, fused or not:
+    both products and their difference are exact), 2**-12 when it multiplies the float32 values. A float32 forward
+    rounded to 16 bits afterwards leaves the 2**-12, which a 16-bit value can hold, and a bitwise comparison with an
+    eager autocast forward would refuse torch.compile on a GPU (inductor splits a bias add from its matmul there,
+    ``should_prefer_unfused_addmm`` in torch/_inductor/fx_passes/post_grad.py, so it rounds twice)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
+    x = torch.randn(16, 64, device=device)
+    with torch.no_grad():
+        model[0].weight[0].zero_()
+        model[0].weight[0, :2] = torch.tensor([1.0, -1.0])
+        model[0].bias[0] = 0.0
+        x[:, 0], x[:, 1] = PROBE, 1.0
+    return model, x
+
+
 def _watch(model: torch.nn.Module, device_type: str) -> tuple[list[dict], list]:
     """Forward pre-hooks and forward hooks on every layer of ``model``: what autocast state each layer really ran
-    under, read before it ran and after (a state switched between the two shows: review rev25-r8 E3), and the dtype it
-    produced."""
+    under, read before it ran and after (a state switched between the two shows: review rev25-r8 E3), the dtype it
+    produced, the first layer's input and its probe unit (:func:`_model_and_input`), and the last layer's output
+    object (which forward pass made the returned tensor)."""
     seen: list[dict] = []
     before: dict[int, tuple[bool, torch.dtype]] = {}
 
@@ -115,6 +140,9 @@ def _watch(model: torch.nn.Module, device_type: str) -> tuple[list[dict], list]:
             "before": before.pop(id(module), None),
             "other": [t for t in ("cpu", "cuda", "mps") if t != device_type and torch.is_autocast_enabled(t)],
             "input": inputs[0].detach().float().clone() if module is model[0] else None,
+            "probe": output[:, 0].detach().float().clone() if module is model[0] else None,
+            "starts": module is model[0],
+            "result": output if module is model[-1] else None,
             "output": output.dtype,
         })
 
@@ -130,8 +158,11 @@ def amp_forward(fn) -> None:
     (``model(x).to(torch.bfloat16)``, a ``.bfloat16()`` copy of the model) is not autocast, nor is one with autocast
     switched between the two hooks, and under a 16-bit recipe every ``Linear`` must have produced that dtype (Linear
     is on autocast's lower-precision list): a float32 forward with autocast switched on only around the check's
-    hooks is seen (review rev25-r8 E3). Not seen: an answer's own hook that replaces a float32 layer's output with a
-    converted copy while autocast is switched around the check's hooks.
+    hooks is seen (review rev25-r8 E3), and so is a float32 layer whose output an answer's own hook rounds to 16 bits
+    while autocast is switched on around the check's hooks: the first Linear's probe unit (:func:`_model_and_input`)
+    is 0 only when the Linear multiplied 16-bit copies (review rev25-r9 W1). The records judged are those of the
+    forward pass that made the returned tensor: another forward run or printed besides it is the answer's own
+    (review rev25-r9 M1).
 
     Where the recipe is float32 (a GPU such as the GTX 1080, :data:`ampcourse.device.RECIPE_RULES`) AMP is off:
     the forward must run with autocast off. ``torch.autocast("cuda", dtype=torch.float32)`` does not turn itself
@@ -144,9 +175,7 @@ def amp_forward(fn) -> None:
     device, dtype = hardware.device, hardware.recommendation.dtype
     want = str(dtype).removeprefix("torch.")
     region = f"`with torch.autocast(device_type={device.type!r}, dtype=torch.{want}):`"
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
-    x = torch.randn(16, 64, device=device)
+    model, x = _model_and_input(device)
     with torch.no_grad():
         reference = model(x)
     seen, handles = _watch(model, device.type)
@@ -173,6 +202,13 @@ def amp_forward(fn) -> None:
     if not seen:
         raise fail(task, "the model you were given never ran (its layers' forward hooks did not fire): a copy "
                          "of it, or no forward at all. Call `model(x)` itself inside the autocast region.")
+    seen, passes = _pass_returned(seen, out)
+    if passes > 1 and len(seen) > len(model):  # several forwards, and the tensor returned is the output of none
+        kinds = sorted({"under autocast" if s["autocast"] else "with autocast off" for s in seen if s["starts"]})
+        raise fail(task, f"the model ran {passes} forward passes ({' and '.join(kinds)}), and the tensor you "
+                         f"returned ({_name(out.dtype)}) is none of their outputs as it was: a forward's output "
+                         f"converted afterwards (`.to(...)`, `.{_name(out.dtype)}()`) is not autocast's. Return the "
+                         f"`model(x)` you ran inside {region} as it is.")
     first = seen[0]
     autocast_wanted = dtype != torch.float32  # float32: a GPU where the course trains without AMP (RECIPE_RULES)
     off = ("turn autocast off yourself with `enabled=rec.dtype != torch.float32` in torch.autocast, or call "
@@ -221,6 +257,13 @@ def amp_forward(fn) -> None:
                          f"Linear layer computes in {want}: "
                          "the layers did not really run under autocast (switched off around them, or their output "
                          f"converted). Run `model(x)` inside {region} and return its output as it is.")
+    if autocast_wanted and first["probe"] is not None and torch.count_nonzero(first["probe"]).item():
+        raise fail(task, f"the first Linear computed in float32: one of its outputs is x[:, 0] - x[:, 1] with "
+                         f"x[:, 0] = 1 + 2**-12 and x[:, 1] = 1, which is 0 when the Linear multiplies {want} "
+                         f"copies (1 + 2**-12 rounds to 1 in {want}) but came out as "
+                         f"{first['probe'].abs().max().item():.3g}, float32's answer: a float32 forward rounded to "
+                         f"{want} afterwards (in hooks, or layer by layer) is not autocast. Run `model(x)` inside "
+                         f"{region} and return its output as it is.")
     if out.dtype != seen[-1]["output"]:
         raise fail(task, f"the model's last layer produced {str(seen[-1]['output']).removeprefix('torch.')}, but "
                          f"you returned {str(out.dtype).removeprefix('torch.')}: return the output as autocast "
@@ -243,6 +286,26 @@ def amp_forward(fn) -> None:
         return
     passed(task, f"every layer ran under {device.type} autocast in {want} (seen by forward hooks); the weights "
                  "stayed float32 and the output matches float32 to within rounding.")
+
+def _pass_returned(seen: list[dict], out: torch.Tensor) -> tuple[list[dict], int]:
+    """``(records, passes)``: the layers' records of the forward pass whose last layer made ``out`` (the same tensor, or
+    one equal to it in dtype and every bit: ``.detach()``), else all of them; and how many passes ran. An answer may
+    run or print another forward besides the one it returns (review rev25-r9 M1)."""
+    passes: list[list[dict]] = []
+    for record in seen:
+        if record["starts"] or not passes:
+            passes.append([])
+        passes[-1].append(record)
+
+    def made(result: object) -> bool:
+        return result is out or (type(result) is torch.Tensor and result.dtype == out.dtype
+                                 and result.shape == out.shape and torch.equal(result, out))
+
+    mine = next((p for p in passes if made(p[-1]["result"])), None)
+    for record in seen:
+        record["result"] = None  # no tensor of the answer's kept past here
+    return (mine if mine is not None else seen), len(passes)
+
 
 # --- Task 3: the recipe for other machines --------------------------------------------------------------------
 
