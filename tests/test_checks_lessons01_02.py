@@ -527,6 +527,21 @@ def test_update_is_lost_constants_are_what_torch_does():
     assert [lesson01._lost(w, u, d) for w, u, d, _ in lesson01.UPDATE_CASES] == list(lesson01.UPDATE_LOST)
 
 
+def test_torch_rounds_a_double_to_16_bits_through_float32_which_no_update_case_meets():
+    """Review rev25-r9 N2: ``_lost``'s docstring said "exact, then rounded"; torch takes a double to float16/bfloat16
+    through float32 (two roundings: 1 + 2**-11 + 2**-40 is above float16's tie at 1, yet becomes 1.0), and every
+    update case still gets what the exact sum rounded once gives."""
+    import numpy as np
+
+    above_tie = 1 + 2.0**-11 + 2.0**-40
+    assert float(np.float16(above_tie)) == 1 + 2.0**-10  # numpy rounds once
+    assert torch.tensor(above_tie, dtype=torch.float64).to(torch.float16).item() == 1.0
+    assert torch.tensor(above_tie, dtype=torch.float16).item() == 1.0
+    assert torch.tensor(1 + 2.0**-8 + 2.0**-40, dtype=torch.float64).to(torch.bfloat16).item() == 1.0
+    assert [lost_fractions(w, u, d) for w, u, d, _ in lesson01.UPDATE_CASES] == list(lesson01.UPDATE_LOST)
+    assert "through float32" in lesson01._lost.__doc__
+
+
 def test_format_limits_int_largest_is_an_int_with_every_layout():
     """The int fixture really returns an int largest (so the check is shown to accept one)."""
     assert all(type(limits_exact_int_and_fractions(e, m)[0]) is int for e, m, _ in lesson01.LAYOUTS)

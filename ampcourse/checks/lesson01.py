@@ -173,7 +173,9 @@ def format_limits(fn) -> None:
 # --- Task 3: is the update lost? --------------------------------------------------------------------------------
 
 def _lost(w: float, u: float, dtype: torch.dtype) -> bool:
-    """torch's answer: does w + u (exact, then rounded to dtype) round back to w?"""
+    """torch's answer: does ``w + u`` round back to ``w`` in ``dtype``? The sum is a Python float (rounded to a
+    double), and torch takes a double to float16/bfloat16 through float32 (c10's ``Half`` and ``BFloat16`` are built
+    from a float), so it is rounded twice more; for :data:`UPDATE_CASES` that equals the exact sum rounded once."""
     return torch.tensor(w + u, dtype=torch.float64).to(dtype).item() == w
 
 
