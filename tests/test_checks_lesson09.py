@@ -101,6 +101,8 @@ def step(divide=True, zero_grad="start", clip="after unscale_", stepper="scaler"
             out["loss"] = undivided
         if record == "stepped always":
             out["stepped"] = True
+        if record == "numpy bool":  # scales compared as numpy numbers (review rev25-r9 N1)
+            out["stepped"] = np.float64(scaler.get_scale()) >= np.float64(before)
         if record == "stepped only if scale unchanged":
             out["stepped"] = scaler.get_scale() == before
         if record == "finite norm on a skip":
@@ -570,6 +572,7 @@ RIGHT = {
         "zero_grad after the step": zero_grad_after_the_step,
         "validates its input; float32 logits; get_total_norm": strict_train_window,
         "a read-only Mapping of its own (review rev25-r7 E4: read into a dict)": _record_as_a_mapping,
+        "'stepped' a numpy bool (review rev25-r9 N1: \"you gave a bool\")": step(record="numpy bool"),
     },
     ("09", "sample_weighted_window"): {
         "summed loss / total rows": weighted(),

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..capstone import VERDICT_RULE
 from ..device import pick_device
-from . import CheckFailed, call, fail, hints, noted_call, passed, require_callable
+from . import CheckFailed, call, exact_bool, fail, hints, noted_call, passed, require_callable
 from .spies import SpyOptimizer, SpyScaler
 from .tiny import grad_norm, micro_batches, require_clipped, tiny_model, window_mean_grads
 
@@ -123,10 +123,11 @@ def _record(result) -> dict:
                              "not keep tensors (and, for the loss, its autograd graph) alive.")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise fail(TASK, f"'{key}' should be a Python float (you gave a {type(value).__name__}).")
-    if not isinstance(result["stepped"], bool):
+    stepped = exact_bool(result["stepped"])  # a numpy bool is one, by its value (review rev25-r9 N1, rev25-r8 N3)
+    if stepped is None:
         raise fail(TASK, f"'stepped' should be True or False, a Python bool (you gave a "
                          f"{type(result['stepped']).__name__}: compare two `scaler.get_scale()` floats).")
-    return result
+    return {**result, "stepped": stepped}  # a new dict: the answer's own is left as it was
 
 
 def _close(a: float, b: float, rel: float) -> bool:
