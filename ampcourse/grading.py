@@ -47,7 +47,8 @@ could not answer before or after its check (:data:`UNVERIFIED`: an answer replac
 ``user_expressions``), or, at either end, a ``sys``/``threading`` trace or profile function, an audit hook, a
 ``gc.callbacks`` entry or a changed gc threshold, a torch function or dispatch mode left entered, a signal handler of
 the learner's code or an interval timer (code that runs inside the check without a thread: review rev25-r6 E5,
-rev25-r7 W1; finalizers of the answer's garbage are not covered), a thread
+rev25-r7 W1; what a check hands the answer and gets back is kept alive until the verify lets it go before its
+comparison, ``checks.keep``, rev25-r9 E3; finalizers of the answer's other garbage are not covered), a thread
 started with ``_thread`` that ``threading`` does not list, or a Python thread started after the guard was installed
 that runs the learner's code (:func:`_thread_code`: its target, or a frame on its stack, is not code compiled from a
 file of the standard library, site-packages or the course, as that file is on disk: a claimed ``co_filename`` is not
@@ -1095,7 +1096,8 @@ def _code_without_a_thread() -> list[str]:
     entered (``TorchFunctionMode().__enter__()`` stays on across cells: every torch call the check makes runs
     through it), a signal handler of the learner's code (``signal.signal``: a ``SIGALRM`` handler with
     ``signal.setitimer`` runs between any two bytecodes of the check, with its frame) and an interval timer started
-    since (review rev25-r7 W1). Not covered: finalizers (``__del__``, ``weakref.finalize``) of the answer's garbage,
+    since (review rev25-r7 W1). Not covered: finalizers (``__del__``, ``weakref.finalize``) of the answer's garbage
+    other than what ``checks.keep`` holds until the verify,
     and methods of the answer's objects a check itself calls (a ``__deepcopy__`` on a model it copies)."""
     import gc
 
