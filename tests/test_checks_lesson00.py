@@ -152,6 +152,19 @@ def _ignores_input(model, x):
     return right_forward(model, torch.zeros_like(x))
 
 
+def _autocast_on_an_input_of_its_own(model, x):
+    """Review rev25-r10 E2: a right autocast forward of a made-up input was blamed on float32 (the probe)."""
+    return right_forward(model, torch.randn(x.shape, generator=torch.Generator().manual_seed(0)).to(x.device))
+
+
+def _looks_at_one_row_first(model, x):
+    """Review rev25-r10 E1: a 1-D look inside the region made the check's own probe hook raise IndexError."""
+    device_type, dtype = _rec()
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        print(model(x[0]).shape)
+        return model(x)
+
+
 def _converted_input(model, x):
     with torch.autocast(device_type=_rec()[0], dtype=_rec()[1]):
         return model(x.to(_rec()[1]))
@@ -426,6 +439,8 @@ WRONG = {
         "empty region": (_empty_region, "did not run under autocast"),
         "output back to float32": (_back_to_float32, "without converting it"),
         "ignores the input": (_ignores_input, "did not see the input you were given"),
+        "autocast on an input of its own (review rev25-r10 E2)": (_autocast_on_an_input_of_its_own,
+                                                                  "did not see the input you were given"),
         "converts the input": (_converted_input, "you converted `x`"),
         "last layer outside the region": (_last_layer_outside, "outside the autocast region (Linear)"),
         "returns a tuple": (lambda m, x: (right_forward(m, x),), "return the model's output tensor"),
@@ -476,6 +491,7 @@ RIGHT = {
         "retain_grad() on the output (review rev25-r6 E3: an empty __dict__)": _forward_returns_a_parameter_like_output,
         "a float32 forward printed besides the autocast one (review rev25-r9 M1)": _prints_a_float32_forward_too,
         "torch.amp.autocast with the recipe's dtype": _forward_amp_autocast_positional,
+        "one 1-D row printed first (review rev25-r10 E1)": _looks_at_one_row_first,
     },
     ("00", "choose_recipe"): {
         "the rule written out": recipe_right,

@@ -140,7 +140,7 @@ def _watch(model: torch.nn.Module, device_type: str) -> tuple[list[dict], list]:
             "before": before.pop(id(module), None),
             "other": [t for t in ("cpu", "cuda", "mps") if t != device_type and torch.is_autocast_enabled(t)],
             "input": inputs[0].detach().float().clone() if module is model[0] else None,
-            "probe": output[:, 0].detach().float().clone() if module is model[0] else None,
+            "probe": output[..., 0].detach().float().clone() if module is model[0] else None,
             "starts": module is model[0],
             "result": output if module is model[-1] else None,
             "output": output.dtype,
@@ -204,10 +204,11 @@ def amp_forward(fn) -> None:
                          "of it, or no forward at all. Call `model(x)` itself inside the autocast region.")
     seen, passes = _pass_returned(seen, out)
     if passes > 1 and len(seen) > len(model):  # several forwards, and the tensor returned is the output of none
+        method = {"float32": "float"}.get(_name(out.dtype), _name(out.dtype))  # .float(), not .float32() (rev25-r10 N1)
         kinds = sorted({"under autocast" if s["autocast"] else "with autocast off" for s in seen if s["starts"]})
         raise fail(task, f"the model ran {passes} forward passes ({' and '.join(kinds)}), and the tensor you "
                          f"returned ({_name(out.dtype)}) is none of their outputs as it was: a forward's output "
-                         f"converted afterwards (`.to(...)`, `.{_name(out.dtype)}()`) is not autocast's. Return the "
+                         f"converted afterwards (`.to(...)`, `.{method}()`) is not autocast's. Return the "
                          f"`model(x)` you ran inside {region} as it is.")
     first = seen[0]
     autocast_wanted = dtype != torch.float32  # float32: a GPU where the course trains without AMP (RECIPE_RULES)
@@ -257,6 +258,12 @@ def amp_forward(fn) -> None:
                          f"Linear layer computes in {want}: "
                          "the layers did not really run under autocast (switched off around them, or their output "
                          f"converted). Run `model(x)` inside {region} and return its output as it is.")
+    seen_input = first["input"]  # before the probe: an input of the answer's own is that mistake (review rev25-r10 E2)
+    if seen_input is not None and (seen_input.shape != x.shape or (seen_input - x.float()).abs().max().item() > 0):
+        if seen_input.shape == x.shape and torch.allclose(seen_input, x.float(), rtol=2.0**-7, atol=0):
+            raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, `.to(dtype)`) "
+                             "before the forward. Pass `x` as it is: autocast casts per operation.")
+        raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
     if autocast_wanted and first["probe"] is not None and torch.count_nonzero(first["probe"]).item():
         raise fail(task, f"the first Linear computed in float32: one of its outputs is x[:, 0] - x[:, 1] with "
                          f"x[:, 0] = 1 + 2**-12 and x[:, 1] = 1, which is 0 when the Linear multiplies {want} "
@@ -271,11 +278,6 @@ def amp_forward(fn) -> None:
     if out.shape != reference.shape:
         raise fail(task, f"the output has shape {tuple(out.shape)}, expected {tuple(reference.shape)}: "
                          "return `model(x)` itself.")
-    if first["input"] is not None and (first["input"] - x.float()).abs().max().item() > 0:
-        if torch.allclose(first["input"], x.float(), rtol=2.0**-7, atol=0):
-            raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, `.to(dtype)`) "
-                             "before the forward. Pass `x` as it is: autocast casts per operation.")
-        raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
     error = (torch.Tensor.float(out) - reference).abs().max().item()  # through the class (review rev25-r6 E3)
     if error > 0.05:
         raise fail(task, f"the output differs from the float32 forward by {error:.3g}, more than {want} "
