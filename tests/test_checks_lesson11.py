@@ -360,6 +360,12 @@ def plan_drops_nan(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", [n for n, p in peaks.items() if p > LIMIT / 4])
 
 
+def _plan_log2_of_every_peak(peaks, bf16):
+    if bf16:
+        return "bfloat16", []
+    return "float16", [n for n, p in peaks.items() if not math.isfinite(p) or math.log2(65504 / p) < 2]
+
+
 def plan_sorted(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", sorted(n for n, p in peaks.items() if not p <= LIMIT / 4))
 
@@ -381,7 +387,7 @@ def plan_with_log2(peaks, bf16):
         return torch.bfloat16, []
     keep = []
     for name, peak in peaks.items():
-        if not math.isfinite(peak) or math.log2(LIMIT / peak) < 2:
+        if not math.isfinite(peak) or (peak > 0 and math.log2(LIMIT / peak) < 2):
             keep.append(name)
     return torch.float16, keep
 
@@ -526,6 +532,8 @@ WRONG = {
         "FP32 islands in bf16": (plan_islands_in_bf16, "empty list"),
         "NaN peaks dropped": (plan_drops_nan, "inf or nan"),
         "sorted names": (plan_sorted, "another order"),
+        "log2 of 65504 / peak, a zero peak not thought of (review rev24-r11 W1)": (_plan_log2_of_every_peak,
+                                                                                   "ZeroDivisionError"),
         "every module": (plan_everything, "not every module"),
         "bf16 spelt short": (plan_short_bf16, "return 'bfloat16'"),
         "fp16 spelt short": (plan_short_fp16, "return 'float16'"),

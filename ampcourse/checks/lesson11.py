@@ -413,6 +413,7 @@ CASES: list[tuple[dict[str, float], bool]] = [
     ({"x": math.inf, "y": 1.0, "z": math.nan}, False),
     ({"enc.wo": 7e4, "enc.wi": 1.5e4, "dec.wo": 2e4}, False),
     ({}, False),
+    ({"dropped": 0.0, "mlp": 7e4}, False),  # a peak of 0 (all-zero output; review rev24-r11 W1): infinite headroom
     ({"emb": 2.0, "attn": math.inf, "mlp": 7e4, "head": math.nan}, True),  # bf16: nothing in FP32, not even inf/NaN
 ]
 
