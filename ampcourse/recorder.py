@@ -1998,12 +1998,15 @@ def _underflow(records: list[StepRecord], sampled: list[StepRecord],
                 else f"{module.grad_lost:.0%} of the gradient flowing out of {_label(where)}")
     what += f" (step {on[-1].step})"
     r = steps[0]
-    scale = r.scale_before
+    scale = on[-1].scale_before  # the quoted step's scale, not the first's (review rev24-r11 M1)
     if scale is None and half:
         fix = ("the model's weights are float16 (model.half()), so its gradients are too, and a GradScaler refuses "
                "float16 gradients: train with autocast and float32 weights plus a GradScaler, or in bf16.")
     elif scale is None:
         fix = "there is no GradScaler: use torch.amp.GradScaler with float16, or train in bf16."
+    elif r.scale_before is not None and scale > r.scale_before:  # growing already: growth_interval is not it
+        fix = (f"the loss scale {scale:g} (grown from {r.scale_before:g} at step {r.step}) is still too small for it: "
+               "start it larger (init_scale), make the loss or the inputs larger (normalise them), or train in bf16.")
     else:
         fix = (f"the loss scale {scale:g} is too small for it: let the scaler grow (a larger init_scale, a shorter "
                "growth_interval), make the loss or the inputs larger (normalise them), or train in bf16.")

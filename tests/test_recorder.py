@@ -2815,3 +2815,15 @@ def test_r10_4_the_underflow_message_quotes_a_step_on_which_the_rule_held_and_ho
     assert f"on {len(steps)} of {len(steps)} sampled float16 steps" in f.message
     share = int(f.message.split("%")[0])
     assert share > 50
+
+
+def test_r11_m1_the_underflow_fix_quotes_the_quoted_steps_scale_and_no_growth_interval_while_it_grows():
+    """Review rev24-r11 M1: with init_scale=1 and growth_interval=1 the scale grew to 128 while the message said "the
+    loss scale 1 is too small … a shorter growth_interval" (step 0's scale beside a later step's share)."""
+    rec = train(classifier(), torch.float16, scaler=True, init_scale=1.0, growth_interval=1, loss_factor=2.0**-22)
+    f = finding(rec, "underflow")
+    quoted = int(f.message.split("(step ")[1].split(")")[0])
+    scale = next(r.scale_before for r in rec.records if r.step == quoted)
+    assert scale > 1.0, "the scale should have grown in this run"
+    assert f"the loss scale {scale:g} (grown from 1 at step" in f.message
+    assert "growth_interval" not in f.message
