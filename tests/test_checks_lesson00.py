@@ -188,6 +188,16 @@ def _returns_the_float32_pass_converted(model, x):  # an autocast pass runs, but
     return model(x).to(_rec()[1])
 
 
+def _run_and_unhook(model, x, handles, dev):
+    """``model(x)``, then the answer's hooks removed and autocast switched off again (the forgeries below)."""
+    try:
+        return model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+        torch.set_autocast_enabled(dev, False)
+
+
 def _float32_rounded_in_hooks(model, x):
     """Review rev25-r9 W1: every layer runs in float32 (autocast on only while the check's hooks read it) and its
     output is rounded to the recipe's dtype in a hook of the answer's own, ahead of the check's."""
@@ -208,12 +218,7 @@ def _float32_rounded_in_hooks(model, x):
         handles.append(layer.register_forward_pre_hook(off))
         handles.append(layer.register_forward_hook(rounded, prepend=True))
     torch.set_autocast_dtype(dev, dtype)
-    try:
-        return model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
-        torch.set_autocast_enabled(dev, False)
+    return _run_and_unhook(model, x, handles, dev)
 
 
 def _forward_default_dtype(model, x):  # torch.autocast without dtype=: its per-device default
@@ -371,24 +376,14 @@ def _fp32_with_autocast_toggled(model, x):
     handles = _toggling_hooks(model, dev)
     torch.set_autocast_enabled(dev, True)
     torch.set_autocast_dtype(dev, dtype)
-    try:
-        return model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
-        torch.set_autocast_enabled(dev, False)
+    return _run_and_unhook(model, x, handles, dev)
 
 
 def _fp32_with_autocast_toggled_from_off(model, x):
     """The review's own cell (rev25-r8 E3): the same toggling, autocast off when the forward starts."""
     dev = x.device.type
     handles = _toggling_hooks(model, dev)
-    try:
-        return model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
-        torch.set_autocast_enabled(dev, False)
+    return _run_and_unhook(model, x, handles, dev)
 
 
 WRONG = {
