@@ -259,7 +259,7 @@ def amp_forward(fn) -> None:
                          "the layers did not really run under autocast (switched off around them, or their output "
                          f"converted). Run `model(x)` inside {region} and return its output as it is.")
     seen_input = first["input"]  # before the probe: an input of the answer's own is that mistake (review rev25-r10 E2)
-    if seen_input is not None and (seen_input.shape != x.shape or (seen_input - x.float()).abs().max().item() > 0):
+    if seen_input is not None and not torch.equal(seen_input, x.float()):  # equal needs equal shapes too
         if seen_input.shape == x.shape and torch.allclose(seen_input, x.float(), rtol=2.0**-7, atol=0):
             raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, `.to(dtype)`) "
                              "before the forward. Pass `x` as it is: autocast casts per operation.")
@@ -288,6 +288,7 @@ def amp_forward(fn) -> None:
         return
     passed(task, f"every layer ran under {device.type} autocast in {want} (seen by forward hooks); the weights "
                  "stayed float32 and the output matches float32 to within rounding.")
+
 
 def _pass_returned(seen: list[dict], out: torch.Tensor) -> tuple[list[dict], int]:
     """``(records, passes)``: the layers' records of the forward pass whose last layer made ``out`` (the same tensor, or
