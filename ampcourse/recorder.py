@@ -64,6 +64,7 @@ __all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", 
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
+_FP16_SUBNORMAL_MIN = FP16_NORMAL_MIN * float(torch.finfo(torch.float16).eps)  # 2**-24: below half of it, fp16 is 0
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's non-zero entries below fp16's normal range,
 # able to carry more than half of its squared norm (or all of it 0 or below), on most sampled steps
@@ -151,6 +152,9 @@ class ModuleStats:
         minus_inf: its outputs' only non-finite values are -inf (no NaN, no +inf): on a step with a finite loss,
             a mask (``scores.masked_fill(future, -inf)``), which ``report()`` and ``plot()`` leave out of the
             headroom table and bars and the findings do not read as an overflow (:func:`_is_mask`).
+        own_loss: for the model itself (``""``), when it returns a 0-d floating-point tensor (its own loss, as
+            Hugging Face's ``outputs.loss``; the first such one of its outputs): that tensor's |value| (the largest
+            over its calls); None otherwise (:func:`_flushed_at_the_loss` reads it).
     """
 
     name: str
@@ -164,6 +168,7 @@ class ModuleStats:
     cast_by: str | None = None
     minus_inf: bool = False
     grad_subnormal_mass: float | None = None
+    own_loss: float | None = None
 
     @property
     def finite(self) -> bool:
@@ -546,6 +551,8 @@ class _Probe:
         # weights is that update's doing, not this module's range
         weights = [p.detach() for _, p, _ in params]
         self.weights = None if not weights else self._put(_weights_check(weights))
+        self._root = root
+        self.own_loss: dict[str, list[int]] = {}  # the root's name -> the peaks of its calls' 0-d outputs: its loss
         self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
         self._weighted = {name for name, module in modules if isinstance(module, _WEIGHTED)}
         for name, module in modules:
@@ -690,6 +697,10 @@ class _Probe:
                 self._cast_down(name, number, outs)
             if not outs:
                 return
+            if module is self._root:
+                own = next((p for t, p in zip(outs, out_peaks, strict=True) if t.dim() == 0), None)
+                if own is not None:
+                    self.own_loss.setdefault(name, []).append(own)
             first = outs[0]
             device = first.device.type
             autocast = torch.is_autocast_enabled(device)
@@ -963,8 +974,10 @@ class _Probe:
                         "grad_subnormal_mass": _subnormal_mass(lost - zero, squares)}
             minus_inf = not math.isfinite(peak) and all(math.isfinite(values[i]) or _minus_inf_only(values, i)
                                                         for i in peaks[name])
+            own = max(values[i] for i in self.own_loss[name]) if name in self.own_loss else None
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
-                                     dtype=self.dtypes[name], cast_by=self.cast_by.get(name), minus_inf=minus_inf))
+                                     dtype=self.dtypes[name], cast_by=self.cast_by.get(name), minus_inf=minus_inf,
+                                     own_loss=own))
         return tuple(stats)
 
 
@@ -1950,13 +1963,21 @@ def _lost_param(r: StepRecord, name: str, zeros: bool = True) -> bool:
 
 def _flushed_at_the_loss(r: StepRecord) -> bool:
     """The gradient entering the model (the last module's output gradient, the first in backward order) is lost
-    itself, or every parameter's gradient is exactly 0 (a model that returns its own loss: the root's output
-    gradient is the loss's 1; review rev24-r10): then a gradient that is exactly 0 everywhere further down was
-    flushed to 0 (a loss too small for float16), not 0 by the model's design (a dead ReLU, an unused branch),
-    which leaves the loss's side intact."""
+    itself; or the model returns its own 0-d loss (the root's output gradient is then the scale: review rev24-r10),
+    that loss times the scale is below float16's smallest subnormal (2**-24), and every parameter's gradient is
+    exactly 0. Then a gradient that is exactly 0 everywhere further down was flushed to 0 (a loss too small for
+    float16), not 0 by the model's design (a dead ReLU, an unused branch, a saturated clamp), which leaves the
+    loss's side intact. The second test asks for a scaled loss that float16 could not hold itself, so that its
+    gradient through the model's float16 ops (about |loss| × scale times each op's derivative, a mean dividing it
+    further) is flushed: an O(1) loss at scale 65536 is not, and its zeros are the model's own (review rev24-r11
+    E1: a dead final ReLU, a loss that does not depend on the parameters); a loss of exactly 0 (a satisfied hinge,
+    an exact fit) has nothing to flush."""
     first = next((m for m in reversed(r.modules) if m.grad_lost is not None), None)
     if _lost_activation(first):
         return True
+    own = next((m.own_loss for m in reversed(r.modules) if m.own_loss is not None), None)
+    if own is None or not 0.0 < own * (r.scale_before or 1.0) < _FP16_SUBNORMAL_MIN:
+        return False
     grads = r.param_grad_lost
     return bool(grads) and all(grads[n] >= 1.0 and not r.param_grad_subnormal.get(n, 0.0) for n in grads)
 

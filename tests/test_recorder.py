@@ -2827,3 +2827,55 @@ def test_r11_m1_the_underflow_fix_quotes_the_quoted_steps_scale_and_no_growth_in
     assert scale > 1.0, "the scale should have grown in this run"
     assert f"the loss scale {scale:g} (grown from 1 at step" in f.message
     assert "growth_interval" not in f.message
+
+
+def _dead_final_relu() -> nn.Module:
+    """Review rev24-r11 E1 (s1.py): the last ReLU dead by design (its Linear's bias at -100), so every parameter's
+    gradient is exactly 0 in any precision while the gradient entering the model (the MSE's) is intact."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4), nn.ReLU())
+    with torch.no_grad():
+        model[2].bias.fill_(-100.0)
+    return model
+
+
+def test_r11_e1_a_dead_final_relu_under_fp16_and_a_scaler_is_healthy_not_underflow():
+    """Review rev24-r11 E1: "every parameter gradient exactly 0" was read as a loss flushed to 0, so this model
+    (scale 65536, an O(1) loss) was told to raise the loss scale; at 24c0efc it was healthy."""
+    rec = train(_dead_final_relu(), torch.float16, scaler=True, steps=8,
+                loss_fn=lambda out, y: nn.functional.mse_loss(out.float(), nn.functional.one_hot(y, 4).float()))
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())  # all 0, by design
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+
+
+class ClampedLoss(nn.Module):
+    """A model returning its own loss that does not depend on its parameters: ``clamp(max=1)`` of a loss above 1
+    (saturated), so every parameter's gradient is exactly 0 in any precision."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (nn.functional.cross_entropy(self.net(x).float(), y) + 10.0).clamp(max=1.0)
+
+
+@pytest.mark.parametrize("scaler", [True, None])
+def test_r11_e1_an_own_loss_that_does_not_depend_on_the_parameters_is_no_underflow(scaler):
+    """Review rev24-r11 E1: an O(1) own loss (at scale 65536, or 1) whose gradients are 0 by design is not flushed:
+    the all-zero-parameters rule holds only for an own loss whose scaled size float16 could not hold."""
+    torch.manual_seed(0)
+    model = ClampedLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    grad_scaler = None if scaler is None else torch.amp.GradScaler("cpu")
+    x, y = data()
+    with AmpRecorder(model, optimizer, grad_scaler) as rec:
+        for _ in range(6):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, y)
+            optimizer_step(loss, optimizer, grad_scaler)
+            rec.step(loss)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
+    assert rec.records[-1].modules[-1].own_loss == 1.0  # the root's own 0-d loss, recorded on its stats
+    assert "underflow" not in kinds(rec), [str(f) for f in rec.findings()]
