@@ -68,6 +68,14 @@ def diagnose_as_namedtuples_with_other_names_for_two(trace):
     return Remedy(*ANSWERS[trace])
 
 
+WhereFirst = collections.namedtuple("WhereFirst", "where kind remedy")
+
+
+def diagnose_as_namedtuples_where_first(trace):  # review rev24-r11 N1: read by position, so the order is the mistake
+    kind, where, fix = ANSWERS[trace]
+    return WhereFirst(where, kind, fix)
+
+
 class Agreeable(tuple):
     """A tuple subclass whose comparisons say yes to anything: read by tuple's own code, it cannot pass."""
 
@@ -493,6 +501,9 @@ WRONG = {
         "D: the start-up skips": (_with("D", ("frequent_skips", "scaler", "step_if_applied")), "look at the lr"),
         "E: unneeded scaler": (_with("E", ("unneeded_scaler", "scaler", "drop_scaler")), "stuck at 1"),
         "an unknown kind": (_with("B", ("bf16", "scaler", "drop_scaler")), "not a finding kind"),
+        "a namedtuple (where, kind, remedy), read by position (rev24-r11 N1)": (
+            diagnose_as_namedtuples_where_first,
+            "your namedtuple's fields are (where, kind, remedy), but it is read by position, as (kind, where, fix)"),
         "an unknown fix": (_with("D", ("scheduler_on_skipped_step", "scheduler", "fix the scheduler")),
                            "not one of the fixes"),
         "two values": (_with("E", ("underflow", "embed.weight")), "three strings"),

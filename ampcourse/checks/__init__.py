@@ -727,12 +727,15 @@ def keep(*objects: Any) -> None:
 
 
 def call_named(task: str, fn: Callable[..., Any], name: str, *args: Any, fields: tuple[str, ...],
-               **kwargs: Any) -> Any:
+               misplaced: list[tuple[str, ...]] | None = None, **kwargs: Any) -> Any:
     """:func:`call`, with a namedtuple answer whose fields include every name of ``fields`` read by those names: a
     dict of them (then :func:`plain`), so a check that reads a dict by its keys reads ``Diagnosis(kind=...,
     fix=..., where=...)`` by name too, whatever the fields' order. A namedtuple named otherwise (``Ans(kind, module,
-    fix)``) is a tuple, read by position, as :func:`plain` makes it (review rev24-r10: it was refused)."""
-    return noted_call(_call, task, _NamedFields(fn, fields), name, *args, **kwargs)
+    fix)``) is a tuple, read by position, as :func:`plain` makes it (review rev24-r10: it was refused). With
+    ``misplaced`` (a list), the field names of such a namedtuple that names some of ``fields`` at other positions
+    than theirs (``H(where, kind, remedy)``) are appended to it, so that the check can say so if reading it by
+    position fails (review rev24-r11 N1: it blamed the value)."""
+    return noted_call(_call, task, _NamedFields(fn, fields, misplaced), name, *args, **kwargs)
 
 
 def _namedtuple_fields(value: object) -> dict | None:
@@ -754,13 +757,22 @@ class _NamedFields:
     """The learner's function, its namedtuple result holding every name of ``fields`` turned into a dict of its
     fields (:func:`call_named`)."""
 
-    def __init__(self, fn: Callable[..., Any], fields: tuple[str, ...]) -> None:
-        self.fn, self.fields = fn, fields
+    def __init__(self, fn: Callable[..., Any], fields: tuple[str, ...],
+                 misplaced: list[tuple[str, ...]] | None = None) -> None:
+        self.fn, self.fields, self.misplaced = fn, fields, misplaced
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         value = self.fn(*args, **kwargs)
         named = _namedtuple_fields(value)
-        return value if named is None or not all(f in named for f in self.fields) else named
+        if named is None:
+            return value
+        if all(f in named for f in self.fields):
+            return named
+        names = tuple(named)
+        if self.misplaced is not None and any(f in self.fields and self.fields.index(f) != i
+                                              for i, f in enumerate(names)):
+            self.misplaced.append(names)
+        return value
 
 
 def _guard_run() -> dict | None:

@@ -26,7 +26,7 @@ import torch
 
 from ..recorder import FUSED_OPTIMIZERS, KINDS, LOW_HEADROOM_BITS
 from ..tables import Table
-from . import call, call_named, exact_bool, fail, hints, passed, require_callable
+from . import FAIL_MARK, CheckFailed, call, call_named, exact_bool, fail, hints, passed, require_callable
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 
@@ -203,6 +203,20 @@ def _judge(task: str, trace: str, got: tuple[str, str, str]) -> None:
                          f"remove the cause: {_WHY[trace]}.{_FIX_EXTRA.get((trace, got[2]), '')}")
 
 
+def _order_message(trace: str, names: tuple[str, ...], failed: CheckFailed) -> str:
+    """The failure of a namedtuple answer read by position whose fields name some of kind/where/fix at other positions
+    (``H(where, kind, remedy)``): the order is the mistake, not the value read at a position (review rev24-r11 N1)."""
+    order = ("kind", "where", "fix")
+    wrong = [f"its field {n!r} is in the place of {order[i]}" for i, n in enumerate(names)
+             if n in order and order.index(n) != i and i < len(order)]
+    why = str(failed).removeprefix(f"{FAIL_MARK} Task 1 (diagnose): ").removeprefix(f"trace {trace}: ")
+    why = why.split("; ")[0].split(" — ")[0].rstrip(".")
+    return (f"trace {trace}: your namedtuple's fields are ({', '.join(names)}), but it is read by position, as "
+            f"(kind, where, fix), since it does not name all three: {', '.join(wrong)} (read that way: {why}). "
+            "Name its fields kind, where and fix (then they are read by name, in any order), or put them in the "
+            "order (kind, where, fix).")
+
+
 def diagnose(fn) -> None:
     """Task 1: ``diagnose(trace) -> (kind, where, fix)`` for each trace of :data:`TRACES` (a tuple, a namedtuple,
     a list or a dict with those keys)."""
@@ -210,8 +224,14 @@ def diagnose(fn) -> None:
     require_callable(task, fn, "diagnose")
 
     for trace in TRACES:  # a namedtuple (kind, where, fix) becomes a dict of its fields (checks.call_named)
-        got = _answer(task, call_named(task, fn, "diagnose", trace, fields=("kind", "where", "fix")), trace)
-        _judge(task, trace, got)
+        misplaced: list[tuple[str, ...]] = []
+        value = call_named(task, fn, "diagnose", trace, fields=("kind", "where", "fix"), misplaced=misplaced)
+        try:
+            _judge(task, trace, _answer(task, value, trace))
+        except CheckFailed as failed:
+            if not misplaced:
+                raise
+            raise fail(task, _order_message(trace, misplaced[0], failed)) from None
     passed(task, f"all {len(TRACES)} traces diagnosed: kind, where and fix of each")
 
 
