@@ -493,8 +493,60 @@ def _clean(name: str) -> str:
     return ".".join(part for part in name.split(".") if part != "_orig_mod")
 
 
+class _Hooks:
+    """The hook functions of every sampled step, made once per recorder: each calls the method of the step's
+    :class:`_Probe` (``probe``, set by the probe that registers them, which removes them again). Made per probe,
+    they were about 1,700 objects for the garbage collector per sampled step (closures, their cells, bound methods),
+    which lived through the step into its oldest generation and made it run a full collection every few dozen
+    sampled steps (``benchmarks/recorder_overhead.py``)."""
+
+    def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
+                 root: nn.Module) -> None:
+        self.probe: _Probe | None = None
+        self.root = root
+        self.weights = [p for _, p, _ in params]
+        self.weighted = frozenset(name for name, module in modules if isinstance(module, _WEIGHTED))
+        self.modules = [(module, self._pre_hook(name, isinstance(module, _FP16_OPS), isinstance(module, _WEIGHTED)),
+                         self._forward_hook(name)) for name, module in modules]
+        self.params = [(param, self._param_hook(name, embedding)) for name, param, embedding in params]
+        self.root_inputs = self._root_hook()
+
+    def _root_hook(self) -> Callable:
+        def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
+            self.probe._root_inputs(module, args, kwargs)
+        return hook
+
+    def _pre_hook(self, name: str, casts: bool, weighted: bool) -> Callable:
+        def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
+            self.probe.pre_hook(name, casts, weighted, args, kwargs)
+        return hook
+
+    def _forward_hook(self, name: str) -> Callable:
+        def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            self.probe.forward_hook(name, module, args, kwargs, output)
+        return hook
+
+    def _param_hook(self, name: str, embedding: bool) -> Callable:
+        def hook(param: torch.Tensor) -> None:
+            self.probe.param_hook(name, embedding, param)
+        return hook
+
+
+class _GradientHook:
+    """A tensor's gradient hook (:meth:`_Probe.gradient_hook`): one object, where a closure is four for the garbage
+    collector (the function, its two cells and their tuple)."""
+
+    __slots__ = ("probe", "roles")
+
+    def __init__(self, probe: _Probe, roles: list[tuple[str, bool]]) -> None:
+        self.probe, self.roles = probe, roles
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        self.probe.gradient_hook(self.roles, grad)
+
+
 class _Probe:
-    """The hooks of one sampled step and what they collect. Everything a hook measures stays a tensor on the
+    """What the hooks (:class:`_Hooks`) of one sampled step collect. Everything a hook measures stays a tensor on the
     model's device; :meth:`collect` brings them to the CPU in one transfer (one GPU sync per sampled step).
 
     Each tensor is measured once, however many modules share it (a container's output is its last child's; a
@@ -503,8 +555,8 @@ class _Probe:
     ``self.attn(hidden_states=h)``) are seen like positional ones. The gradient fractions are counted on a sample
     spread over the whole tensor of at most :data:`SAMPLE` entries per tensor (every entry below that)."""
 
-    def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
-                 root: nn.Module, at_once: bool = False) -> None:
+    def __init__(self, hooks: _Hooks, at_once: bool = False) -> None:
+        self.hooks = hooks
         self.handles: list[Any] = []
         self.order: list[str] = []
         self.kinds: dict[str, str] = {}
@@ -549,23 +601,27 @@ class _Probe:
         self.cast_by: dict[str, str] = {}  # producer -> the first module that cast its float32 output down
         # the weights as the previous step's update left them: a forward inf/NaN on finite inputs with inf/NaN
         # weights is that update's doing, not this module's range
-        weights = [p.detach() for _, p, _ in params]
+        weights = [p.detach() for p in hooks.weights]
         self.weights = None if not weights else self._put(_weights_check(weights))
-        self._root = root
+        self._root = hooks.root
         self.own_loss: dict[str, list[int]] = {}  # the root's name -> the peaks of its calls' 0-d outputs: its loss
-        self.handles.append(root.register_forward_pre_hook(self._root_inputs, with_kwargs=True))
-        self._weighted = {name for name, module in modules if isinstance(module, _WEIGHTED)}
-        for name, module in modules:
-            self.handles.append(module.register_forward_pre_hook(self._pre_hook(name, module), with_kwargs=True))
-            self.handles.append(module.register_forward_hook(self._forward_hook(name), with_kwargs=True))
-        for name, param, embedding in params:
-            self.handles.append(param.register_post_accumulate_grad_hook(self._param_hook(name, embedding)))
+        self._weighted = hooks.weighted
+        hooks.probe = self  # the hooks, made once per recorder, call this probe's methods from now on
+        handles = self.handles
+        handles.append(hooks.root.register_forward_pre_hook(hooks.root_inputs, with_kwargs=True))
+        for module, pre, post in hooks.modules:
+            handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            handles.append(module.register_forward_hook(post, with_kwargs=True))
+        for param, hook in hooks.params:
+            handles.append(param.register_post_accumulate_grad_hook(hook))
 
     def remove(self) -> None:
         self.removed = True  # first: gradient hooks registered on this step's graph tensors cannot be removed
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+        if self.hooks.probe is self:
+            self.hooks.probe = None  # its measurements are not kept alive by the hooks until the next probe
         self._peaks.clear()
         self._roles.clear()
         self._made_by.clear()
@@ -615,21 +671,18 @@ class _Probe:
         self.pairs.append(i)
         return i
 
-    def _pre_hook(self, name: str, module: nn.Module) -> Callable:
-        casts = isinstance(module, _FP16_OPS)
-        weighted = isinstance(module, _WEIGHTED)
-        stack, peak = self._stack, self._peak
-
-        def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
-            inputs = _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)  # _inputs, inlined
-            number = self._started
-            self._started = number + 1
-            stack.append((name, number, [peak(t) for t in inputs], inputs))
-            if casts and self._made_by:
-                self._float32_inputs(number, inputs)
-            if self._root_storage and inputs:
-                self._fed_by_root(number, inputs, weighted)
-        return hook
+    def pre_hook(self, name: str, casts: bool, weighted: bool, args: Any, kwargs: Any) -> None:
+        """A module's forward pre-hook (:class:`_Hooks`; ``casts``: it is one of :data:`_FP16_OPS`, ``weighted``: one
+        of :data:`_WEIGHTED`)."""
+        inputs = _tensors(args) + _tensors(kwargs) if kwargs else _tensors(args)  # _inputs, inlined
+        number = self._started
+        self._started = number + 1
+        peak = self._peak
+        self._stack.append((name, number, [peak(t) for t in inputs], inputs))
+        if casts and self._made_by:
+            self._float32_inputs(number, inputs)
+        if self._root_storage and inputs:
+            self._fed_by_root(number, inputs, weighted)
 
     def _fed_by_root(self, number: int, inputs: list[torch.Tensor], weighted: bool) -> None:
         """Note the model inputs that this call receives, as they are or as a view (``x.reshape(...)``,
@@ -687,54 +740,52 @@ class _Probe:
         self.calls.append((name, started, parent, inputs, peaks))
         return started, peaks, tensors
 
-    def _forward_hook(self, name: str) -> Callable:
+    def forward_hook(self, name: str, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        """A module's forward hook (:class:`_Hooks`)."""
         peaks_of, limits, made_by, watch = self.peaks, self.limits, self._made_by, self._watch_gradient
-
-        def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-            outs = _tensors(output)
-            number, out_peaks, inputs = self._pop_call(name, outs)
-            if self._casts:
-                self._cast_down(name, number, outs)
-            if not outs:
-                return
-            if module is self._root:
-                own = next((p for t, p in zip(outs, out_peaks, strict=True) if t.dim() == 0), None)
-                if own is not None:
-                    self.own_loss.setdefault(name, []).append(own)
-            first = outs[0]
-            device = first.device.type
-            autocast = torch.is_autocast_enabled(device)
-            dtype = torch.get_autocast_dtype(device) if autocast else None
-            self.autocast.add(dtype)
-            # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max,
-            # until a module that casts its inputs to the autocast dtype receives it (_cast_inputs)
-            own = first.dtype
-            limit = _largest(own if own == torch.float32 or not autocast else dtype)
-            peaks = peaks_of.get(name)
-            if peaks is None:
-                self.order.append(name)
-                self.kinds[name], peaks_of[name], limits[name] = type(module).__name__, list(out_peaks), limit
-                self.dtypes[name] = own
-            else:
-                peaks += out_peaks
-                if limit < limits[name]:
-                    limits[name] = limit
-            if autocast:
-                for t in outs:
-                    if t.dtype == torch.float32:
-                        entry = made_by.get(id(t))
-                        if entry is not None and entry[0]() is t:
-                            entry[1].append(name)
-                        else:
-                            made_by[id(t)] = (weakref.ref(t), [name])
-            if torch.is_grad_enabled():
-                for t in outs:
-                    if t.requires_grad:
-                        watch(t, (name, False))
-                for t in inputs if inputs is not None else _inputs(args, kwargs):
-                    if t.requires_grad:
-                        watch(t, (name, True))
-        return hook
+        outs = _tensors(output)
+        number, out_peaks, inputs = self._pop_call(name, outs)
+        if self._casts:
+            self._cast_down(name, number, outs)
+        if not outs:
+            return
+        if module is self._root:
+            loss = next((p for t, p in zip(outs, out_peaks, strict=True) if t.dim() == 0), None)
+            if loss is not None:
+                self.own_loss.setdefault(name, []).append(loss)
+        first = outs[0]
+        device = first.device.type
+        autocast = torch.is_autocast_enabled(device)
+        dtype = torch.get_autocast_dtype(device) if autocast else None
+        self.autocast.add(dtype)
+        # a float32 output (an FP32Island, a float32 op under autocast) is measured against float32's max,
+        # until a module that casts its inputs to the autocast dtype receives it (_cast_inputs)
+        own = first.dtype
+        limit = _largest(own if own == torch.float32 or not autocast else dtype)
+        peaks = peaks_of.get(name)
+        if peaks is None:
+            self.order.append(name)
+            self.kinds[name], peaks_of[name], limits[name] = type(module).__name__, list(out_peaks), limit
+            self.dtypes[name] = own
+        else:
+            peaks += out_peaks
+            if limit < limits[name]:
+                limits[name] = limit
+        if autocast:
+            for t in outs:
+                if t.dtype == torch.float32:
+                    entry = made_by.get(id(t))
+                    if entry is not None and entry[0]() is t:
+                        entry[1].append(name)
+                    else:
+                        made_by[id(t)] = (weakref.ref(t), [name])
+        if torch.is_grad_enabled():
+            for t in outs:
+                if t.requires_grad:
+                    watch(t, (name, False))
+            for t in inputs if inputs is not None else _inputs(args, kwargs):
+                if t.requires_grad:
+                    watch(t, (name, True))
 
     def _watch_gradient(self, t: torch.Tensor, role: tuple[str, bool]) -> None:
         """Hook ``t``'s gradient (once per tensor) and note ``role`` (module name, is it an input) for it."""
@@ -745,25 +796,23 @@ class _Probe:
             return
         kept = [role]
         roles[id(t)] = (weakref.ref(t), kept)
-        t.register_hook(self._gradient_hook(kept))
+        t.register_hook(_GradientHook(self, kept))
 
-    def _gradient_hook(self, roles: list[tuple[str, bool]]) -> Callable:
-        def hook(grad: torch.Tensor) -> None:
-            """Keep the gradient to measure it with the others at the end of the backward pass (holding it,
-            autograd never reuses its memory in place: it does that only with a tensor nobody else holds), up to
-            :data:`_DEFER_BYTES` at a time: beyond, the kept ones are measured at once, in order."""
-            if self.removed:
-                return
-            g = grad.detach() if grad.requires_grad else grad  # (create_graph=True): record no graph
-            size = g.numel() * g.element_size()
-            if self._kept_bytes + size > _DEFER_BYTES or not self._queue():
-                self._measure_gradients()
-                self._measure_gradient(roles, g)
-                return
-            self._kept_bytes += size
-            self._kept.append(roles)  # two lists, no tuple per gradient: fewer objects for the garbage collector
-            self._kept_grads.append(g)
-        return hook
+    def gradient_hook(self, roles: list[tuple[str, bool]], grad: torch.Tensor) -> None:
+        """Keep the gradient to measure it with the others at the end of the backward pass (holding it,
+        autograd never reuses its memory in place: it does that only with a tensor nobody else holds), up to
+        :data:`_DEFER_BYTES` at a time: beyond, the kept ones are measured at once, in order."""
+        if self.removed:
+            return
+        g = grad.detach() if grad.requires_grad else grad  # (create_graph=True): record no graph
+        size = g.numel() * g.element_size()
+        if self._kept_bytes + size > _DEFER_BYTES or not self._queue():
+            self._measure_gradients()
+            self._measure_gradient(roles, g)
+            return
+        self._kept_bytes += size
+        self._kept.append(roles)  # two lists, no tuple per gradient: fewer objects for the garbage collector
+        self._kept_grads.append(g)
 
     def _queue(self) -> bool:
         """Queue :meth:`_measure_all` to run at the end of this backward pass (once per pass: the graph task's
@@ -810,29 +859,25 @@ class _Probe:
             for name in outs:
                 grad_out.setdefault(name, []).append(counts)
 
-    def _param_hook(self, name: str, embedding: bool) -> Callable:
-        pending = self._pending
-
-        def hook(param: torch.Tensor) -> None:
-            """Note the parameter and its gradient; measured with the others at the end of this backward pass
-            (:meth:`_measure_params`): ``unscale_``, clipping and the optimizer come after ``backward()`` returns.
-            The gradient tensor is kept, not read from ``param.grad`` again there: DDP with
-            ``gradient_as_bucket_view=True`` copies it into its bucket and makes ``param.grad`` a view of that,
-            which it divides by the world size and all-reduces in place while the backward pass goes on. A
-            gradient that is such a view already (DDP's after its first backward pass; ``at_once``: the recorder
-            was given the DDP wrapper) is measured now, in its own hook, which runs before DDP's (the tensor's
-            post-accumulate hooks run before the AccumulateGrad node's post hooks, where DDP's reducer marks it
-            ready)."""
-            if self.removed:
-                return
-            grad = param.grad
-            if grad is None:
-                return
-            if self._at_once or grad._is_view() or not self._queue():  # a bucket's view, or outside a backward
-                self._measure_param(name, grad, embedding)
-                return
-            pending.append((name, grad, embedding))
-        return hook
+    def param_hook(self, name: str, embedding: bool, param: torch.Tensor) -> None:
+        """Note the parameter and its gradient; measured with the others at the end of this backward pass
+        (:meth:`_measure_params`): ``unscale_``, clipping and the optimizer come after ``backward()`` returns.
+        The gradient tensor is kept, not read from ``param.grad`` again there: DDP with
+        ``gradient_as_bucket_view=True`` copies it into its bucket and makes ``param.grad`` a view of that,
+        which it divides by the world size and all-reduces in place while the backward pass goes on. A
+        gradient that is such a view already (DDP's after its first backward pass; ``at_once``: the recorder
+        was given the DDP wrapper) is measured now, in its own hook, which runs before DDP's (the tensor's
+        post-accumulate hooks run before the AccumulateGrad node's post hooks, where DDP's reducer marks it
+        ready)."""
+        if self.removed:
+            return
+        grad = param.grad
+        if grad is None:
+            return
+        if self._at_once or grad._is_view() or not self._queue():  # a bucket's view, or outside a backward
+            self._measure_param(name, grad, embedding)
+            return
+        self._pending.append((name, grad, embedding))
 
     def _measure_params(self, force: bool = False) -> None:
         """Measure the gradients noted in this backward pass, in the order they were accumulated (at its end,
@@ -1242,6 +1287,7 @@ class AmpRecorder:
         self._epoch0 = None if scheduler is None else int(scheduler.last_epoch)
         self._scale = self._read_scale()
         self._probe: _Probe | None = None
+        self._hooks = _Hooks(self._modules, self._params, model)
         self.attached = True
         self._open_probe()
 
@@ -1272,7 +1318,7 @@ class AmpRecorder:
         last = self._records[-1] if self._records else None
         trouble = last is not None and not last.sampled and (last.skipped or not math.isfinite(last.loss))
         if len(self._records) % self.every == 0 or trouble:
-            self._probe = _Probe(self._modules, self._params, self.model, at_once=self._bucket_view)
+            self._probe = _Probe(self._hooks, at_once=self._bucket_view)
 
     # --- recording ---
 

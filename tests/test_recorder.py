@@ -2879,3 +2879,34 @@ def test_r11_e1_an_own_loss_that_does_not_depend_on_the_parameters_is_no_underfl
     assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
     assert rec.records[-1].modules[-1].own_loss == 1.0  # the root's own 0-d loss, recorded on its stats
     assert "underflow" not in kinds(rec), [str(f) for f in rec.findings()]
+
+
+# --- the recorder's cost (issue 24) ---------------------------------------------------------------------------------
+
+def test_the_hook_functions_are_made_once_per_recorder_not_per_sampled_step():
+    """Made per sampled step, the hooks' closures were ~1,700 objects for the garbage collector (cells, functions,
+    bound methods) that lived through the step into its oldest generation and made it run a full collection every
+    few dozen sampled steps (benchmarks/recorder_overhead.py). Each sampled step registers the same functions again,
+    and a probe's opening makes no function, cell or bound method."""
+    import gc
+
+    model = classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = data()
+
+    def hooks() -> list:
+        return [*model.head._forward_pre_hooks.values(), *model.head._forward_hooks.values(),
+                *model.head.weight._post_accumulate_grad_hooks.values()]
+
+    with AmpRecorder(model, optimizer) as rec:
+        first = hooks()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        gc.collect()
+        before = {id(o) for o in gc.get_objects()}
+        rec._probe.remove()
+        rec._probe = None
+        rec._open_probe()
+        made = [type(o).__name__ for o in gc.get_objects() if id(o) not in before]
+        assert len(first) == 3 and all(a is b for a, b in zip(first, hooks(), strict=True))
+    assert not {"function", "cell", "method"} & set(made), sorted(set(made))
