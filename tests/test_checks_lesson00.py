@@ -221,6 +221,51 @@ def _float32_rounded_in_hooks(model, x):
     return _run_and_unhook(model, x, handles, dev)
 
 
+def _tf32(t):
+    """``t`` rounded to TF32 (10 mantissa bits, float32's exponent; to nearest, ties to even), as an Ampere GPU's
+    float32 matmul rounds its inputs with ``allow_tf32``: there is no GPU here, so the forgery below does it by hand."""
+    bits = t.detach().float().contiguous().view(torch.int32)
+    return ((bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF).view(torch.float32)
+
+
+def _tf32_rounded_in_hooks(model, x):
+    """Review rev25-r10 W1: as :func:`_float32_rounded_in_hooks`, each Linear computed as a TF32 matmul would
+    (``torch.backends.cuda.matmul.allow_tf32 = True``): its output replaced by ``F.linear`` of the TF32-rounded input
+    and weight, rounded to the recipe's dtype. The old probe, ``1 + 2**-12``, rounds to 1 in TF32 too."""
+    dev, dtype = _rec()
+    handles = []
+
+    def off(module, inputs):
+        torch.set_autocast_enabled(dev, False)
+        return (inputs[0].float(),)
+
+    def rounded(module, inputs, output):
+        if isinstance(module, torch.nn.Linear):  # autocast still off: a float32 matmul of TF32 roundings
+            output = torch.nn.functional.linear(_tf32(inputs[0]), _tf32(module.weight), module.bias)
+        torch.set_autocast_enabled(dev, True)
+        return output.to(dtype)
+
+    for layer in model:
+        handles.append(layer.register_forward_pre_hook(lambda m, i: torch.set_autocast_enabled(dev, True),
+                                                       prepend=True))
+        handles.append(layer.register_forward_pre_hook(off))
+        handles.append(layer.register_forward_hook(rounded, prepend=True))
+    torch.set_autocast_dtype(dev, dtype)
+    return _run_and_unhook(model, x, handles, dev)
+
+
+def test_probe_rounds_in_both_16_bit_dtypes_not_in_tf32():
+    """The probe's claims (review rev25-r10 W1): x[:, 0] rounds to x[:, 1] in bfloat16 and float16, stays in float32
+    and TF32, and the unit's float32/TF32 value survives rounding to either 16-bit dtype."""
+    probe, base = torch.tensor(check.PROBE), torch.tensor(check.PROBE_BASE)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert torch.equal(probe.to(dtype).float(), base)
+        assert float(torch.tensor(check.SCALE).to(dtype)) == check.SCALE
+        assert float(torch.tensor(check.SCALE * (check.PROBE - check.PROBE_BASE)).to(dtype)) == 2.0**-11
+    assert float(_tf32(probe)) == check.PROBE != check.PROBE_BASE
+    assert float(_tf32(torch.tensor(1 + 2.0**-12))) == 1.0  # the old probe: TF32 rounded it away
+
+
 def _forward_default_dtype(model, x):  # torch.autocast without dtype=: its per-device default
     with torch.autocast(device_type=x.device.type):
         return model(x)
@@ -418,6 +463,8 @@ WRONG = {
     ("00", "amp_forward"): {
         "float32 layers rounded in the answer's own hooks, autocast on around the check's (review rev25-r9 W1)": (
             _float32_rounded_in_hooks, "the first Linear computed in float32"),
+        "the same, each Linear a TF32 matmul (review rev25-r10 W1; TF32 emulated, no GPU here)": (
+            _tf32_rounded_in_hooks, "the first Linear computed in float32"),
         "an autocast pass runs, the float32 pass is returned converted (review rev25-r9 M1)": (
             _returns_the_float32_pass_converted, "is none of their outputs as it was"),
         "float32 layers, autocast toggled around the check's hooks (review rev25-r8 E3)": (

@@ -921,3 +921,160 @@ def test_an_f_trace_left_on_the_checks_frames_fails_the_call(monkeypatch):
     while f is not None:
         assert f.f_trace is None
         f = f.f_back
+
+
+# --- review rev25-r10 ---------------------------------------------------------------------------------------------
+
+class _DecoratorLike:
+    """A stand-in for line_profiler's ``LineProfiler`` (not installed here): callable, but as a decorator,
+    ``__call__(func)``, not as a trace function. line_profiler installs it as the object of a C trace function."""
+
+    def __call__(self, func):
+        return func
+
+
+class _TracerClass:
+    """A trace function written as a class: ``__call__(frame, event, arg)``."""
+
+    def __call__(self, frame, event, arg):
+        return None
+
+
+def _tracer_function(frame, event, arg):
+    return None
+
+
+def test_put_back_switches_on_only_hooks_it_knows_how_to():
+    """W3: by the hook's type. A Python function, a method and a class whose ``__call__`` takes (frame, event, arg) go
+    back through sys.settrace/setprofile, cProfile's profiler through its own enable; a callable object of another
+    kind (line_profiler's LineProfiler: a stand-in, the package is not installed) is left off, never made a Python
+    hook that raises TypeError at the next event; None switches nothing on (a C hook with no object stays)."""
+    import cProfile
+
+    from ampcourse import checks
+
+    tracer_object, method = _TracerClass(), _TracerClass().__call__
+    assert checks._put_back("trace", _tracer_function) == (sys.settrace, _tracer_function)
+    assert checks._put_back("profile", _tracer_function) == (sys.setprofile, _tracer_function)
+    assert checks._put_back("trace", method) == (sys.settrace, method)
+    assert checks._put_back("trace", tracer_object) == (sys.settrace, tracer_object)
+    profiler = cProfile.Profile()
+    assert checks._put_back("profile", profiler) == (checks._LSPROF.enable, profiler)
+    assert checks._put_back("trace", _DecoratorLike()) is None
+    assert checks._put_back("trace", len) is None  # a C object: its protocol is unknown
+    assert checks._put_back("trace", None) is None and checks._put_back("profile", None) is None
+
+
+_TRACEFUNC = None  # ctypes' Py_tracefunc type, made on first use
+
+
+def _c_hook(which: str, obj: object, events: list):
+    """Install a C trace or profile function (``PyEval_SetTrace``/``PyEval_SetProfile``, as line_profiler and yappi do)
+    with ``obj`` as its object (None: a NULL object, yappi's), counting its events into ``events``; returns the
+    callback, to be kept alive while it is installed."""
+    import ctypes
+
+    global _TRACEFUNC
+    if _TRACEFUNC is None:
+        _TRACEFUNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+    callback = _TRACEFUNC(lambda o, frame, what, arg: events.append(what) or 0)
+    setter = getattr(ctypes.PyDLL(None), "PyEval_SetTrace" if which == "trace" else "PyEval_SetProfile")
+    setter.argtypes = [_TRACEFUNC, ctypes.py_object if obj is not None else ctypes.c_void_p]
+    setter.restype = None
+    setter(callback, obj)
+    return callback
+
+
+@pytest.mark.parametrize("graded", [False, True], ids=["learner's notebook", "under the guard"])
+def test_a_c_profiler_with_no_object_stays_on_through_a_check(monkeypatch, capsys, graded):
+    """W3: yappi installs its C profile function with a NULL object, so ``sys.getprofile()`` is None: answer_of's
+    switch-off calls ``sys.setprofile(None)`` only where the getter shows a hook, and the profiler keeps receiving
+    events after the check (it was switched off for good before). Stand-in: a ctypes callback, yappi is not
+    installed here."""
+    from ampcourse.checks import lesson00
+
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        pytest.skip("a trace or profile function is on (a debugger, coverage)")
+    events: list = []
+    callback = _c_hook("profile", None, events)
+    try:
+        assert sys.getprofile() is None
+        if graded:
+            _guard_run(monkeypatch)
+        lesson00.tensor_bytes(lambda t: t.numel() * t.element_size())
+        seen = len(events)
+        _after_the_check()
+        after = len(events)
+    finally:
+        sys.setprofile(None)
+        del callback
+    assert "✓ Task 1 (tensor_bytes)" in capsys.readouterr().out
+    assert after > seen, "the C profiler received no event after the check: answer_of switched it off"
+
+
+@pytest.mark.parametrize("graded", [False, True], ids=["learner's notebook", "under the guard"])
+def test_a_c_tracer_with_a_callable_object_is_left_off_not_made_a_python_trace(monkeypatch, capsys, graded):
+    """W3: line_profiler installs a C trace function whose object, the LineProfiler, is callable as a decorator.
+    answer_of used to give it to ``sys.settrace`` (``callable(hook)``), so the next event called it as (frame, event,
+    arg) and its TypeError surfaced in the learner's code; it is left off now (the documented limit)."""
+    from ampcourse.checks import lesson00
+
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        pytest.skip("a trace or profile function is on (a debugger, coverage)")
+    events: list = []
+    profiler = _DecoratorLike()
+    callback = _c_hook("trace", profiler, events)
+    try:
+        assert sys.gettrace() is profiler
+        if graded:
+            _guard_run(monkeypatch)
+        lesson00.tensor_bytes(lambda t: t.numel() * t.element_size())
+        _after_the_check()
+        left = sys.gettrace()
+    finally:
+        sys.settrace(None)
+        del callback
+    assert "✓ Task 1 (tensor_bytes)" in capsys.readouterr().out
+    assert left is None
+
+
+def test_a_check_under_coverage_run_leaves_the_modules_later_lines_recorded(tmp_path):
+    """W2: under ``coverage run`` (its C tracer) a check using answer_of at module level left every later module
+    line unrecorded: answer_of put the tracer back from a callee begun with it off, the next call switched coverage
+    back to C, and the returns of frames it never saw enter popped its own stack. The tracer now goes back in
+    answer_of's frame, after those frames have returned."""
+    import json
+    import pathlib
+    import subprocess
+
+    pytest.importorskip("coverage")
+    script = tmp_path / "script.py"
+    script.write_text("from ampcourse import checks\n"
+                      "\n"
+                      "\n"
+                      "def answer(x):\n"
+                      "    return x\n"
+                      "\n"
+                      "\n"
+                      "checks.collect('Task 1 (f)', answer, 'answer', [(1,), (2,)])\n"
+                      "a = 1\n"
+                      "b = 2\n"
+                      "\n"
+                      "\n"
+                      "def later():\n"
+                      "    return 3\n"
+                      "\n"
+                      "\n"
+                      "later()\n"
+                      "c = 4\n")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    data, report = tmp_path / ".coverage", tmp_path / "coverage.json"
+    subprocess.run([sys.executable, "-m", "coverage", "run", f"--data-file={data}", str(script)], check=True,
+                   cwd=tmp_path, env=env, timeout=120)
+    subprocess.run([sys.executable, "-m", "coverage", "json", f"--data-file={data}", "-o", str(report),
+                    f"--include={script}"], check=True, cwd=tmp_path, env=env, timeout=120, capture_output=True)
+    files = json.loads(report.read_text())["files"]  # named relative to the directory it ran in
+    assert len(files) == 1, files
+    missing = next(iter(files.values()))["missing_lines"]
+    assert missing == [], f"coverage missed lines {missing} of the script after the check"

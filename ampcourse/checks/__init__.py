@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import collections.abc
+import itertools
 import operator
 import re
 import sys
@@ -600,7 +601,13 @@ def answer_of(task: str, fn: Callable[..., Any], name: str, args: tuple,
     here, so no trace event in the caller can replace the answers it keeps (review rev25-r7 E1). Under the grader the
     hooks are compared with those the guard recorded (the run record's ``hooks``), not with a local of this frame,
     which such a trace function could rewrite before the comparison (review rev25-r8 E2); outside it, with the hooks
-    on when this was called."""
+    on when this was called. The hooks are switched off by C calls only, with no bytecode between the two (a profile
+    function's ``c_call`` event or a trace's ``opcode`` event between them could switch the other on again), and only
+    a hook ``sys.gettrace()``/``getprofile()`` shows: a C profiler installed with no object (yappi's, where
+    ``sys.getprofile()`` is None) is left on. Those wanted are switched on again in this frame, after the frames begun
+    while they were off have returned: a C tracer (coverage's) counts the return of a frame it never saw enter, and
+    its own stack of frames slips (review rev25-r10 W2: under ``coverage run`` the module lines after a check went
+    unrecorded). Which hooks come back, and which cannot: :func:`_put_back`."""
     hooks = (sys.gettrace(), sys.getprofile())
     try:
         try:
@@ -612,16 +619,27 @@ def answer_of(task: str, fn: Callable[..., Any], name: str, args: tuple,
         except _ReprEnded as ended:  # the returned object's __repr__ (review rev25-r8 N2)
             return None, _ended(task, f"the {ended.kind} `{name}` returned: its `__repr__`", ended.error)
     finally:
-        # One line, C calls only: the hooks are read and switched off before any trace event can rewrite a local
-        # again (a line event fires at the start of a line; no Python frame runs inside this one).
-        left = (sys.gettrace(), sys.getprofile(), sys.settrace(None), sys.setprofile(None))
-        _no_trace_left(task, name, hooks, left[:2], sys._getframe())
+        # C calls only, and no local read: the hooks are read, then switched off inside one C call (tuple), the
+        # profile first, each only where its getter shows one (review rev25-r10 W3), before any trace event can
+        # rewrite a local again. A line or opcode event before the switch can rewrite nothing this line reads.
+        left = (sys.gettrace(), sys.getprofile(), tuple(map(_WITH_NONE, itertools.compress(
+            _HOOK_SETTERS, map(operator.is_not, map(_NO_ARGS, _HOOK_GETTERS), itertools.repeat(None))))))
+        back, failure = _no_trace_left(task, name, hooks, left[:2], sys._getframe())
+        for install, hook in back:  # here, not in a callee begun with the hooks off (review rev25-r10 W2)
+            install(hook)
+        if failure is not None:
+            raise failure
 
 
-def _no_trace_left(task: str, name: str, before: tuple, left: tuple, frame: types.FrameType) -> None:
-    """Put back the hooks :func:`answer_of` switched off, and fail ``name``'s call when it had left others (``left``)
-    on, or a ``frame.f_trace`` on the check's stack from ``frame`` up (taken out). The hooks wanted are those the guard
-    recorded (the run record's ``hooks``); ``before``, a local of ``answer_of``, only outside the grader."""
+_Install = tuple[Callable[[Any], Any], object]  # a C function that switches a hook on, and the hook (_put_back)
+
+
+def _no_trace_left(task: str, name: str, before: tuple, left: tuple,
+                   frame: types.FrameType) -> tuple[tuple[_Install, ...], CheckFailed | None]:
+    """What :func:`answer_of` switches on again (``(install, hook)`` pairs, :func:`_put_back`), and the failure of
+    ``name``'s call when it had left other hooks (``left``) on, or a ``frame.f_trace`` on the check's stack from
+    ``frame`` up (taken out here). The hooks wanted are those the guard recorded (the run record's ``hooks``);
+    ``before``, a local of ``answer_of``, only outside the grader."""
     run = _guard_run()
     recorded = run.get("hooks") if run is not None else None
     want = recorded if type(recorded) is tuple and len(recorded) == 2 else before
@@ -632,16 +650,20 @@ def _no_trace_left(task: str, name: str, before: tuple, left: tuple, frame: type
         frame = frame.f_back
     for frame in frames:
         frame.f_trace = None
-    _put_back(sys.settrace, want[0])
-    _put_back(sys.setprofile, want[1])
-    if left[0] is not want[0] or left[1] is not want[1]:  # by identity, never the hook's ==
-        raise fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it on "
-                         "when it returned: through it code of yours runs inside the check. Take it out "
-                         "(`sys.settrace(None)`) before your function returns.") from None
+    again = (_put_back("trace", want[0]), _put_back("profile", want[1]))
+    back = tuple(pair for pair in again[::-1] if pair is not None)  # the profile first, then the trace
+    # By identity, never the hook's ==. A wanted hook that cannot be switched on again (_put_back) is off from the
+    # first call on: off is then no hook of the answer's.
+    if any(got is not wanted and not (got is None and on is None) for got, wanted, on in zip(left, want, again,
+                                                                                          strict=True)):
+        return back, fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it "
+                                "on when it returned: through it code of yours runs inside the check. Take it out "
+                                "(`sys.settrace(None)`) before your function returns.")
     if frames:
-        raise fail(task, f"`{name}` set a trace function on the check's frames (`frame.f_trace`) and left it there "
-                         "when it returned: through it code of yours runs inside the check. Set no `f_trace` on "
-                         "frames that are not your own.") from None
+        return back, fail(task, f"`{name}` set a trace function on the check's frames (`frame.f_trace`) and left it "
+                                "there when it returned: through it code of yours runs inside the check. Set no "
+                                "`f_trace` on frames that are not your own.")
+    return back, None
 
 
 def _lsprof_profiler() -> type | None:
@@ -652,20 +674,63 @@ def _lsprof_profiler() -> type | None:
     return _lsprof.Profiler
 
 
+def _coverage_tracer() -> type | None:
+    """coverage's C tracer class, if coverage is loaded (``coverage run`` loads it before the script; never imported
+    here), taken once, at import, so that no class planted later counts as it."""
+    tracer = getattr(sys.modules.get("coverage.tracer"), "CTracer", None)
+    return tracer if type(tracer) is type and not _TYPE_FLAGS(tracer) & _HEAP_TYPE else None
+
+
 _LSPROF = _lsprof_profiler()  # cProfile's C profiler (cProfile.Profile, IPython's %prun), taken at import
+_CTRACER = _coverage_tracer()  # coverage's C tracer: callable as a Python trace function, by coverage's design
+# answer_of's switch-off, C functions only: each getter called, and its setter called with None where it showed a hook
+_HOOK_GETTERS, _HOOK_SETTERS = (sys.getprofile, sys.gettrace), (sys.setprofile, sys.settrace)
+_NO_ARGS, _WITH_NONE = operator.methodcaller("__call__"), operator.methodcaller("__call__", None)
 
 
-def _put_back(install: Callable[[Any], None], hook: object) -> None:
-    """Switch ``hook`` on again as the trace (``install`` is ``sys.settrace``) or profile function (``sys.setprofile``).
-    While a C profiler runs, ``sys.getprofile()`` returns its object, which is no Python callable: cProfile's
-    (``cProfile.Profile().enable()``, ``%prun``) is switched on again by its own C ``enable``, which keeps its
-    subcalls/builtins settings (review rev25-r9 E2: ``sys.setprofile`` made it a Python hook that raised TypeError at
-    the next event). A trace object is given back to ``sys.settrace``: pdb's is a method, coverage's C tracer is
-    callable for this reason. Any other C hook that is not callable stays off."""
-    if install is sys.setprofile and _LSPROF is not None and _LSPROF in _TYPE_MRO(type(hook)):
-        _LSPROF.enable(hook)  # the C type's method, whatever a subclass defines
-    elif hook is None or callable(hook):
-        install(hook)
+def _python_trace_function(hook: object) -> bool:
+    """Whether ``hook`` is a Python function as ``sys.settrace``/``setprofile`` call it, ``(frame, event, arg)``: a
+    function or a bound method (pdb's ``trace_dispatch``), or an object of a class statement whose ``__call__`` is a
+    function taking three arguments besides ``self`` (or ``*args``). Decided by the types, from ``type``'s slots: a
+    C hook's object that happens to be callable (line_profiler's ``LineProfiler``, whose ``__call__(func)`` is a
+    decorator) is none."""
+    kind = type(hook)
+    if kind in (types.FunctionType, types.MethodType):
+        return True
+    if not _TYPE_FLAGS(kind) & _HEAP_TYPE:
+        return False
+    method = next((_TYPE_DICT(c)["__call__"] for c in _TYPE_MRO(kind) if "__call__" in _TYPE_DICT(c)), None)
+    if type(method) is not types.FunctionType:
+        return False
+    code = method.__code__
+    return code.co_argcount == 4 or (code.co_argcount <= 4 and bool(code.co_flags & 0x04))  # 0x04: CO_VARARGS
+
+
+def _put_back(which: str, hook: object) -> _Install | None:
+    """How :func:`answer_of` switches ``hook`` on again as the ``"trace"`` or ``"profile"`` function: ``(install,
+    hook)``, a C function and its argument, or None to leave it as the switch-off left it. By the hook's type:
+
+    - None: nothing to switch on (a C hook installed with no object, which the getter shows as None, was left on).
+    - cProfile's C profiler (``cProfile.Profile().enable()``, ``%prun``): its own C ``enable``, which keeps its
+      subcalls/builtins settings (review rev25-r9 E2: ``sys.setprofile`` made it a Python hook that raised TypeError
+      at the next event).
+    - coverage's C tracer: ``sys.settrace``, which coverage supports (its tracer is callable as a Python trace
+      function, and switches itself back to C at the next call).
+    - a Python trace or profile function (:func:`_python_trace_function`; pdb's is a method): ``sys.settrace`` /
+      ``sys.setprofile``, as it was set.
+    - any other object (another C hook: line_profiler's ``LineProfiler``, a Cython debugger's tracer): left off
+      (review rev25-r10 W3). ``sys.settrace`` would make it a Python hook called as ``(frame, event, arg)``, which
+      it may not be (``LineProfiler(frame, ...)`` raises TypeError inside the learner's code), and Python cannot
+      install a C function: such a profiler or tracer records nothing after the first check that uses
+      :func:`answer_of` (``%lprun`` around a check cell)."""
+    if hook is None:
+        return None
+    install = sys.settrace if which == "trace" else sys.setprofile
+    if which == "profile" and _LSPROF is not None and _LSPROF in _TYPE_MRO(type(hook)):
+        return _LSPROF.enable, hook  # the C type's method, whatever a subclass defines
+    if which == "trace" and _CTRACER is not None and type(hook) is _CTRACER:
+        return install, hook
+    return (install, hook) if _python_trace_function(hook) else None
 
 
 def collect(task: str, fn: Callable[..., Any], name: str, calls: Any,
@@ -720,7 +785,11 @@ def keep(*objects: Any) -> None:
     ``weakref.finalize``) runs where that comparison sees what it did, never between the end of the call pass
     (:func:`compare_now`) and :func:`passed` (review rev25-r9 E3: a self-undoing swap of
     ``lesson00._tensor_bytes_cases`` from the ``__del__`` of an object hung on a case's tensor). :func:`noted_call`
-    keeps what it passes and returns; outside the grader, nothing is kept."""
+    keeps what it passes and returns; outside the grader, nothing is kept. The cost (review rev25-r10 W4, on the CPU,
+    the first right answer of each check of lessons 01-11): at most 243 KiB of tensor storage reachable from what is
+    kept, graphs included and most of it the check's own objects, alive anyway (lesson 10's ``block_cast``; lesson
+    09's ``train_window``, 9 calls: 6 KiB). Everything is kept, not only what a finalizer could be hung on: the
+    answer can hang one on any object it is handed or returns (``del_swap`` in tests/review_forgeries.py)."""
     run = _guard_run()
     if run is not None and isinstance(run.get("kept"), list):
         run["kept"].append(objects)

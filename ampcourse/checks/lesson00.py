@@ -94,27 +94,45 @@ def tensor_bytes(fn) -> None:
                  "bfloat16 and float16 take half the bytes of float32.")
 
 
-#: the input element the first Linear's output unit 0 reads with weight +1, beside a 1 it reads with weight -1: it
-#: rounds to 1 in bfloat16 and in float16 (spacing 2**-7, 2**-10 at 1), not in float32, so under autocast that unit
-#: is 0 and in a float32 matmul 2**-12, whatever rounding comes after (review rev25-r9 W1)
-PROBE = 1 + 2.0**-12
+#: the input element the first Linear's output unit 0 reads with weight +SCALE, beside PROBE_BASE it reads with weight
+#: -SCALE: 2**-17 * (1 + 2**-9) rounds to 2**-17 in bfloat16 (7 mantissa bits: 2**-9 is a quarter of its spacing) and
+#: in float16 (2**-17 is a subnormal there, spacing 2**-24: 2**-26 is a quarter of it), but is exact in float32 and in
+#: TF32 (10 mantissa bits and float32's exponent range: an Ampere GPU's float32 matmul with
+#: ``torch.backends.cuda.matmul.allow_tf32``/``set_float32_matmul_precision("high")``), so under autocast that unit is
+#: 0 and in a float32 or TF32 matmul SCALE * 2**-26 = 2**-11, a normal number in both 16-bit dtypes, whatever
+#: rounding comes after (review rev25-r9 W1, rev25-r10 W1: ``1 + 2**-12`` rounded to 1 under TF32 as well)
+PROBE_BASE = 2.0**-17
+PROBE = PROBE_BASE * (1 + 2.0**-9)
+SCALE = 2.0**15  # a float16 (max 65504) and a bfloat16 exactly
 
 
 def _model_and_input(device: torch.device) -> tuple[torch.nn.Sequential, torch.Tensor]:
-    """Task 2's model and input: a seeded MLP whose first Linear's unit 0 computes ``x[:, 0] - x[:, 1]``, with
-    ``x[:, 0] = PROBE`` and ``x[:, 1] = 1``: 0 when the Linear multiplies 16-bit copies (autocast, fused or not:
-    both products and their difference are exact), 2**-12 when it multiplies the float32 values. A float32 forward
-    rounded to 16 bits afterwards leaves the 2**-12, which a 16-bit value can hold, and a bitwise comparison with an
-    eager autocast forward would refuse torch.compile on a GPU (inductor splits a bias add from its matmul there,
-    ``should_prefer_unfused_addmm`` in torch/_inductor/fx_passes/post_grad.py, so it rounds twice)."""
+    """Task 2's model and input: a seeded MLP whose first Linear's unit 0 computes ``SCALE * (x[:, 0] - x[:, 1])``,
+    with ``x[:, 0] = PROBE`` and ``x[:, 1] = PROBE_BASE``: 0 when the Linear multiplies 16-bit copies (autocast, fused
+    or not: both products, 0.25 each, and their difference are exact), 2**-11 when it multiplies the float32 values,
+    or their TF32 roundings. A float32 forward rounded to 16 bits afterwards leaves the 2**-11, which a 16-bit value
+    can hold, and a bitwise comparison with an eager autocast forward would refuse torch.compile on a GPU (inductor
+    splits a bias add from its matmul there, ``should_prefer_unfused_addmm`` in torch/_inductor/fx_passes/post_grad.py,
+    so it rounds twice).
+
+    Why a value and not a setting (review rev25-r10 W1): TF32 is told apart by the numbers, whatever
+    ``allow_tf32``/``fp32_precision`` say while the layer runs, so the check changes no backend flag (switching the
+    precision to "highest" around the call would not hold either: the answer's own hooks can switch it back while the
+    Linear runs, as they can autocast, and ``set_float32_matmul_precision`` turns torch 2.13's per-backend "none"
+    into "ieee", which is not putting it back). Float16 and bfloat16 are told apart by range and precision together:
+    TF32 shares float16's 10 mantissa bits and bfloat16's exponent range, so a value has to be beyond float16's range
+    (a subnormal) and beyond bfloat16's precision at once. Not told apart: a float32 matmul that torch itself computes
+    from bfloat16 roundings of its inputs (``set_float32_matmul_precision("medium")`` or
+    ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"`` on a CPU with bfloat16 matmul instructions) is bfloat16's
+    arithmetic, and a float32 layer run so and rounded in the answer's hooks passes the probe."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
     x = torch.randn(16, 64, device=device)
     with torch.no_grad():
         model[0].weight[0].zero_()
-        model[0].weight[0, :2] = torch.tensor([1.0, -1.0])
+        model[0].weight[0, :2] = torch.tensor([SCALE, -SCALE])
         model[0].bias[0] = 0.0
-        x[:, 0], x[:, 1] = PROBE, 1.0
+        x[:, 0], x[:, 1] = PROBE, PROBE_BASE
     return model, x
 
 
@@ -160,9 +178,9 @@ def amp_forward(fn) -> None:
     is on autocast's lower-precision list): a float32 forward with autocast switched on only around the check's
     hooks is seen (review rev25-r8 E3), and so is a float32 layer whose output an answer's own hook rounds to 16 bits
     while autocast is switched on around the check's hooks: the first Linear's probe unit (:func:`_model_and_input`)
-    is 0 only when the Linear multiplied 16-bit copies (review rev25-r9 W1). The records judged are those of the
-    forward pass that made the returned tensor: another forward run or printed besides it is the answer's own
-    (review rev25-r9 M1).
+    is 0 only when the Linear multiplied 16-bit copies, not float32 nor TF32 ones (review rev25-r9 W1, rev25-r10 W1).
+    The records judged are those of the forward pass that made the returned tensor: another forward run or printed
+    besides it is the answer's own (review rev25-r9 M1).
 
     Where the recipe is float32 (a GPU such as the GTX 1080, :data:`ampcourse.device.RECIPE_RULES`) AMP is off:
     the forward must run with autocast off. ``torch.autocast("cuda", dtype=torch.float32)`` does not turn itself
@@ -265,12 +283,12 @@ def amp_forward(fn) -> None:
                              "before the forward. Pass `x` as it is: autocast casts per operation.")
         raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
     if autocast_wanted and first["probe"] is not None and torch.count_nonzero(first["probe"]).item():
-        raise fail(task, f"the first Linear computed in float32: one of its outputs is x[:, 0] - x[:, 1] with "
-                         f"x[:, 0] = 1 + 2**-12 and x[:, 1] = 1, which is 0 when the Linear multiplies {want} "
-                         f"copies (1 + 2**-12 rounds to 1 in {want}) but came out as "
-                         f"{first['probe'].abs().max().item():.3g}, float32's answer: a float32 forward rounded to "
-                         f"{want} afterwards (in hooks, or layer by layer) is not autocast. Run `model(x)` inside "
-                         f"{region} and return its output as it is.")
+        raise fail(task, f"the first Linear computed in float32: one of its outputs is 2**15 * (x[:, 0] - x[:, 1]) "
+                         f"with x[:, 0] = 2**-17 * (1 + 2**-9) and x[:, 1] = 2**-17, which is 0 when the Linear "
+                         f"multiplies {want} copies (x[:, 0] rounds to 2**-17 in {want}) but came out as "
+                         f"{first['probe'].abs().max().item():.3g}, the answer of float32 (or TF32): a float32 forward "
+                         f"rounded to {want} afterwards (in hooks, or layer by layer) is not autocast. Run `model(x)` "
+                         f"inside {region} and return its output as it is.")
     if out.dtype != seen[-1]["output"]:
         raise fail(task, f"the model's last layer produced {str(seen[-1]['output']).removeprefix('torch.')}, but "
                          f"you returned {str(out.dtype).removeprefix('torch.')}: return the output as autocast "
