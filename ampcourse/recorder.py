@@ -155,6 +155,8 @@ class ModuleStats:
         own_loss: for the model itself (``""``), when it returns a 0-d floating-point tensor (its own loss, as
             Hugging Face's ``outputs.loss``; the first such one of its outputs): that tensor's |value| (the largest
             over its calls); None otherwise (:func:`_flushed_at_the_loss` reads it).
+        numel: the most elements of its first floating-point output in one call (:func:`_flushed_at_the_loss`
+            divides the loss by it: a mean spreads the loss's gradient over that many entries).
     """
 
     name: str
@@ -169,6 +171,7 @@ class ModuleStats:
     minus_inf: bool = False
     grad_subnormal_mass: float | None = None
     own_loss: float | None = None
+    numel: int | None = None
 
     @property
     def finite(self) -> bool:
@@ -498,7 +501,11 @@ class _Hooks:
     :class:`_Probe` (``probe``, set by the probe that registers them, which removes them again). Made per probe,
     they were about 1,700 objects for the garbage collector per sampled step (closures, their cells, bound methods),
     which lived through the step into its oldest generation and made it run a full collection every few dozen
-    sampled steps (``benchmarks/recorder_overhead.py``)."""
+    sampled steps (``benchmarks/recorder_overhead.py``).
+
+    Each hook answers only the module (or parameter) it was made for, and only while a probe is open: a deep copy of
+    the model (``AveragedModel(model)``, a "best model" snapshot) copies the hooks registered on it at that moment,
+    and its calls must neither feed the recorder nor fail (review rev24-r12 E2)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter, bool]],
                  root: nn.Module) -> None:
@@ -506,29 +513,42 @@ class _Hooks:
         self.root = root
         self.weights = [p for _, p, _ in params]
         self.weighted = frozenset(name for name, module in modules if isinstance(module, _WEIGHTED))
-        self.modules = [(module, self._pre_hook(name, isinstance(module, _FP16_OPS), isinstance(module, _WEIGHTED)),
-                         self._forward_hook(name)) for name, module in modules]
-        self.params = [(param, self._param_hook(name, embedding)) for name, param, embedding in params]
-        self.root_inputs = self._root_hook()
+        self.modules = [(module, self._pre_hook(name, module, isinstance(module, _FP16_OPS),
+                                                isinstance(module, _WEIGHTED)),
+                         self._forward_hook(name, module)) for name, module in modules]
+        self.params = [(param, self._param_hook(name, param, embedding)) for name, param, embedding in params]
+        self.root_inputs = self._root_hook(root)
 
-    def _root_hook(self) -> Callable:
+    def _root_hook(self, mine: nn.Module) -> Callable:
+        ref = weakref.ref(mine)
+
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
-            self.probe._root_inputs(module, args, kwargs)
+            if self.probe is not None and module is ref():
+                self.probe._root_inputs(module, args, kwargs)
         return hook
 
-    def _pre_hook(self, name: str, casts: bool, weighted: bool) -> Callable:
+    def _pre_hook(self, name: str, mine: nn.Module, casts: bool, weighted: bool) -> Callable:
+        ref = weakref.ref(mine)
+
         def hook(module: nn.Module, args: Any, kwargs: Any) -> None:
-            self.probe.pre_hook(name, casts, weighted, args, kwargs)
+            if self.probe is not None and module is ref():
+                self.probe.pre_hook(name, casts, weighted, args, kwargs)
         return hook
 
-    def _forward_hook(self, name: str) -> Callable:
+    def _forward_hook(self, name: str, mine: nn.Module) -> Callable:
+        ref = weakref.ref(mine)
+
         def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-            self.probe.forward_hook(name, module, args, kwargs, output)
+            if self.probe is not None and module is ref():
+                self.probe.forward_hook(name, module, args, kwargs, output)
         return hook
 
-    def _param_hook(self, name: str, embedding: bool) -> Callable:
+    def _param_hook(self, name: str, mine: torch.Tensor, embedding: bool) -> Callable:
+        ref = weakref.ref(mine)
+
         def hook(param: torch.Tensor) -> None:
-            self.probe.param_hook(name, embedding, param)
+            if self.probe is not None and param is ref():
+                self.probe.param_hook(name, embedding, param)
         return hook
 
 
@@ -605,6 +625,7 @@ class _Probe:
         self.weights = None if not weights else self._put(_weights_check(weights))
         self._root = hooks.root
         self.own_loss: dict[str, list[int]] = {}  # the root's name -> the peaks of its calls' 0-d outputs: its loss
+        self.numel: dict[str, int] = {}  # module -> the most elements of its first output in one call
         self._weighted = hooks.weighted
         hooks.probe = self  # the hooks, made once per recorder, call this probe's methods from now on
         handles = self.handles
@@ -754,6 +775,8 @@ class _Probe:
             if loss is not None:
                 self.own_loss.setdefault(name, []).append(loss)
         first = outs[0]
+        if first.numel() > self.numel.get(name, 0):
+            self.numel[name] = first.numel()
         device = first.device.type
         autocast = torch.is_autocast_enabled(device)
         dtype = torch.get_autocast_dtype(device) if autocast else None
@@ -1022,7 +1045,7 @@ class _Probe:
             own = max(values[i] for i in self.own_loss[name]) if name in self.own_loss else None
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
                                      dtype=self.dtypes[name], cast_by=self.cast_by.get(name), minus_inf=minus_inf,
-                                     own_loss=own))
+                                     own_loss=own, numel=self.numel.get(name)))
         return tuple(stats)
 
 
@@ -1456,7 +1479,6 @@ def _as_loss(loss: Any) -> float:
 _Weights = tuple[torch.dtype | None, float | None, float | None]
 """What :meth:`AmpRecorder._weights` reads: (the parameters' dtype, the smallest eps, that group's beta2)."""
 
-_FP16_SUBNORMAL_MIN = float(torch.finfo(torch.float16).tiny) * float(torch.finfo(torch.float16).eps)  # 2**-24
 
 def _dtype_name(dtype: torch.dtype | None) -> str:
     return "no autocast (FP32)" if dtype is None else str(dtype).removeprefix("torch.") + " autocast"
@@ -2008,24 +2030,31 @@ def _lost_param(r: StepRecord, name: str, zeros: bool = True) -> bool:
 
 
 def _flushed_at_the_loss(r: StepRecord) -> bool:
-    """The gradient entering the model (the last module's output gradient, the first in backward order) is lost
-    itself; or the model returns its own 0-d loss (the root's output gradient is then the scale: review rev24-r10),
-    that loss times the scale is below float16's smallest subnormal (2**-24), and every parameter's gradient is
-    exactly 0. Then a gradient that is exactly 0 everywhere further down was flushed to 0 (a loss too small for
-    float16), not 0 by the model's design (a dead ReLU, an unused branch, a saturated clamp), which leaves the
-    loss's side intact. The second test asks for a scaled loss that float16 could not hold itself, so that its
-    gradient through the model's float16 ops (about |loss| × scale times each op's derivative, a mean dividing it
-    further) is flushed: an O(1) loss at scale 65536 is not, and its zeros are the model's own (review rev24-r11
-    E1: a dead final ReLU, a loss that does not depend on the parameters); a loss of exactly 0 (a satisfied hinge,
-    an exact fit) has nothing to flush."""
-    first = next((m for m in reversed(r.modules) if m.grad_lost is not None), None)
-    if _lost_activation(first):
-        return True
-    own = next((m.own_loss for m in reversed(r.modules) if m.own_loss is not None), None)
-    if own is None or not 0.0 < own * (r.scale_before or 1.0) < _FP16_SUBNORMAL_MIN:
+    """The gradient entering the model is lost itself: the output gradient of the module nearest the loss (the first
+    in backward order; below the model itself when the model returns its own 0-d loss, whose gradient is the
+    scale: review rev24-r10) is mostly below fp16's normal range, or it is exactly 0 everywhere while the loss,
+    times the scale and spread over that output's entries (a mean's division), is below float16's smallest
+    subnormal (2**-24): 0 < |loss| x scale / numel < 2**-24. Then a gradient that is exactly 0 everywhere further
+    down was flushed to 0 (a loss too small for float16), not 0 by the model's design.
+
+    The size test tells the two apart (reviews rev24-r11 E1, rev24-r12 E1/M1): a mean loss of 1e-4 over 2**20
+    outputs at scale 1 (1e-10 per entry) is flushed, wherever the loss is computed; an O(1) loss at scale 65536 is
+    not, so its zeros are the model's own (a dead final ReLU, a saturated clamp, a loss that does not depend on
+    the parameters); a loss of exactly 0 (a satisfied hinge, an exact fit) has nothing to flush. For a
+    cross-entropy or a squared error below 4, an entry's gradient is at least about |loss| x scale / numel, so
+    a loss that float16 did flush meets the test."""
+    own = next((m.own_loss for m in r.modules if m.name == "" and m.own_loss is not None), None)
+    nearest = next((m for m in reversed(r.modules)
+                    if m.grad_lost is not None and not (own is not None and m.name == "")), None)
+    if nearest is None:
         return False
-    grads = r.param_grad_lost
-    return bool(grads) and all(grads[n] >= 1.0 and not r.param_grad_subnormal.get(n, 0.0) for n in grads)
+    if _lost_activation(nearest, zeros=False):
+        return True
+    if nearest.grad_lost < 1.0:
+        return False
+    loss = own if own is not None else abs(r.loss)
+    spread = loss * (r.scale_before or 1.0) / max(nearest.numel or 1, 1)
+    return math.isfinite(spread) and 0.0 < spread < _FP16_SUBNORMAL_MIN
 
 
 def _underflow(records: list[StepRecord], sampled: list[StepRecord],

@@ -76,6 +76,14 @@ def diagnose_as_namedtuples_where_first(trace):  # review rev24-r11 N1: read by 
     return WhereFirst(where, kind, fix)
 
 
+D4 = collections.namedtuple("D4", "trace kind module fix")
+
+
+def diagnose_with_a_fourth_field(trace):  # review rev24-r12 N1: four fields; no order of them would be read right
+    kind, where, fix = ANSWERS[trace]
+    return D4(trace, kind, where, fix)
+
+
 class Agreeable(tuple):
     """A tuple subclass whose comparisons say yes to anything: read by tuple's own code, it cannot pass."""
 
@@ -504,6 +512,8 @@ WRONG = {
         "a namedtuple (where, kind, remedy), read by position (rev24-r11 N1)": (
             diagnose_as_namedtuples_where_first,
             "your namedtuple's fields are (where, kind, remedy), but it is read by position, as (kind, where, fix)"),
+        "a namedtuple of four fields (trace, kind, module, fix) (rev24-r12 N1)": (diagnose_with_a_fourth_field,
+                                                                               "three strings"),
         "an unknown fix": (_with("D", ("scheduler_on_skipped_step", "scheduler", "fix the scheduler")),
                            "not one of the fixes"),
         "two values": (_with("E", ("underflow", "embed.weight")), "three strings"),
@@ -544,7 +554,7 @@ WRONG = {
         "NaN peaks dropped": (plan_drops_nan, "inf or nan"),
         "sorted names": (plan_sorted, "another order"),
         "log2 of 65504 / peak, a zero peak not thought of (review rev24-r11 W1)": (_plan_log2_of_every_peak,
-                                                                                   "ZeroDivisionError"),
+                                                                                   "whose peak is 0"),
         "every module": (plan_everything, "not every module"),
         "bf16 spelt short": (plan_short_bf16, "return 'bfloat16'"),
         "fp16 spelt short": (plan_short_fp16, "return 'float16'"),

@@ -2881,6 +2881,102 @@ def test_r11_e1_an_own_loss_that_does_not_depend_on_the_parameters_is_no_underfl
     assert "underflow" not in kinds(rec), [str(f) for f in rec.findings()]
 
 
+class OwnMSE(nn.Module):
+    """Review rev24-r12 E1 (fn_mean.py): a model that returns its own mean squared error over 4096 x 256 outputs."""
+
+    def __init__(self, own: bool) -> None:
+        super().__init__()
+        self.own, self.net = own, nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 256))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(self.net(x).float(), y) if self.own else self.net(x)
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own loss", "loss outside"])
+@pytest.mark.parametrize("init_scale", [None, 1.0], ids=["no scaler", "scale 1"])
+def test_r12_e1_a_small_mean_loss_flushed_to_0_underflows_wherever_it_is_computed(own, init_scale):
+    """Review rev24-r12 E1: a mean loss of 1e-4 over 2**20 outputs (1e-10 per entry: 0 in float16) was underflow
+    computed outside the model and healthy returned by it (d5280e4 compared loss x scale, not loss x scale / n)."""
+    torch.manual_seed(0)
+    model = OwnMSE(own)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = None if init_scale is None else torch.amp.GradScaler("cpu", init_scale=init_scale)
+    x = torch.randn(4096, 16)
+    with torch.no_grad():
+        y = model.net(x) + 0.01 * torch.sign(torch.randn(4096, 256))  # near-fit targets: a loss of 1e-4
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(3):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, y) if own else nn.functional.mse_loss(model(x, y).float(), y)
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())  # all flushed to 0
+    assert finding(rec, "underflow").where == "net.2.weight", [str(f) for f in rec.findings()]
+
+
+@pytest.mark.parametrize("loss_fn", [
+    lambda o, y: torch.relu(1 - y * o).mean(),  # a satisfied hinge: exactly 0
+    lambda o, y: (nn.functional.soft_margin_loss(o, -y) + 10).clamp(max=1.0),  # saturated: 1, no gradient
+], ids=["satisfied hinge", "saturated clamp"])
+def test_r12_m1_a_design_zero_loss_computed_outside_the_model_is_no_underflow(loss_fn):
+    """Review rev24-r12 M1 (fp_outside.py): with the loss outside the model, an exactly-0 gradient entering it was
+    read as a flush whatever the loss, so these runs (fp16, scale 65536) were told to let the scale grow."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    optimizer, scaler = torch.optim.SGD(model.parameters(), lr=0.01), torch.amp.GradScaler("cpu")
+    x = torch.randn(256, 8)
+    with torch.no_grad():
+        y = torch.sign(model(x)).squeeze(1)  # separable: every point already classified right
+        model[2].weight.mul_(50.0)
+        model[2].bias.mul_(50.0)
+        keep = model(x).abs().squeeze(1) > 1.5  # margins well above 1
+        x, y = x[keep], y[keep]
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(6):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                out = model(x).float().squeeze(1)
+            loss = loss_fn(out, y)
+            optimizer_step(loss, optimizer, scaler)
+            rec.step(loss)
+    assert rec.records[-1].modules[-1].grad_lost == 1.0  # the gradient entering the model: all 0, by design
+    assert "underflow" not in kinds(rec), [str(f) for f in rec.findings()]
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_r12_e2_a_deep_copy_of_the_model_neither_fails_nor_feeds_the_recorder(every):
+    """Review rev24-r12 E2 (ema_copy.py, copy_contaminates.py): ``AveragedModel(model)`` deep-copies the hooks
+    registered at that moment; made once per recorder (b9efdba), they called whatever probe was open: the copy's
+    forward raised AttributeError on unsampled steps and after detach(), and fed its peaks (weights x 3000) into the
+    original's records on sampled ones."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = AmpRecorder(model, optimizer, every=every)
+    ema = torch.optim.swa_utils.AveragedModel(model)  # a deep copy, made while the first probe is open
+    copy = ema.module
+    with torch.no_grad():
+        for p in copy.parameters():
+            p.mul_(3000.0)
+    assert copy[0]._forward_hooks  # the copy holds the recorder's hooks: what this test is about
+    x, y = torch.randn(32, 8), torch.randn(32, 4)
+    peaks = []
+    for _ in range(4):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            copy(x)  # evaluated while the next probe is open (every=1) or none is (every=2)
+        rec.step(loss)
+        peaks.append(max(m.peak for m in rec.records[-1].modules) if rec.records[-1].sampled else None)
+    rec.detach()
+    with torch.no_grad():
+        copy(x)
+    assert all(p is None or p < 100 for p in peaks), peaks  # the original's outputs only
+
+
 # --- the recorder's cost (issue 24) ---------------------------------------------------------------------------------
 
 def test_the_hook_functions_are_made_once_per_recorder_not_per_sampled_step():
