@@ -75,27 +75,28 @@ values inside objects other than the course modules' public tables (a tensor a c
 change the answer's own function makes during the check and undoes before it returns (frames, ``sys._getframe``
 tricks, a module global swapped and put back), nor what the answer's function *writes* while it runs: any local of
 the check's frames (a list, a dict, a tensor) and any object alive (``gc.get_objects()``). The call-first checks
-(lesson 00's three, lesson 02's Tasks 2/3, lesson 04's Task 2: ``checks.collect``/``answer_of``) therefore keep each
-answer frozen (numbers, strings, dtypes, tuples of them) in tuples built by rebinding, and judge cases they make again
-after the last call from their constants (review rev25-r7 E1); the guard's comparison runs at the end of their call
-pass (``checks.compare_now``, as ``passed()`` runs it before it prints), so a swap made during the calls is seen while
-it is in place, even one that puts itself back when the check next calls the swapped helper (review rev25-r8 E1); a
-swap made after the call pass must last until ``passed()``'s comparison, unless something racing it, a thread, undoes
-it between the two (a gc callback, a torch mode or a signal handler would too: those are hazards, above); a trace or
-profile function the answer's call leaves on, or a ``frame.f_trace`` on the check's stack, the one Python way to rebind
-a running function's locals, fails that call (``checks.answer_of``, comparing with the hooks the reset recorded in the
-run record, review rev25-r8 E2); ``ctypes`` can still write a function's locals (``PyFrame_LocalsToFast``). Other
-checks still compute their expected values first, and there the answer's own function can read them while it runs;
-the check modules' public tables (answers, reference literals such as lesson 04's ``TORCH_UPDATES``) are readable by
-any cell. An answer returned through ``checks.call``, or
-``noted_call(..., plain_as=...)``, is converted to plain values in the call pass, ``checks.plain``/``exact_number``/
-``real_number``: a value-type subclass becomes its content, a Mapping of the answer's own a dict read once, a
-Fraction is taken only with two exact ints inside; an object whose class defines comparison or conversion dunders, a
-library class whose such dunders were replaced after ``ampcourse.checks`` was imported, a tensor with a method
-shadowed by an attribute of its own, a ChainMap, mappingproxy or SimpleNamespace (or a subclass) is refused, and the
-judgements of lessons 00, 04, 07 and 10 that read a returned tensor call its methods through the class,
-``torch.Tensor.float(t)``; an object of another class passes as it is, and what other library objects hold is not
-examined: review rev25-r5 E1/E2, rev25-r6 E1-E4, rev25-r7 E1-E4),
+(lesson 00's three, lesson 02's Tasks 2/3, lesson 04's Task 2: ``checks.collect``/``answer_of``; lesson 00's Task 2
+through its own frozen hook records, kept by the hooks' closures, and a reference made after the call: review
+rev25-r11 E2) therefore keep each answer frozen (numbers, strings, dtypes, tuples of them) in tuples built by
+rebinding, and judge cases they make again after the last call from their constants (review rev25-r7 E1); the
+guard's comparison runs at the end of their call pass (``checks.compare_now``, as ``passed()`` runs it before it
+prints), so a swap made during the calls is seen while it is in place, even one that puts itself back when the check
+next calls the swapped helper (review rev25-r8 E1); a swap made after the call pass must last until ``passed()``'s
+comparison, unless something racing it, a thread, undoes it between the two (a gc callback, a torch mode or a signal
+handler would too: those are hazards, above); a trace or profile function the answer's call leaves on, or a
+``frame.f_trace`` on the check's stack, the one Python way to rebind a running function's locals, fails that call
+(``checks.answer_of``, comparing with the hooks the reset recorded in the run record, review rev25-r8 E2); ``ctypes``
+can still write a function's locals (``PyFrame_LocalsToFast``). Other checks still compute their expected values
+first, and there the answer's own function can read them while it runs; the check modules' public tables (answers,
+reference literals such as lesson 04's ``TORCH_UPDATES``) are readable by any cell. An answer returned through
+``checks.call``, or ``noted_call(..., plain_as=...)``, is converted to plain values in the call pass,
+``checks.plain``/``exact_number``/``real_number``: a value-type subclass becomes its content, a Mapping of the
+answer's own a dict read once, a Fraction is taken only with two exact ints inside; an object whose class defines
+comparison or conversion dunders, a library class whose such dunders were replaced after ``ampcourse.checks`` was
+imported, a tensor with a method shadowed by an attribute of its own, a ChainMap, mappingproxy or SimpleNamespace (or
+a subclass) is refused, and the judgements of lessons 00, 04, 07 and 10 that read a returned tensor call its methods
+through the class, ``torch.Tensor.float(t)``; an object of another class passes as it is, and what other library
+objects hold is not examined: review rev25-r5 E1/E2, rev25-r6 E1-E4, rev25-r7 E1-E4),
 ``sys.stdout``/``sys.displayhook``/``shell.display_trap.hook`` themselves (code
 there runs after ``passed()``'s comparison), which function a check cell hands the check, and what the check cell
 runs: the guard covers the compiler's and transformer manager's methods, the transformer lists' items, and the

@@ -431,6 +431,53 @@ def _fp32_with_autocast_toggled_from_off(model, x):
     return _run_and_unhook(model, x, handles, dev)
 
 
+def _enters_autocast_and_never_leaves(model, x):
+    """Review rev25-r11 E3: a region entered with __enter__() and never left: the forward is right, but every later
+    cell would run under autocast."""
+    device_type, dtype = _rec()
+    torch.autocast(device_type=device_type, dtype=dtype).__enter__()
+    return model(x)
+
+
+def _switches_autocast_on(model, x):
+    """Review rev25-r11 E3: autocast switched on with torch.set_autocast_enabled and left on."""
+    device_type, dtype = _rec()
+    torch.set_autocast_enabled(device_type, True)
+    torch.set_autocast_dtype(device_type, dtype)
+    return model(x)
+
+
+def _edits_the_checks_records(model, x):
+    """Review rev25-r11 E2: a float32 forward converted, and the check's hook records (its local ``seen``, a list of
+    dicts of tensors) rewritten through sys._getframe to say autocast, with the probe zeroed."""
+    out = model(x).to(_rec()[1])
+    for record in grader_fixtures.callers_local("seen", list):
+        record.update(autocast=True, dtype=_rec()[1], before=(True, _rec()[1]), output=_rec()[1])
+        if record["probe"] is not None:
+            record["probe"].zero_()
+    return out
+
+
+def _zeros_and_zeroes_the_reference(model, x):
+    """Review rev25-r11 E2: an autocast pass runs, the check's float32 ``reference`` (made before the call) is zeroed
+    through sys._getframe, and zeros are returned."""
+    right_forward(model, x)
+    grader_fixtures.callers_local("reference", lambda: torch.zeros(1)).zero_()
+    return torch.zeros(16, 8, dtype=_rec()[1], device=x.device)
+
+
+def _micro_batched(model, x):
+    """Review rev25-r11 W2: the batch in two micro-batches inside one autocast region, joined with torch.cat."""
+    device_type, dtype = _rec()
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        return torch.cat([model(c) for c in x.split(8)])
+
+
+def _micro_batched_then_converted(model, x):
+    """Micro-batches with autocast off, the joined output converted: still no autocast."""
+    return torch.cat([model(c) for c in x.split(8)]).to(_rec()[1])
+
+
 WRONG = {
     ("00", "tensor_bytes"): {
         "an object whose __repr__ raises SystemExit (review rev25-r8 N2)": (
@@ -488,6 +535,16 @@ WRONG = {
         "returns a tuple": (lambda m, x: (right_forward(m, x),), "return the model's output tensor"),
         "zeros whose own .float() is the reference (review rev25-r6 E3)": (
             _zeros_whose_float_is_the_reference, "`float` set on it as an attribute of its own"),
+        "autocast entered with __enter__() and never left (review rev25-r11 E3)": (
+            _enters_autocast_and_never_leaves, "autocast switched on after it returns"),
+        "autocast switched on with set_autocast_enabled (review rev25-r11 E3)": (
+            _switches_autocast_on, "autocast switched on after it returns"),
+        "rewrites the check's hook records through sys._getframe (review rev25-r11 E2)": (
+            _edits_the_checks_records, "the layers ran with autocast off"),
+        "zeroes the check's reference through sys._getframe, returns zeros (review rev25-r11 E2)": (
+            _zeros_and_zeroes_the_reference, "the output differs from the float32 forward"),
+        "micro-batches with autocast off, output converted": (
+            _micro_batched_then_converted, "is none of their outputs as it was"),
     },
     ("00", "choose_recipe"): {
         "bfloat16 everywhere": (lambda c: (torch.bfloat16, False), "no bfloat16 Tensor Cores"),
@@ -534,6 +591,7 @@ RIGHT = {
         "a float32 forward printed besides the autocast one (review rev25-r9 M1)": _prints_a_float32_forward_too,
         "torch.amp.autocast with the recipe's dtype": _forward_amp_autocast_positional,
         "one 1-D row printed first (review rev25-r10 E1)": _looks_at_one_row_first,
+        "two micro-batches joined with torch.cat (review rev25-r11 W2)": _micro_batched,
     },
     ("00", "choose_recipe"): {
         "the rule written out": recipe_right,
@@ -790,3 +848,16 @@ def test_byte_counts_are_compared_as_ints_not_with_the_answers_eq():
     assert exact_number(np.int64(7)) == 7 and type(exact_number(np.int64(7))) is int
     assert exact_number(True) is None and exact_number("3") is None and exact_number(torch.tensor(3)) is None
     assert type(exact_number(np.float64(2.5))) is float
+
+
+@pytest.mark.parametrize("answer", [_enters_autocast_and_never_leaves, _switches_autocast_on])
+def test_autocast_left_on_by_an_answer_is_put_back_with_its_nesting(answer):
+    """Review rev25-r11 E3: the check fails the answer and gives later cells the autocast state they had before it,
+    the nesting level too (a region never left keeps it raised, and autocast's cast cache is then never cleared)."""
+    from ampcourse.checks.lesson00 import _autocast_state
+
+    before = _autocast_state()
+    with pytest.raises(CheckFailed, match="autocast switched on after it returns"):
+        check.amp_forward(answer)
+    assert _autocast_state() == before
+    assert not torch.is_autocast_enabled(describe().device.type)

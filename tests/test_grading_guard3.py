@@ -9,6 +9,7 @@ the claimed-file wording (N2).
 """
 
 import dataclasses
+import functools
 import sys
 import threading
 import types
@@ -925,7 +926,7 @@ def test_an_f_trace_left_on_the_checks_frames_fails_the_call(monkeypatch):
 
 # --- review rev25-r10 ---------------------------------------------------------------------------------------------
 
-class _DecoratorLike:
+class LineProfiler:  # its name is line_profiler's: _put_back tells it by its name and module
     """A stand-in for line_profiler's ``LineProfiler`` (not installed here): callable, but as a decorator,
     ``__call__(func)``, not as a trace function. line_profiler installs it as the object of a C trace function."""
 
@@ -960,8 +961,12 @@ def test_put_back_switches_on_only_hooks_it_knows_how_to():
     assert checks._put_back("trace", tracer_object) == (sys.settrace, tracer_object)
     profiler = cProfile.Profile()
     assert checks._put_back("profile", profiler) == (checks._LSPROF.enable, profiler)
-    assert checks._put_back("trace", _DecoratorLike()) is None
-    assert checks._put_back("trace", len) is None  # a C object: its protocol is unknown
+    assert checks._put_back("trace", LineProfiler()) is None
+    partial = functools.partial(_tracer_function)
+    assert checks._put_back("trace", partial) == (sys.settrace, partial)  # rev25-r11 E1: any other callable
+    assert checks._put_back("profile", partial) == (sys.setprofile, partial)
+    assert checks._put_back("trace", len) == (sys.settrace, len)  # a C callable (pydevd's Cython tracers)
+    assert checks._put_back("trace", object()) is None
     assert checks._put_back("trace", None) is None and checks._put_back("profile", None) is None
 
 
@@ -1022,7 +1027,7 @@ def test_a_c_tracer_with_a_callable_object_is_left_off_not_made_a_python_trace(m
     if sys.gettrace() is not None or sys.getprofile() is not None:
         pytest.skip("a trace or profile function is on (a debugger, coverage)")
     events: list = []
-    profiler = _DecoratorLike()
+    profiler = LineProfiler()
     callback = _c_hook("trace", profiler, events)
     try:
         assert sys.gettrace() is profiler
@@ -1078,3 +1083,53 @@ def test_a_check_under_coverage_run_leaves_the_modules_later_lines_recorded(tmp_
     assert len(files) == 1, files
     missing = next(iter(files.values()))["missing_lines"]
     assert missing == [], f"coverage missed lines {missing} of the script after the check"
+
+
+# --- review rev25-r11 ---------------------------------------------------------------------------------------------
+
+class _DefaultedTracer:
+    """A trace function written as a class whose ``__call__`` has an extra defaulted parameter."""
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def __call__(self, frame, event, arg, extra=None):
+        self.events.append(event)
+        return self
+
+
+@pytest.mark.parametrize("which", ["trace", "profile"])
+@pytest.mark.parametrize("kind", ["partial", "defaulted __call__"])
+@pytest.mark.parametrize("graded", [False, True], ids=["learner's notebook", "under the guard"])
+def test_a_trace_function_of_any_python_kind_stays_on_through_two_checks(monkeypatch, capsys, graded, kind, which):
+    """E1: a trace function answer_of did not recognise (a functools.partial, a class whose ``__call__`` has a
+    defaulted parameter; pydevd's Cython tracers, JupyterLab's debugger) was left off, and the next call failed on
+    the ``f_trace`` it had set on the check's frames, blaming the learner. Every callable hook but line_profiler's
+    goes back now, and sees the code after the checks."""
+    from ampcourse.checks import lesson00
+
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        pytest.skip("a trace or profile function is on (a debugger, coverage)")
+    events: list = []
+
+    def tracer(frame, event, arg):
+        events.append(event)
+        return tracer_hook if which == "trace" else None
+
+    tracer_hook = functools.partial(tracer) if kind == "partial" else _DefaultedTracer(events)
+    setter, getter = (sys.settrace, sys.gettrace) if which == "trace" else (sys.setprofile, sys.getprofile)
+    setter(tracer_hook)
+    try:
+        if graded:
+            _guard_run(monkeypatch)
+        lesson00.tensor_bytes(lambda t: t.numel() * t.element_size())
+        lesson00.tensor_bytes(lambda t: t.numel() * t.element_size())
+        seen = len(events)
+        _after_the_check()
+        left = getter()
+        after = len(events)
+    finally:
+        setter(None)
+    out = capsys.readouterr().out
+    assert out.count("✓ Task 1 (tensor_bytes)") == 2, out
+    assert left is tracer_hook and after > seen

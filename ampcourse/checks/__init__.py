@@ -688,22 +688,23 @@ _HOOK_GETTERS, _HOOK_SETTERS = (sys.getprofile, sys.gettrace), (sys.setprofile, 
 _NO_ARGS, _WITH_NONE = operator.methodcaller("__call__"), operator.methodcaller("__call__", None)
 
 
-def _python_trace_function(hook: object) -> bool:
-    """Whether ``hook`` is a Python function as ``sys.settrace``/``setprofile`` call it, ``(frame, event, arg)``: a
-    function or a bound method (pdb's ``trace_dispatch``), or an object of a class statement whose ``__call__`` is a
-    function taking three arguments besides ``self`` (or ``*args``). Decided by the types, from ``type``'s slots: a
-    C hook's object that happens to be callable (line_profiler's ``LineProfiler``, whose ``__call__(func)`` is a
-    decorator) is none."""
-    kind = type(hook)
-    if kind in (types.FunctionType, types.MethodType):
-        return True
-    if not _TYPE_FLAGS(kind) & _HEAP_TYPE:
-        return False
-    method = next((_TYPE_DICT(c)["__call__"] for c in _TYPE_MRO(kind) if "__call__" in _TYPE_DICT(c)), None)
-    if type(method) is not types.FunctionType:
-        return False
-    code = method.__code__
-    return code.co_argcount == 4 or (code.co_argcount <= 4 and bool(code.co_flags & 0x04))  # 0x04: CO_VARARGS
+_TYPE_MODULE = type.__dict__["__module__"].__get__
+
+
+def _line_profiler(hook: object) -> bool:
+    """Whether ``hook`` is line_profiler's ``LineProfiler`` (or a subclass: kernprof's, ``%lprun``'s), the object of
+    its C trace function, told by the classes of its type's MRO (module ``line_profiler...`` or a class named
+    ``LineProfiler``), from ``type``'s own slots, without importing line_profiler. Its ``__call__(func)`` is a
+    decorator, not a trace function: ``sys.settrace`` would make it a Python hook that raises TypeError at the next
+    event, inside the learner's code (review rev25-r10 W3)."""
+    for kind in _TYPE_MRO(type(hook)):
+        try:
+            module = _TYPE_MODULE(kind)
+        except AttributeError:  # pragma: no cover - every type has one
+            module = ""
+        if _TYPE_NAME(kind) == "LineProfiler" or (type(module) is str and module.split(".")[0] == "line_profiler"):
+            return True
+    return False
 
 
 def _put_back(which: str, hook: object) -> _Install | None:
@@ -716,13 +717,14 @@ def _put_back(which: str, hook: object) -> _Install | None:
       at the next event).
     - coverage's C tracer: ``sys.settrace``, which coverage supports (its tracer is callable as a Python trace
       function, and switches itself back to C at the next call).
-    - a Python trace or profile function (:func:`_python_trace_function`; pdb's is a method): ``sys.settrace`` /
-      ``sys.setprofile``, as it was set.
-    - any other object (another C hook: line_profiler's ``LineProfiler``, a Cython debugger's tracer): left off
-      (review rev25-r10 W3). ``sys.settrace`` would make it a Python hook called as ``(frame, event, arg)``, which
-      it may not be (``LineProfiler(frame, ...)`` raises TypeError inside the learner's code), and Python cannot
-      install a C function: such a profiler or tracer records nothing after the first check that uses
-      :func:`answer_of` (``%lprun`` around a check cell)."""
+    - line_profiler's ``LineProfiler`` (:func:`_line_profiler`): left off (review rev25-r10 W3). It is the object of
+      a C trace function, Python cannot install a C function, and ``sys.settrace`` would call the decorator as
+      ``(frame, event, arg)``: ``%lprun`` around a check cell records nothing after the first check that uses
+      :func:`answer_of`.
+    - anything else callable: ``sys.settrace`` / ``sys.setprofile``, as it was set. A function, a method (pdb's), a
+      ``functools.partial``, a class whose ``__call__`` has defaulted parameters, a Cython tracer (pydevd's
+      ``ThreadTracer`` and ``trace_dispatch``, JupyterLab's debugger) are all set so; leaving one off made the next
+      call fail on the ``f_trace`` it had set on the check's frames (review rev25-r11 E1)."""
     if hook is None:
         return None
     install = sys.settrace if which == "trace" else sys.setprofile
@@ -730,7 +732,9 @@ def _put_back(which: str, hook: object) -> _Install | None:
         return _LSPROF.enable, hook  # the C type's method, whatever a subclass defines
     if which == "trace" and _CTRACER is not None and type(hook) is _CTRACER:
         return install, hook
-    return (install, hook) if _python_trace_function(hook) else None
+    if _line_profiler(hook):
+        return None
+    return (install, hook) if callable(hook) else None
 
 
 def collect(task: str, fn: Callable[..., Any], name: str, calls: Any,

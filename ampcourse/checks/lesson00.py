@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import torch
 
@@ -111,9 +112,11 @@ def _model_and_input(device: torch.device) -> tuple[torch.nn.Sequential, torch.T
     with ``x[:, 0] = PROBE`` and ``x[:, 1] = PROBE_BASE``: 0 when the Linear multiplies 16-bit copies (autocast, fused
     or not: both products, 0.25 each, and their difference are exact), 2**-11 when it multiplies the float32 values,
     or their TF32 roundings. A float32 forward rounded to 16 bits afterwards leaves the 2**-11, which a 16-bit value
-    can hold, and a bitwise comparison with an eager autocast forward would refuse torch.compile on a GPU (inductor
-    splits a bias add from its matmul there, ``should_prefer_unfused_addmm`` in torch/_inductor/fx_passes/post_grad.py,
-    so it rounds twice).
+    can hold. The output itself is compared within rounding, not bitwise with an eager autocast forward: a compiled or
+    autotuned forward (torch.compile) may pick another kernel or accumulation order. (Inductor's unfusing of a bias
+    add from its matmul, ``unfuse_bias_add_to_pointwise`` in torch/_inductor/fx_passes/post_grad.py, is no reason on
+    its own: with ``torch._inductor.config.keep_addmm_fused_for_half_dtypes``, True by default in torch 2.13, a
+    bfloat16/float16 addmm stays fused, except on XPU; review rev25-r11 N1.)
 
     Why a value and not a setting (review rev25-r10 W1): TF32 is told apart by the numbers, whatever
     ``allow_tf32``/``fp32_precision`` say while the layer runs, so the check changes no backend flag (switching the
@@ -121,10 +124,12 @@ def _model_and_input(device: torch.device) -> tuple[torch.nn.Sequential, torch.T
     Linear runs, as they can autocast, and ``set_float32_matmul_precision`` turns torch 2.13's per-backend "none"
     into "ieee", which is not putting it back). Float16 and bfloat16 are told apart by range and precision together:
     TF32 shares float16's 10 mantissa bits and bfloat16's exponent range, so a value has to be beyond float16's range
-    (a subnormal) and beyond bfloat16's precision at once. Not told apart: a float32 matmul that torch itself computes
-    from bfloat16 roundings of its inputs (``set_float32_matmul_precision("medium")`` or
-    ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"`` on a CPU with bfloat16 matmul instructions) is bfloat16's
-    arithmetic, and a float32 layer run so and rounded in the answer's hooks passes the probe."""
+    (a subnormal) and beyond bfloat16's precision at once. Not told apart, where oneDNN takes its bf32 path (reasoning:
+    CPUs with AMX; on an AVX-512 CPU with avx512_bf16 and no AMX both settings below still gave 2**-11, review
+    rev25-r11 N2): a float32 matmul that torch itself computes from bfloat16 roundings of its inputs
+    (``set_float32_matmul_precision("medium")`` or ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``) is
+    bfloat16's arithmetic, and a float32 layer run so and rounded in the answer's hooks would pass the probe. Only the
+    first Linear holds a probe unit, and an answer that knows the probe can write it (review rev25-r11 W1)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
     x = torch.randn(16, 64, device=device)
@@ -136,36 +141,105 @@ def _model_and_input(device: torch.device) -> tuple[torch.nn.Sequential, torch.T
     return model, x
 
 
-def _watch(model: torch.nn.Module, device_type: str) -> tuple[list[dict], list]:
-    """Forward pre-hooks and forward hooks on every layer of ``model``: what autocast state each layer really ran
-    under, read before it ran and after (a state switched between the two shows: review rev25-r8 E3), the dtype it
-    produced, the first layer's input and its probe unit (:func:`_model_and_input`), and the last layer's output
-    object (which forward pass made the returned tensor)."""
-    seen: list[dict] = []
-    before: dict[int, tuple[bool, torch.dtype]] = {}
+class _Layer(NamedTuple):
+    """What the check's hooks saw one layer do (:func:`_watch`), frozen when the layer ran: bools, dtypes, strs, ints
+    and tuples of Python floats, nothing an answer can change in place (review rev25-r11 E2: an answer rewrote the
+    dicts of tensors the check held, through ``sys._getframe``)."""
+
+    seq: int  # its place among the layer calls: the pre-hooks' own count must agree (:func:`_records`)
+    layer: str
+    autocast: bool
+    dtype: torch.dtype
+    before: tuple | None  # (enabled, dtype) read by the layer's pre-hook
+    other: tuple  # the other device types with autocast on
+    starts: bool  # the first layer: a forward pass begins
+    input: tuple | None  # the first layer's input: (shape, its float32 values row by row)
+    probe: tuple | None  # the first Linear's unit 0, as Python floats
+    result: tuple | None  # the last layer's output: (dtype, shape, its float32 values row by row)
+    output: torch.dtype
+
+
+def _values(t: torch.Tensor) -> tuple | None:
+    """``t``'s shape and its elements as float32 Python floats, row by row (dim-0 chunks concatenate), or None where
+    they cannot be read (a batched tensor inside ``torch.vmap``, which has no storage)."""
+    try:
+        t = torch.Tensor.detach(t)
+        return tuple(t.shape), tuple(torch.Tensor.tolist(torch.Tensor.reshape(torch.Tensor.float(t), -1)))
+    except RuntimeError:
+        return None
+
+
+def _watch(model: torch.nn.Module, device_type: str) -> tuple[list, object]:
+    """Forward pre-hooks and forward hooks on every layer of ``model`` (their handles) and a function that gives what
+    they saw (:func:`_records`): what autocast state each layer really ran under, read before it ran and after (a
+    state switched between the two shows: review rev25-r8 E3), the dtype it produced, the first layer's input and its
+    probe unit (:func:`_model_and_input`), and the last layer's output (which forward passes made the returned
+    tensor), each as a frozen :class:`_Layer`.
+
+    The records are kept by the hooks' closures, not in a local of the check's frame while the answer runs, and
+    the pre-hooks count the layer calls in a store of their own: :func:`_records` refuses records that do not
+    agree with that count, one by one (review rev25-r11 E2)."""
+    store: list[_Layer] = []
+    calls: list[tuple[int, tuple[bool, torch.dtype]]] = []  # the pre-hooks' own: (id of the module, state)
+    first, last = model[0], model[-1]
 
     def state() -> tuple[bool, torch.dtype]:
         return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
 
     def pre_hook(module, inputs):
-        before[id(module)] = state()
+        calls.append((id(module), state()))
 
     def hook(module, inputs, output):
-        seen.append({
-            "layer": type(module).__name__,
-            "autocast": torch.is_autocast_enabled(device_type),
-            "dtype": torch.get_autocast_dtype(device_type),
-            "before": before.pop(id(module), None),
-            "other": [t for t in ("cpu", "cuda", "mps") if t != device_type and torch.is_autocast_enabled(t)],
-            "input": inputs[0].detach().float().clone() if module is model[0] else None,
-            "probe": output[..., 0].detach().float().clone() if module is model[0] else None,
-            "starts": module is model[0],
-            "result": output if module is model[-1] else None,
-            "output": output.dtype,
-        })
+        before = next((s for m, s in reversed(calls) if m == id(module)), None)
+        store.append(_Layer(
+            seq=len(store),
+            layer=type(module).__name__,
+            autocast=torch.is_autocast_enabled(device_type),
+            dtype=torch.get_autocast_dtype(device_type),
+            before=before,
+            other=tuple(t for t in ("cpu", "cuda", "mps") if t != device_type and torch.is_autocast_enabled(t)),
+            starts=module is first,
+            input=_values(inputs[0]) if module is first else None,
+            probe=(_values(output[..., 0]) or (None, None))[1] if module is first else None,
+            result=(output.dtype, *_values(output)) if module is last and _values(output) is not None else None,
+            output=output.dtype,
+        ))
 
     handles = [layer.register_forward_pre_hook(pre_hook, prepend=True) for layer in model]
-    return seen, handles + [layer.register_forward_hook(hook) for layer in model]
+    handles += [layer.register_forward_hook(hook) for layer in model]
+
+    def records() -> tuple[tuple[_Layer, ...], bool]:
+        taken, counted = tuple(store), tuple(calls)
+        agree = len(taken) == len(counted) and all(
+            type(r) is _Layer and r.seq == i for i, r in enumerate(taken))
+        return taken, agree
+
+    return handles, records
+
+
+def _autocast_state() -> tuple:
+    """The process-wide autocast state, frozen: ``((device, enabled, dtype), ...)``, the cache flag, and the nesting
+    level (read by one increment and its decrement)."""
+    from .state import _device_types
+
+    level = torch.autocast_increment_nesting() - 1
+    torch.autocast_decrement_nesting()
+    return (tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _device_types()),
+            torch.is_autocast_cache_enabled(), level)
+
+
+def _put_autocast_back(saved: tuple) -> None:
+    """Put back :func:`_autocast_state`'s ``saved``: each device's flag and dtype, the cache flag, and the nesting
+    level (a region entered and never left keeps it raised, and the cast cache is then never cleared)."""
+    devices, cache, level = saved
+    for device, enabled, dtype in devices:
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, dtype)
+    now = _autocast_state()[2]
+    for _ in range(max(0, now - level)):
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+    torch.set_autocast_cache_enabled(cache)
 
 
 def amp_forward(fn) -> None:
@@ -179,8 +253,18 @@ def amp_forward(fn) -> None:
     hooks is seen (review rev25-r8 E3), and so is a float32 layer whose output an answer's own hook rounds to 16 bits
     while autocast is switched on around the check's hooks: the first Linear's probe unit (:func:`_model_and_input`)
     is 0 only when the Linear multiplied 16-bit copies, not float32 nor TF32 ones (review rev25-r9 W1, rev25-r10 W1).
-    The records judged are those of the forward pass that made the returned tensor: another forward run or printed
-    besides it is the answer's own (review rev25-r9 M1).
+    The records judged are those of the forward pass that made the returned tensor, or of the consecutive passes whose
+    outputs joined along dim 0 make it (micro-batches, review rev25-r11 W2): another forward run or printed besides
+    them is the answer's own (review rev25-r9 M1).
+
+    Call-first, as the other checks of this lesson (review rev25-r11 E2): while the answer runs nothing the check
+    judges by is in a frame it can reach. The hooks keep frozen records (:class:`_Layer`) in their closures, checked
+    afterwards against the pre-hooks' own count of the layer calls (:func:`_watch`), and the reference and the input
+    compared with are made again after the call (:func:`_model_and_input`). What the answer can still reach is the
+    hooks themselves, through the model it is handed (``model[0]._forward_hooks``): a forgery that rewrites both of
+    their stores consistently is not seen. An answer that leaves autocast's global state changed (a region entered
+    with ``__enter__()`` and never left, ``torch.set_autocast_enabled``) fails, and the state, nesting level included,
+    is put back for the later cells (review rev25-r11 E3).
 
     Where the recipe is float32 (a GPU such as the GTX 1080, :data:`ampcourse.device.RECIPE_RULES`) AMP is off:
     the forward must run with autocast off. ``torch.autocast("cuda", dtype=torch.float32)`` does not turn itself
@@ -193,10 +277,12 @@ def amp_forward(fn) -> None:
     device, dtype = hardware.device, hardware.recommendation.dtype
     want = str(dtype).removeprefix("torch.")
     region = f"`with torch.autocast(device_type={device.type!r}, dtype=torch.{want}):`"
+    # Nothing the check judges by exists in a frame the answer can reach while it runs (review rev25-r11 E2): the
+    # hooks' records are frozen and kept by their closures (_watch), the reference and the input are made again
+    # after the call (_model_and_input), and the autocast state before it is a tuple of frozen values.
     model, x = _model_and_input(device)
-    with torch.no_grad():
-        reference = model(x)
-    seen, handles = _watch(model, device.type)
+    handles, records = _watch(model, device.type)
+    autocast_before = _autocast_state()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -204,10 +290,30 @@ def amp_forward(fn) -> None:
     finally:
         for handle in handles:
             handle.remove()
+        autocast_after = _autocast_state()
+        _put_autocast_back(autocast_before)  # later cells run in the state they had, whatever the answer left
+    seen, agree = records()
+    del handles, records
     refused = [w for w in caught if "Disabling autocast" in str(w.message)]
     for w in caught:  # the learner's other warnings are theirs to see
         if w not in refused:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if autocast_after != autocast_before:  # review rev25-r11 E3: a region entered and never left
+        left = [d for (d, on, _), (_, was, _) in zip(autocast_after[0], autocast_before[0], strict=True)
+                if on and not was]
+        what = (f"leaves {', '.join(left)} autocast switched on after it returns" if left else
+                "changes autocast's global state (its dtype, cache flag or nesting) and leaves it so after it returns")
+        raise fail(task, f"your function {what} (`torch.autocast(...).__enter__()` without `__exit__`, or "
+                         "`torch.set_autocast_enabled`): every later cell would run under it. Use `with "
+                         "torch.autocast(...):`, which switches it off again when the block ends.")
+    if not agree:
+        raise fail(task, "the check's records of the layers do not agree with its own count of the layer calls: "
+                         "your function changed what the check's forward hooks recorded. Leave the check's hooks "
+                         "and what they keep alone.")
+    model_again, x = _model_and_input(device)  # after the call: no reference existed while the answer ran
+    with torch.no_grad():
+        reference = model_again(x)
+    del model_again
     weight_dtypes = {p.dtype for p in model.parameters()}
     if weight_dtypes != {torch.float32}:
         found = ", ".join(sorted(str(d).removeprefix("torch.") for d in weight_dtypes))
@@ -220,10 +326,10 @@ def amp_forward(fn) -> None:
     if not seen:
         raise fail(task, "the model you were given never ran (its layers' forward hooks did not fire): a copy "
                          "of it, or no forward at all. Call `model(x)` itself inside the autocast region.")
-    seen, passes = _pass_returned(seen, out)
-    if passes > 1 and len(seen) > len(model):  # several forwards, and the tensor returned is the output of none
+    seen, passes, found = _pass_returned(seen, out)
+    if passes > 1 and not found:  # several forwards, and the tensor returned is the output of none
         method = {"float32": "float"}.get(_name(out.dtype), _name(out.dtype))  # .float(), not .float32() (rev25-r10 N1)
-        kinds = sorted({"under autocast" if s["autocast"] else "with autocast off" for s in seen if s["starts"]})
+        kinds = sorted({"under autocast" if s.autocast else "with autocast off" for s in seen if s.starts})
         raise fail(task, f"the model ran {passes} forward passes ({' and '.join(kinds)}), and the tensor you "
                          f"returned ({_name(out.dtype)}) is none of their outputs as it was: a forward's output "
                          f"converted afterwards (`.to(...)`, `.{method}()`) is not autocast's. Return the "
@@ -236,18 +342,18 @@ def amp_forward(fn) -> None:
         raise fail(task, f"torch.autocast warned \"{str(refused[0].message).splitlines()[0]}\": float32 is no "
                          f"autocast dtype (on CUDA the same call stays on instead). This device's recipe is "
                          f"float32, AMP off: {off}.")
-    if not autocast_wanted and any(s["autocast"] for s in seen):
-        on = next(s for s in seen if s["autocast"])
-        got = str(on["dtype"]).removeprefix("torch.")
-        if on["dtype"] == torch.float32:
+    if not autocast_wanted and any(s.autocast for s in seen):
+        on = next(s for s in seen if s.autocast)
+        got = str(on.dtype).removeprefix("torch.")
+        if on.dtype == torch.float32:
             raise fail(task, f"your forward ran with {device.type} autocast on, in float32: "
                              "torch.autocast(\"cuda\", dtype=torch.float32) does not turn itself off. This "
                              f"device's recipe is float32, AMP off: {off}.")
         raise fail(task, f"your forward ran under {device.type} autocast in {got}, but this device's recipe is "
                          f"float32, AMP off ({hardware.recommendation.reason}): {off}.")
-    if autocast_wanted and not first["autocast"]:
-        if first["other"]:
-            raise fail(task, f"autocast was on for {', '.join(first['other'])}, not for {device.type}, where the "
+    if autocast_wanted and not first.autocast:
+        if first.other:
+            raise fail(task, f"autocast was on for {', '.join(first.other)}, not for {device.type}, where the "
                              f"tensors are: the device_type must match the device. Use {region}")
         converted = (" Your output is " + str(out.dtype).removeprefix("torch.") + ": converting a float32 "
                      "forward's output (or a 16-bit copy of the model) is not autocast.") \
@@ -255,42 +361,45 @@ def amp_forward(fn) -> None:
         raise fail(task, f"the layers ran with autocast off, so the forward pass did not run under autocast on "
                          f"{device.type}.{converted} Wrap `model(x)` in {region} (the device_type must match "
                          "where the tensors are).")
-    if autocast_wanted and first["dtype"] != dtype:
-        got = str(first["dtype"]).removeprefix("torch.")
+    if autocast_wanted and first.dtype != dtype:
+        got = str(first.dtype).removeprefix("torch.")
         raise fail(task, f"autocast ran in {got}, but the recommended AMP dtype on this {device.type} device is "
                          f"{want}: pass `dtype=torch.{want}` to torch.autocast (see `describe().recommendation`; "
                          f"without dtype= autocast uses its per-device default, "
                          f"{str(AUTOCAST_DEFAULT_DTYPES[device.type]).removeprefix('torch.')} here).")
-    outside = [s["layer"] for s in seen if s["autocast"] != autocast_wanted]
+    outside = [s.layer for s in seen if s.autocast != autocast_wanted]
     if outside:
         raise fail(task, f"part of the forward ran outside the autocast region ({', '.join(outside)}): the "
                          "whole `model(x)` call belongs inside it.")
-    switched = [s["layer"] for s in seen if s["before"] != (s["autocast"], s["dtype"])]
+    switched = [s.layer for s in seen if s.before != (s.autocast, s.dtype)]
     if switched:
         raise fail(task, f"autocast's state changed while {', '.join(switched)} ran (between the layer's forward "
                          "pre-hook and its forward hook): run the whole `model(x)` inside one autocast region, "
                          "without switching autocast in hooks or inside the model.")
-    low = [s["output"] for s in seen if autocast_wanted and s["layer"] == "Linear" and s["output"] != dtype]
+    low = [s.output for s in seen if autocast_wanted and s.layer == "Linear" and s.output != dtype]
     if low:  # Linear is on autocast's lower-precision list (CPU and CUDA): under autocast it makes `dtype`
         raise fail(task, f"the Linear layers produced {_name(low[0])}, but under {device.type} autocast in {want} a "
                          f"Linear layer computes in {want}: "
                          "the layers did not really run under autocast (switched off around them, or their output "
                          f"converted). Run `model(x)` inside {region} and return its output as it is.")
-    seen_input = first["input"]  # before the probe: an input of the answer's own is that mistake (review rev25-r10 E2)
-    if seen_input is not None and not torch.equal(seen_input, x.float()):  # equal needs equal shapes too
-        if seen_input.shape == x.shape and torch.allclose(seen_input, x.float(), rtol=2.0**-7, atol=0):
-            raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, `.to(dtype)`) "
-                             "before the forward. Pass `x` as it is: autocast casts per operation.")
-        raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
-    if autocast_wanted and first["probe"] is not None and torch.count_nonzero(first["probe"]).item():
+    starts = [s for s in seen if s.starts]  # one per forward pass judged (a micro-batched answer: several)
+    if starts and all(s.input is not None for s in starts):  # its own input: rev25-r10 E2
+        seen_input = torch.cat([torch.tensor(s.input[1], dtype=torch.float32).reshape(s.input[0]) for s in starts])
+        if not torch.equal(seen_input, x.float()):  # equal needs equal shapes too; x made again after the call
+            if seen_input.shape == x.shape and torch.allclose(seen_input, x.float(), rtol=2.0**-7, atol=0):
+                raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, "
+                                 "`.to(dtype)`) before the forward. Pass `x` as it is: autocast casts per operation.")
+            raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
+    probe = max((abs(v) for s in starts if s.probe is not None for v in s.probe), default=0.0)
+    if autocast_wanted and probe != 0:
         raise fail(task, f"the first Linear computed in float32: one of its outputs is 2**15 * (x[:, 0] - x[:, 1]) "
                          f"with x[:, 0] = 2**-17 * (1 + 2**-9) and x[:, 1] = 2**-17, which is 0 when the Linear "
                          f"multiplies {want} copies (x[:, 0] rounds to 2**-17 in {want}) but came out as "
-                         f"{first['probe'].abs().max().item():.3g}, the answer of float32 (or TF32): a float32 forward "
+                         f"{probe:.3g}, the answer of float32 (or TF32): a float32 forward "
                          f"rounded to {want} afterwards (in hooks, or layer by layer) is not autocast. Run `model(x)` "
                          f"inside {region} and return its output as it is.")
-    if out.dtype != seen[-1]["output"]:
-        raise fail(task, f"the model's last layer produced {str(seen[-1]['output']).removeprefix('torch.')}, but "
+    if out.dtype != seen[-1].output:
+        raise fail(task, f"the model's last layer produced {str(seen[-1].output).removeprefix('torch.')}, but "
                          f"you returned {str(out.dtype).removeprefix('torch.')}: return the output as autocast "
                          "made it, without converting it.")
     if out.shape != reference.shape:
@@ -308,24 +417,36 @@ def amp_forward(fn) -> None:
                  "stayed float32 and the output matches float32 to within rounding.")
 
 
-def _pass_returned(seen: list[dict], out: torch.Tensor) -> tuple[list[dict], int]:
-    """``(records, passes)``: the layers' records of the forward pass whose last layer made ``out`` (the same tensor, or
-    one equal to it in dtype and every bit: ``.detach()``), else all of them; and how many passes ran. An answer may
-    run or print another forward besides the one it returns (review rev25-r9 M1)."""
-    passes: list[list[dict]] = []
+def _pass_returned(seen: tuple[_Layer, ...], out: torch.Tensor) -> tuple[list[_Layer], int, bool]:
+    """``(records, passes, found)``: the layers' records of the forward passes whose last layers made ``out``, else
+    all of them; how many passes ran; and whether some did. ``out`` is made by one pass whose output equals it in
+    dtype and every bit (the tensor itself, or ``.detach()``), or by consecutive passes whose outputs, joined along
+    dim 0, do (a micro-batched forward, ``torch.cat([model(c) for c in x.split(8)])``: review rev25-r11 W2). An answer
+    may run or print another forward besides the ones it returns (review rev25-r9 M1)."""
+    passes: list[list[_Layer]] = []
     for record in seen:
-        if record["starts"] or not passes:
+        if record.starts or not passes:
             passes.append([])
         passes[-1].append(record)
-
-    def made(result: object) -> bool:
-        return result is out or (type(result) is torch.Tensor and result.dtype == out.dtype
-                                 and result.shape == out.shape and torch.equal(result, out))
-
-    mine = next((p for p in passes if made(p[-1]["result"])), None)
-    for record in seen:
-        record["result"] = None  # no tensor of the answer's kept past here
-    return (mine if mine is not None else seen), len(passes)
+    if type(out) not in (torch.Tensor, torch.nn.Parameter) or torch.Tensor.dim(out) == 0:
+        return list(seen), len(passes), False
+    read = _values(out)
+    if read is None:
+        return list(seen), len(passes), False
+    shape, values = read
+    results = [p[-1].result for p in passes]
+    for i in range(len(passes)):
+        rows, joined = 0, ()
+        for j in range(i, len(passes)):
+            result = results[j]
+            if result is None or result[0] != out.dtype or len(result[1]) != len(shape) or result[1][1:] != shape[1:]:
+                break
+            rows, joined = rows + result[1][0], joined + result[2]
+            if rows > shape[0] or joined != values[:len(joined)]:
+                break
+            if rows == shape[0] and len(joined) == len(values):
+                return [r for p in passes[i:j + 1] for r in p], len(passes), True
+    return list(seen), len(passes), False
 
 
 # --- Task 3: the recipe for other machines --------------------------------------------------------------------
