@@ -65,6 +65,12 @@ __all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 _FP16_SUBNORMAL_MIN = FP16_NORMAL_MIN * float(torch.finfo(torch.float16).eps)  # 2**-24: below half of it, fp16 is 0
+#: :func:`_flushed_at_the_loss`: an own loss whose |loss| x scale / numel is below this may have been flushed. float16
+#: stores 0 below 2**-25; an entry of a mean loss's gradient is at least about 0.3 x |loss| / numel for the common
+#: losses (MSE, cross-entropy, binary cross-entropy, L1; review rev24-r13 M1 measured 0.33-0.63), so a flushed one
+#: has |loss| x scale / numel below 2**-25 / 0.3 < 2**-23; 2**-20 leaves room, and an O(1) loss at scale 65536 would
+#: need 2**36 outputs to come under it.
+_FLUSH_SPREAD = 2.0**-20
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's non-zero entries below fp16's normal range,
 # able to carry more than half of its squared norm (or all of it 0 or below), on most sampled steps
@@ -2030,31 +2036,39 @@ def _lost_param(r: StepRecord, name: str, zeros: bool = True) -> bool:
 
 
 def _flushed_at_the_loss(r: StepRecord) -> bool:
-    """The gradient entering the model is lost itself: the output gradient of the module nearest the loss (the first
-    in backward order; below the model itself when the model returns its own 0-d loss, whose gradient is the
-    scale: review rev24-r10) is mostly below fp16's normal range, or it is exactly 0 everywhere while the loss,
-    times the scale and spread over that output's entries (a mean's division), is below float16's smallest
-    subnormal (2**-24): 0 < |loss| x scale / numel < 2**-24. Then a gradient that is exactly 0 everywhere further
-    down was flushed to 0 (a loss too small for float16), not 0 by the model's design.
+    """The loss's gradient was flushed to 0 before it reached the model's float16 ops (a loss too small for
+    float16), so a gradient that is exactly 0 everywhere further down is lost, not 0 by the model's design (a dead
+    ReLU, an unused branch).
 
-    The size test tells the two apart (reviews rev24-r11 E1, rev24-r12 E1/M1): a mean loss of 1e-4 over 2**20
-    outputs at scale 1 (1e-10 per entry) is flushed, wherever the loss is computed; an O(1) loss at scale 65536 is
-    not, so its zeros are the model's own (a dead final ReLU, a saturated clamp, a loss that does not depend on
-    the parameters); a loss of exactly 0 (a satisfied hinge, an exact fit) has nothing to flush. For a
-    cross-entropy or a squared error below 4, an entry's gradient is at least about |loss| x scale / numel, so
-    a loss that float16 did flush meets the test."""
-    own = next((m.own_loss for m in r.modules if m.name == "" and m.own_loss is not None), None)
-    nearest = next((m for m in reversed(r.modules)
-                    if m.grad_lost is not None and not (own is not None and m.name == "")), None)
-    if nearest is None:
+    - The loss computed outside the model: the gradient entering it (the model's own output gradient) is lost
+      itself.
+    - The model returns its own 0-d loss (Hugging Face's ``outputs.loss``; the model's output gradient is then the
+      scale: review rev24-r10): no module's output gradient reached it intact (every module that got one, a loss
+      module such as ``self.crit = nn.MSELoss()`` with its 0-d output left aside, is lost). A module multiplied by 0
+      beside a live head (an auxiliary term) does not make the rest lost (rev24-r13 E3).
+
+    "Lost" is mostly subnormal (then the gradient is tiny anyway), or exactly 0 with a loss that could have been
+    flushed: |loss| x scale, spread over the largest of those outputs (a mean's division), below
+    :data:`_FLUSH_SPREAD`. An O(1) loss at scale 65536 whose gradients are 0 by design (a saturated clamp, a dead
+    final ReLU) is not flushed (reviews rev24-r11 E1, rev24-r12 E1/M1); a small mean loss over many outputs, or one
+    divided for accumulation before its backward, is (rev24-r13 E1). A loss of exactly 0 counts as possibly
+    flushed (a float16 loss computed from flushed values is 0: rev24-r13 E2), so a satisfied hinge's exact zeros
+    are read as a flush too (left: review rev24-r12 M1)."""
+    root = next((m for m in r.modules if m.name == ""), None)
+    own = root.own_loss if root is not None else None
+    if own is None:
+        first = next((m for m in reversed(r.modules) if m.grad_lost is not None), None)
+        reached = [] if first is None else [first]
+        loss = abs(r.loss)
+    else:
+        reached = [m for m in r.modules if m.grad_lost is not None and m.name != "" and m.numel not in (None, 1)]
+        loss = own
+    if not reached or not all(_lost_activation(m) for m in reached):
         return False
-    if _lost_activation(nearest, zeros=False):
+    if any(_lost_activation(m, zeros=False) for m in reached):
         return True
-    if nearest.grad_lost < 1.0:
-        return False
-    loss = own if own is not None else abs(r.loss)
-    spread = loss * (r.scale_before or 1.0) / max(nearest.numel or 1, 1)
-    return math.isfinite(spread) and 0.0 < spread < _FP16_SUBNORMAL_MIN
+    spread = loss * (r.scale_before or 1.0) / max(m.numel or 1 for m in reached)
+    return math.isfinite(spread) and spread < _FLUSH_SPREAD
 
 
 def _underflow(records: list[StepRecord], sampled: list[StepRecord],

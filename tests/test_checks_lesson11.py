@@ -382,6 +382,12 @@ def _plan_log2_of_every_peak(peaks, bf16):
     return "float16", [n for n, p in peaks.items() if not math.isfinite(p) or math.log2(65504 / p) < 2]
 
 
+def _plan_log2_zero_guarded(peaks, bf16):  # review rev24-r13 W3: a peak of 0 thought of, inf not (log2(0) raises)
+    if bf16:
+        return "bfloat16", []
+    return "float16", [n for n, p in peaks.items() if p != 0 and (math.isnan(p) or math.log2(65504 / p) < 2)]
+
+
 def plan_sorted(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", sorted(n for n, p in peaks.items() if not p <= LIMIT / 4))
 
@@ -554,7 +560,9 @@ WRONG = {
         "NaN peaks dropped": (plan_drops_nan, "inf or nan"),
         "sorted names": (plan_sorted, "another order"),
         "log2 of 65504 / peak, a zero peak not thought of (review rev24-r11 W1)": (_plan_log2_of_every_peak,
-                                                                                   "whose peak is 0"),
+                                                                                   "has a peak of 0 (an all-zero output)"),
+        "log2 with a zero peak guarded, inf not (review rev24-r13 W3)": (_plan_log2_zero_guarded,
+                                                                         "has a peak of inf: it has overflowed already"),
         "every module": (plan_everything, "not every module"),
         "bf16 spelt short": (plan_short_bf16, "return 'bfloat16'"),
         "fp16 spelt short": (plan_short_fp16, "return 'float16'"),

@@ -2916,12 +2916,13 @@ def test_r12_e1_a_small_mean_loss_flushed_to_0_underflows_wherever_it_is_compute
 
 
 @pytest.mark.parametrize("loss_fn", [
-    lambda o, y: torch.relu(1 - y * o).mean(),  # a satisfied hinge: exactly 0
     lambda o, y: (nn.functional.soft_margin_loss(o, -y) + 10).clamp(max=1.0),  # saturated: 1, no gradient
-], ids=["satisfied hinge", "saturated clamp"])
+], ids=["saturated clamp"])
 def test_r12_m1_a_design_zero_loss_computed_outside_the_model_is_no_underflow(loss_fn):
     """Review rev24-r12 M1 (fp_outside.py): with the loss outside the model, an exactly-0 gradient entering it was
-    read as a flush whatever the loss, so these runs (fp16, scale 65536) were told to let the scale grow."""
+    read as a flush whatever the loss, so this run (fp16, scale 65536, a loss of 1) was told to let the scale grow.
+    A satisfied hinge (a loss of exactly 0) still is: a float16 loss computed from flushed values is 0 as well
+    (review rev24-r13 E2)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
     optimizer, scaler = torch.optim.SGD(model.parameters(), lr=0.01), torch.amp.GradScaler("cpu")
@@ -2975,6 +2976,113 @@ def test_r12_e2_a_deep_copy_of_the_model_neither_fails_nor_feeds_the_recorder(ev
     with torch.no_grad():
         copy(x)
     assert all(p is None or p < 100 for p in peaks), peaks  # the original's outputs only
+
+
+class OwnCriterion(nn.Module):
+    """Review rev24-r13 E4: model and loss wrapped together, the loss a submodule (``self.crit = nn.MSELoss()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net, self.crit = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 256)), nn.MSELoss()
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.crit(self.net(x).float(), y)
+
+
+def _record(model, step, steps=3):
+    """A loop without a scaler whose ``step(model)`` runs the forward and backward passes and returns the loss."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpRecorder(model, optimizer) as rec:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss = step(model)
+            optimizer.step()
+            rec.step(loss)
+    return rec
+
+
+def test_r13_flushes_by_accumulation_a_loss_module_and_a_float16_loss_underflow():
+    """Review rev24-r13 E1 (32 micro-batches, each backward on loss / 32), E4 (the loss a submodule) and E2
+    (``model.half()`` with a float16 loss, itself 0): every gradient exactly 0, each was healthy at 2b600a0."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 512))
+    x = torch.randn(1024, 16)
+    with torch.no_grad():
+        y = net(x) + 0.2 * torch.sign(torch.randn(1024, 512))
+
+    def accumulate(model, n=32):
+        total = 0.0
+        for _ in range(n):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = nn.functional.mse_loss(model(x).float(), y)
+            (loss / n).backward()
+            total += loss.item() / n
+        return total
+
+    rec = _record(net, accumulate)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
+    assert finding(rec, "underflow").where == "2.weight"
+
+    torch.manual_seed(0)
+    model, x = OwnCriterion(), torch.randn(4096, 16)
+    with torch.no_grad():
+        y = model.net(x) + 0.01 * torch.sign(torch.randn(4096, 256))
+
+    def own(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y)
+        loss.backward()
+        return loss
+
+    assert finding(_record(model, own), "underflow").where == "net.2.weight"
+
+    torch.manual_seed(0)
+    half = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 256)).half()
+    xh = x.half()
+    with torch.no_grad():
+        yh = half(xh) + 1e-4 * torch.sign(torch.randn(4096, 256)).half()
+
+    def in_float16(model):
+        loss = nn.functional.mse_loss(model(xh), yh)  # 0 in float16
+        loss.backward()
+        return loss
+
+    rec = _record(half, in_float16)
+    assert rec.records[-1].loss == 0.0
+    assert "underflow" in kinds(rec), [str(f) for f in rec.findings()]
+
+
+class AuxTerm(nn.Module):
+    """Review rev24-r13 E3: an auxiliary output weighted by 0 and computed last, beside a live head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head, self.aux = nn.Sequential(nn.Linear(16, 64), nn.ReLU()), nn.Linear(64, 10), nn.Linear(64, 4096)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = self.body(x)
+        logits, a = self.head(h), self.aux(h)
+        return nn.functional.cross_entropy(logits.float(), y) + 0.0 * a.float().pow(2).mean()
+
+
+def test_r13_e3_a_zero_weighted_auxiliary_term_computed_last_is_no_underflow():
+    torch.manual_seed(0)
+    model, x, y = AuxTerm(), torch.randn(64, 16), torch.randint(0, 10, (64,))
+    pretrain = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(300):  # a well-fit head: a loss of about 0.01
+        pretrain.zero_grad()
+        model(x, y).backward()
+        pretrain.step()
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step)
+    assert rec.records[-1].param_grad_lost["aux.weight"] == 1.0  # 0 by design
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
 
 
 # --- the recorder's cost (issue 24) ---------------------------------------------------------------------------------

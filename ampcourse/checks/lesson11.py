@@ -454,13 +454,15 @@ def finetune_plan(fn) -> None:
     for peaks, bf16 in CASES:
         try:
             got = call(task, fn, "finetune_plan", dict(peaks), bf16)
-        except CheckFailed as failed:  # review rev24-r12 W1: name the all-zero output that log2(65504 / p) divides by
-            zero = [n for n, p in peaks.items() if p == 0]
-            if not zero or " raised " not in str(failed):
+        except CheckFailed as failed:  # reviews rev24-r12 W1, rev24-r13 W3/N1: name the peak log2(65504 / p) breaks on
+            odd = [(n, p) for n, p in peaks.items() if p == 0 or math.isinf(p)]
+            if not odd or " raised " not in str(failed):
                 raise
-            raise fail(task, f"peaks {peaks}, bf16={bf16}: finetune_plan raised on {zero[0]!r}, whose peak is 0 (an "
-                             "all-zero output): its headroom is unlimited, so it is never kept in FP32; test for a "
-                             "peak of 0 before dividing by it (or compare the peak with 65504 / 4).") from None
+            said = "; ".join(f"{n!r} has a peak of 0 (an all-zero output): its headroom is unlimited, so it is never "
+                             "kept in FP32" if p == 0 else f"{n!r} has a peak of inf: it has overflowed already, so it "
+                             "is kept in FP32" for n, p in odd)
+            raise fail(task, f"peaks {peaks}, bf16={bf16}: finetune_plan raised; {said}. Handle such peaks before "
+                             "computing a headroom in bits (or compare the peak with 65504 / 4).") from None
         want = plan_rule(peaks, bf16)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise fail(task, f"finetune_plan returned {got!r}: return (dtype name, list of module names).")
