@@ -559,10 +559,10 @@ WRONG = {
         "FP32 islands in bf16": (plan_islands_in_bf16, "empty list"),
         "NaN peaks dropped": (plan_drops_nan, "inf or nan"),
         "sorted names": (plan_sorted, "another order"),
-        "log2 of 65504 / peak, a zero peak not thought of (review rev24-r11 W1)": (_plan_log2_of_every_peak,
-                                                                                   "has a peak of 0 (an all-zero output)"),
-        "log2 with a zero peak guarded, inf not (review rev24-r13 W3)": (_plan_log2_zero_guarded,
-                                                                         "has a peak of inf: it has overflowed already"),
+        "log2 of 65504 / peak, a zero peak not thought of (review rev24-r11 W1)": (
+            _plan_log2_of_every_peak, "has a peak of 0 (an all-zero output)"),
+        "log2 with a zero peak guarded, inf not (review rev24-r13 W3)": (
+            _plan_log2_zero_guarded, "has a peak of inf: it has overflowed already"),
         "every module": (plan_everything, "not every module"),
         "bf16 spelt short": (plan_short_bf16, "return 'bfloat16'"),
         "fp16 spelt short": (plan_short_fp16, "return 'float16'"),

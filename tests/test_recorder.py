@@ -3057,7 +3057,8 @@ class AuxTerm(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.body, self.head, self.aux = nn.Sequential(nn.Linear(16, 64), nn.ReLU()), nn.Linear(64, 10), nn.Linear(64, 4096)
+        self.body = nn.Sequential(nn.Linear(16, 64), nn.ReLU())
+        self.head, self.aux = nn.Linear(64, 10), nn.Linear(64, 4096)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         h = self.body(x)
