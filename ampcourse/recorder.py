@@ -65,11 +65,13 @@ __all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
 _FP16_SUBNORMAL_MIN = FP16_NORMAL_MIN * float(torch.finfo(torch.float16).eps)  # 2**-24: below half of it, fp16 is 0
-#: :func:`_flushed_at_the_loss`: an own loss whose |loss| x scale / numel is below this may have been flushed. float16
-#: stores 0 below 2**-25; an entry of a mean loss's gradient is at least about 0.3 x |loss| / numel for the common
-#: losses (MSE, cross-entropy, binary cross-entropy, L1; review rev24-r13 M1 measured 0.33-0.63), so a flushed one
-#: has |loss| x scale / numel below 2**-25 / 0.3 < 2**-23; 2**-20 leaves room, and an O(1) loss at scale 65536 would
-#: need 2**36 outputs to come under it.
+#: :func:`_flushed_at_the_loss`: a loss whose |loss| x scale / numel is below this may have been flushed. float16
+#: stores 0 at 2**-25 and below; the largest entry of a mean loss's gradient is about 0.3 x |loss| / numel or more for
+#: MSE, cross-entropy, binary cross-entropy and L1 of O(1) losses (review rev24-r13 M1 measured 0.33-0.63), so a
+#: flushed one has |loss| x scale / numel below 2**-25 / 0.3 < 2**-23; 2**-20 leaves a factor 32 of room, and an O(1)
+#: loss at scale 65536 would need 2**36 outputs to come under it. Not covered (a flush read as the model's design,
+#: review rev24-r14 M1/W1): losses whose gradient is far smaller than |loss| / numel (label smoothing near its optimum:
+#: 0.006; L1 above 32; MSE on unnormalised targets) and accumulation over more than ~32 micro-batches.
 _FLUSH_SPREAD = 2.0**-20
 LOW_HEADROOM_BITS = 2.0  # low_headroom: a module's peak |output| within 2 bits (a factor 4) of the dtype's max
 UNDERFLOW_FRACTION = 0.5  # underflow: more than half of a gradient's non-zero entries below fp16's normal range,
@@ -2048,9 +2050,10 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
       beside a live head (an auxiliary term) does not make the rest lost (rev24-r13 E3).
 
     "Lost" is mostly subnormal (then the gradient is tiny anyway), or exactly 0 with a loss that could have been
-    flushed: |loss| x scale, spread over the largest of those outputs (a mean's division), below
-    :data:`_FLUSH_SPREAD`. An O(1) loss at scale 65536 whose gradients are 0 by design (a saturated clamp, a dead
-    final ReLU) is not flushed (reviews rev24-r11 E1, rev24-r12 E1/M1); a small mean loss over many outputs, or one
+    flushed: |loss| x scale, spread over the output next to the loss (a mean's division: the model's output, or,
+    for an own loss, the output of the module that finished its forward last; not the largest inner activation,
+    which made a dead final ReLU's zeros a flush: review rev24-r14 E1), below :data:`_FLUSH_SPREAD`. An O(1) loss
+    at scale 65536 whose gradients are 0 by design (a saturated clamp, a dead final ReLU) is not flushed (reviews rev24-r11 E1, rev24-r12 E1/M1); a small mean loss over many outputs, or one
     divided for accumulation before its backward, is (rev24-r13 E1). A loss of exactly 0 counts as possibly
     flushed (a float16 loss computed from flushed values is 0: rev24-r13 E2), so a satisfied hinge's exact zeros
     are read as a flush too (left: review rev24-r12 M1)."""
@@ -2067,7 +2070,7 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
         return False
     if any(_lost_activation(m, zeros=False) for m in reached):
         return True
-    spread = loss * (r.scale_before or 1.0) / max(m.numel or 1 for m in reached)
+    spread = loss * (r.scale_before or 1.0) / (reached[-1].numel or 1)
     return math.isfinite(spread) and spread < _FLUSH_SPREAD
 
 

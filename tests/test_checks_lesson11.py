@@ -388,6 +388,12 @@ def _plan_log2_zero_guarded(peaks, bf16):  # review rev24-r13 W3: a peak of 0 th
     return "float16", [n for n, p in peaks.items() if p != 0 and (math.isnan(p) or math.log2(65504 / p) < 2)]
 
 
+def _plan_int_of_the_peak(peaks, bf16):  # review rev24-r14 E2: 0 and inf handled, int(nan) raises
+    if bf16:
+        return "bfloat16", []
+    return "float16", [n for n, p in peaks.items() if math.isinf(p) or (p != 0 and int(p) * 4 > 65504)]
+
+
 def plan_sorted(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", sorted(n for n, p in peaks.items() if not p <= LIMIT / 4))
 
@@ -561,6 +567,8 @@ WRONG = {
         "sorted names": (plan_sorted, "another order"),
         "log2 of 65504 / peak, a zero peak not thought of (review rev24-r11 W1)": (
             _plan_log2_of_every_peak, "has a peak of 0 (an all-zero output)"),
+        "int() of a NaN peak, not the inf's fault (review rev24-r14 E2)": (
+            _plan_int_of_the_peak, "raised ValueError: cannot convert float NaN to integer"),
         "log2 with a zero peak guarded, inf not (review rev24-r13 W3)": (
             _plan_log2_zero_guarded, "has a peak of inf: it has overflowed already"),
         "every module": (plan_everything, "not every module"),

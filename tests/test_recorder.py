@@ -3086,6 +3086,39 @@ def test_r13_e3_a_zero_weighted_auxiliary_term_computed_last_is_no_underflow():
     assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
 
 
+class DeadBehindAWideLayer(nn.Module):
+    """Review rev24-r14 E1 (rec.py a): a dead final ReLU (its head's bias at -1e4) behind a 2**22-entry activation."""
+
+    def __init__(self, own: bool) -> None:
+        super().__init__()
+        self.own, self.body, self.head = own, nn.Sequential(nn.Linear(16, 4096), nn.ReLU()), nn.Linear(4096, 4)
+        with torch.no_grad():
+            self.head.bias.fill_(-1e4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = nn.functional.relu(self.head(self.body(x)))
+        return nn.functional.mse_loss(out.float(), y) if self.own else out
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own loss", "loss outside"])
+def test_r14_e1_a_dead_final_relu_behind_a_wide_layer_is_healthy_wherever_the_loss_is(own):
+    """Review rev24-r14 E1: the own-loss rule divided the loss by the largest output in the model (2**22 entries), so
+    these zeros by design (an MSE of 0.33, no scaler) were a flush only when the model computed its own loss."""
+    torch.manual_seed(0)
+    model, x = DeadBehindAWideLayer(own), torch.randn(1024, 16)
+    y = torch.rand(1024, 4)
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y) if own else nn.functional.mse_loss(model(x, y).float(), y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+
+
 # --- the recorder's cost (issue 24) ---------------------------------------------------------------------------------
 
 def test_the_hook_functions_are_made_once_per_recorder_not_per_sampled_step():
