@@ -2053,10 +2053,11 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
     flushed: |loss| x scale, spread over the output next to the loss (a mean's division: the model's output, or,
     for an own loss, the output of the module that finished its forward last; not the largest inner activation,
     which made a dead final ReLU's zeros a flush: review rev24-r14 E1), below :data:`_FLUSH_SPREAD`. An O(1) loss
-    at scale 65536 whose gradients are 0 by design (a saturated clamp, a dead final ReLU) is not flushed (reviews rev24-r11 E1, rev24-r12 E1/M1); a small mean loss over many outputs, or one
-    divided for accumulation before its backward, is (rev24-r13 E1). A loss of exactly 0 counts as possibly
-    flushed (a float16 loss computed from flushed values is 0: rev24-r13 E2), so a satisfied hinge's exact zeros
-    are read as a flush too (left: review rev24-r12 M1)."""
+    at scale 65536 whose gradients are 0 by design (a saturated clamp, a dead final ReLU) is not flushed (reviews
+    rev24-r11 E1, rev24-r12 E1/M1); a small mean loss over many outputs, or one divided for accumulation before its
+    backward, is (rev24-r13 E1). A loss of exactly 0 counts as possibly flushed (a float16 loss computed from
+    flushed values is 0: rev24-r13 E2), so a satisfied hinge's exact zeros are read as a flush too (left: review
+    rev24-r12 M1)."""
     root = next((m for m in r.modules if m.name == ""), None)
     own = root.own_loss if root is not None else None
     if own is None:
