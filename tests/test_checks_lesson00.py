@@ -198,9 +198,10 @@ def _run_and_unhook(model, x, handles, dev):
         torch.set_autocast_enabled(dev, False)
 
 
-def _float32_rounded_in_hooks(model, x):
+def _float32_rounded_in_hooks(model, x, linear=None):
     """Review rev25-r9 W1: every layer runs in float32 (autocast on only while the check's hooks read it) and its
-    output is rounded to the recipe's dtype in a hook of the answer's own, ahead of the check's."""
+    output is rounded to the recipe's dtype in a hook of the answer's own, ahead of the check's. ``linear(module,
+    input)``: what a Linear's output is replaced by before the rounding (autocast still off)."""
     dev, dtype = _rec()
     handles = []
 
@@ -209,6 +210,8 @@ def _float32_rounded_in_hooks(model, x):
         return (inputs[0].float(),)
 
     def rounded(module, inputs, output):  # before the check's hook: autocast on, the output in 16 bits
+        if linear is not None and isinstance(module, torch.nn.Linear):
+            output = linear(module, inputs[0])
         torch.set_autocast_enabled(dev, True)
         return output.to(dtype)
 
@@ -232,26 +235,8 @@ def _tf32_rounded_in_hooks(model, x):
     """Review rev25-r10 W1: as :func:`_float32_rounded_in_hooks`, each Linear computed as a TF32 matmul would
     (``torch.backends.cuda.matmul.allow_tf32 = True``): its output replaced by ``F.linear`` of the TF32-rounded input
     and weight, rounded to the recipe's dtype. The old probe, ``1 + 2**-12``, rounds to 1 in TF32 too."""
-    dev, dtype = _rec()
-    handles = []
-
-    def off(module, inputs):
-        torch.set_autocast_enabled(dev, False)
-        return (inputs[0].float(),)
-
-    def rounded(module, inputs, output):
-        if isinstance(module, torch.nn.Linear):  # autocast still off: a float32 matmul of TF32 roundings
-            output = torch.nn.functional.linear(_tf32(inputs[0]), _tf32(module.weight), module.bias)
-        torch.set_autocast_enabled(dev, True)
-        return output.to(dtype)
-
-    for layer in model:
-        handles.append(layer.register_forward_pre_hook(lambda m, i: torch.set_autocast_enabled(dev, True),
-                                                       prepend=True))
-        handles.append(layer.register_forward_pre_hook(off))
-        handles.append(layer.register_forward_hook(rounded, prepend=True))
-    torch.set_autocast_dtype(dev, dtype)
-    return _run_and_unhook(model, x, handles, dev)
+    return _float32_rounded_in_hooks(model, x, lambda module, input: torch.nn.functional.linear(
+        _tf32(input), _tf32(module.weight), module.bias))
 
 
 def test_probe_rounds_in_both_16_bit_dtypes_not_in_tf32():
