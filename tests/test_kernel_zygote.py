@@ -2,6 +2,7 @@
 behave as kernels started afresh — the client's working folder and environment, interrupts, kills, exit codes —
 and a kernel with other import-time settings, or with the templates turned off, must be an ordinary one."""
 import os
+import queue
 import time
 
 import kernel_zygote
@@ -19,6 +20,15 @@ def _run(kc, code: str, timeout: float = 30) -> tuple[str, dict]:
     out = []
     reply = kc.execute_interactive(code, timeout=timeout, output_hook=lambda m: out.append(
         m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+    if not out:  # a loaded machine can publish the stream after the idle status: take what comes within 2 s
+        deadline = time.time() + 2
+        while time.time() < deadline:
+            try:
+                m = kc.get_iopub_msg(timeout=max(0.01, deadline - time.time()))
+            except queue.Empty:
+                break
+            if m["parent_header"].get("msg_id") == reply["parent_header"]["msg_id"] and m["msg_type"] == "stream":
+                out.append(m["content"].get("text", ""))
     return "".join(out), reply["content"]
 
 
@@ -109,7 +119,8 @@ def test_the_runs_kernels_are_forked_and_take_the_clients_folder_and_environment
         km.interrupt_kernel()
         reply = kc.get_shell_msg(timeout=20)
         assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["ename"] == "KeyboardInterrupt"
-        assert _run(kc, "print('after')")[0].strip() == "after"
+        after, content = _run(kc, "print('after')")
+        assert after.strip() == "after", f"after the interrupt the kernel replied {content}"
         # the kernel's exit code is its client's
         pid = int(_run(kc, "print(os.getpid())")[0])
         kc.execute("os._exit(3)")
