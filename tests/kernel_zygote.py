@@ -12,12 +12,12 @@ file, as the client of a fork server:
   dies, it kills the kernel, as ipykernel's parent poller ends an ordinary one. Where there is no template yet (or
   only a dead one's lock), it starts one in the background and runs this kernel the ordinary way
   (``exec python -m ipykernel_launcher``).
-* ``kernel_zygote.py serve DIR KEY`` (a template): imports torch, numpy and ipykernel once, then forks one kernel
-  per request. The child takes the client's environment, working folder, standard streams and arguments, leads a
-  process group of its own, re-seeds torch's and numpy's generators and runs ipykernel's launcher as
-  ``python -m ipykernel_launcher`` would; it is a fresh process in every other way but the ones below (a new PID,
-  no threads, nothing run but the imports). A template with no kernel and no request for :data:`IDLE` seconds
-  exits (a key used once, a test's own ``PYTHONPATH``, does not hold its memory for the rest of the run).
+* ``kernel_zygote.py serve DIR KEY`` (a template): imports torch, numpy and ipykernel (with its debugger) once, then
+  forks one kernel per request. The child takes the client's environment, working folder, standard streams and
+  arguments, leads a process group of its own, re-seeds torch's and numpy's generators and runs ipykernel's launcher
+  as ``python -m ipykernel_launcher`` would; it is a fresh process in every other way but the ones below (a new PID,
+  no threads, nothing run but the imports). A template with no kernel and no request for :data:`IDLE` seconds exits
+  (a key used once, a test's own ``PYTHONPATH``, does not hold its memory for the rest of the run).
 
 What is not the same as a kernel started afresh, and why that is safe: modules are imported before the learner's
 code rather than by it (the same modules, from the same files); the environment variables those imports read
@@ -30,6 +30,7 @@ under other CPU kernels) and every learner's run use ordinary kernels: this file
 ``tests/conftest.py`` sets ``AMPCOURSE_KERNEL_ZYGOTE`` (to a private folder of this user's; ``off``: ordinary).
 """
 import hashlib
+import itertools
 import json
 import os
 import selectors
@@ -37,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 DIR_VARIABLE = "AMPCOURSE_KERNEL_ZYGOTE"
@@ -47,6 +49,7 @@ _KEY_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL", "OPENBLAS", "ATEN_", "DNNL_", "
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _WATCH = 1.0  # seconds between a client's looks at whether the process that started it is still there
 IDLE = 120.0  # seconds a template with no kernel waits for a request before it exits (its memory back)
+_first_thread_name = 1  # set by serve(): the number of the first "Thread-N" name a kernel gives
 
 
 def process_settings() -> list:
@@ -250,8 +253,14 @@ def serve(folder: str, key: str) -> dict | None:
     only, the request it must run."""
     with open(os.path.join(folder, "owner")) as f:
         owner = int(f.read())
+    global _first_thread_name
+    _first_thread_name = threading._counter()  # "Thread-N" of the next unnamed thread (run_kernel puts it back)
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # pydevd's note on frozen modules, in every run's summary
+    import ipykernel.debugger  # noqa: F401  (debugpy and pydevd: 0.28 s of a kernel's start-up, imported there anyway)
+    del os.environ["PYDEVD_DISABLE_FILE_VALIDATION"]
     import ipykernel.kernelapp  # noqa: F401
     import numpy  # noqa: F401
+    import psutil  # noqa: F401  (ipykernel's, at start-up too)
     import torch  # noqa: F401  (the point: imported once, here)
     path = os.path.join(folder, key + ".sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -376,6 +385,8 @@ def run_kernel(request: dict) -> None:
         sys.modules["numpy.random"].seed()
     if "tempfile" in sys.modules:  # the temporary folder is looked up again, in the client's environment
         sys.modules["tempfile"].tempdir = None
+    # ipykernel's debugger makes an unnamed Thread object at import: names count on from where a fresh process's do
+    threading._counter = itertools.count(_first_thread_name).__next__
     import ipykernel_launcher
     sys.argv = [ipykernel_launcher.__file__, *request["argv"]]
     from ipykernel import kernelapp
