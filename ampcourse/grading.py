@@ -84,8 +84,9 @@ prints), so a swap made during the calls is seen while it is in place, even one 
 next calls the swapped helper (review rev25-r8 E1); a swap made after the call pass must last until ``passed()``'s
 comparison, unless something racing it, a thread, undoes it between the two (a gc callback, a torch mode or a signal
 handler would too: those are hazards, above); a trace or profile function the answer's call leaves on, or a
-``frame.f_trace`` on the check's stack, the one Python way to rebind a running function's locals, fails that call
-(``checks.answer_of``, comparing with the hooks the reset recorded in the run record, review rev25-r8 E2); ``ctypes``
+``frame.f_trace`` on the check's own frames, the one Python way to rebind a running function's locals, fails that
+call (``checks.answer_of``, lesson 00's Task 2 too, comparing with the hooks the reset recorded in the run record,
+review rev25-r8 E2, rev25-r12 E1); ``ctypes``
 can still write a function's locals (``PyFrame_LocalsToFast``). Other checks still compute their expected values
 first, and there the answer's own function can read them while it runs; the check modules' public tables (answers,
 reference literals such as lesson 04's ``TORCH_UPDATES``) are readable by any cell. An answer returned through

@@ -15,9 +15,10 @@ THREAD_FORGERY = (
     "threading.Thread(target=_loop, daemon=True).start()\n")
 TORCH_FORGERY = ("import torch\ntorch.Tensor.element_size = lambda self: 4\n"
                  "def tensor_bytes(t: torch.Tensor) -> int:\n    return t.numel() * 4\n")
-DURING_CHECK = (  # right on the check's first case only; then rebinds the check's helper `call` mid-check
+DURING_CHECK = (  # right on the check's first case only; then rebinds the check's helper `answer_of` mid-check
     "import sys, torch\ndef tensor_bytes(t):\n    m = sys.modules['ampcourse.checks.lesson00']\n"
-    "    m.call = lambda task, fn, name, x: x.numel() * x.element_size()\n    return 4000\n")
+    "    m.answer_of = lambda task, fn, name, args, *a, **k: (args[0].numel() * args[0].element_size(), None)\n"
+    "    return 4000\n")
 TRACE_HOOK = "import sys, torch\nsys.settrace(lambda *a: None)\ndef tensor_bytes(t):\n    return 0\n"
 AUDIT_HOOK = "import sys, torch\nsys.addaudithook(lambda e, a: None)\ndef tensor_bytes(t):\n    return 0\n"
 LEGIT_THREADS = (  # a right answer that uses threads which have finished by the check: must pass, with no note
@@ -35,7 +36,7 @@ REVIEW_FORGERIES = {  # name: (Task 1's answer cell, Task 1's status, words its 
     "thread": (THREAD_FORGERY, "failed", ["cannot be graded", "runs your own code", "_loop"]),
     "torch_patch": (TORCH_FORGERY, "failed", ["4 bytes per element"]),
     "during_check": (DURING_CHECK, "failed", ["altered the grader while this check ran",
-                                              "ampcourse.checks.lesson00.call"]),
+                                              "ampcourse.checks.lesson00.answer_of"]),
     "trace_hook": (TRACE_HOOK, "failed", ["cannot be graded", "sys.settrace"]),
     "audit_hook": (AUDIT_HOOK, "failed", ["cannot be graded", "audit hook"]),
     "legit_threads": (LEGIT_THREADS, "passed", []),
@@ -943,4 +944,43 @@ def tensor_bytes(t: torch.Tensor) -> int:
 REVIEW_FORGERIES.update({
     "del_swap": (DEL_SWAP_00, "failed", ["altered the grader while this check ran",
                                          "ampcourse.checks.lesson00._tensor_bytes_cases"]),
+})
+
+
+# --- review rev25-r12 ----------------------------------------------------------------------------------------------
+# E1: lesson 00 Task 2 called the answer through checks.call, not answer_of: a float32 forward, converted, sets a trace
+# function on amp_forward's check frame (and a global one, so that it runs), which rewrites the check's `seen` after
+# `seen, agree = records()` to say autocast in the recipe's dtype (probe zeroed), then takes itself out. It passed,
+# in the grader too; answer_of now fails the call for the trace function it left on.
+TRACE_REWRITES_SEEN_00 = '''import sys, torch
+from ampcourse.device import describe
+
+hardware = describe()
+
+
+def amp_forward(model, x):
+    dtype = hardware.recommendation.dtype
+    out = model(x).to(dtype)  # a float32 forward, converted
+    check = sys._getframe(1)
+    while check is not None and check.f_code.co_name != "amp_forward":
+        check = check.f_back
+
+    def local(frame, event, arg):
+        loc = frame.f_locals
+        if type(loc.get("seen")) is tuple and "agree" in loc:
+            loc["seen"] = tuple(r._replace(autocast=True, dtype=dtype, before=(True, dtype), output=dtype,
+                                           probe=None if r.probe is None else (0.0,) * len(r.probe))
+                                for r in loc["seen"])
+            sys.settrace(None)
+            frame.f_trace = None
+            return None
+        return local
+
+    check.f_trace = local
+    sys.settrace(lambda *a: None)
+    return out
+'''
+OTHER_FORGERIES.update({
+    "trace_rewrites_seen_00": ("00_start_here.ipynb", {"def amp_forward": TRACE_REWRITES_SEEN_00}, 1, "failed",
+                               ["`amp_forward` set a trace or profile function"]),
 })

@@ -12,6 +12,7 @@ import sys
 import grader_fixtures
 import numpy as np
 import pytest
+import review_forgeries
 import torch
 
 from ampcourse import device as course_device
@@ -463,6 +464,80 @@ def _micro_batched_then_converted(model, x):
     return torch.cat([model(c) for c in x.split(8)]).to(_rec()[1])
 
 
+def _duplicates_a_micro_batch(model, x):
+    """Review rev25-r12 M1: both micro-batches run under autocast, but the first one's output is returned twice:
+    nothing was converted, and the message must not say so."""
+    device_type, dtype = _rec()
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        a = model(x[:8])
+        model(x[8:])
+    return torch.cat([a, a])
+
+
+def _trace_rewrites_seen(model, x):
+    """Review rev25-r12 E1: the review's forgery (tests/review_forgeries.py), a trace function left on the check's
+    frame that rewrites its `seen` after the call."""
+    namespace: dict = {}
+    exec(review_forgeries.TRACE_REWRITES_SEEN_00, namespace)
+    return namespace["amp_forward"](model, x)
+
+
+def _trace_to_rewrite_seen():
+    """The same trace function as the review's forgery, set from code the answer runs *after* its call: on the
+    check's frame, and a global one so that it runs; it rewrites `seen` once it exists, then takes itself out."""
+    dtype = _rec()[1]
+    f = sys._getframe(1)
+    while f is not None and not (f.f_code.co_name == "amp_forward" and "records" in f.f_code.co_varnames):
+        f = f.f_back
+
+    def local(frame, event, arg):
+        loc = frame.f_locals
+        if type(loc.get("seen")) is tuple and "agree" in loc:
+            loc["seen"] = tuple(r._replace(autocast=True, dtype=dtype, before=(True, dtype), output=dtype,
+                                           probe=None if r.probe is None else (0.0,) * len(r.probe))
+                                for r in loc["seen"])
+            sys.settrace(None)
+            frame.f_trace = None
+            return None
+        return local
+
+    f.f_trace = local
+    sys.settrace(lambda *a: None)
+
+
+class _SetsTheTraceOnItsSecondStr(UserWarning):  # warnings.warn reads str() once, in the answer's call
+    reads = 0
+
+    def __str__(self):
+        type(self).reads += 1
+        if type(self).reads == 2:
+            _trace_to_rewrite_seen()
+        return "a warning of the answer's"
+
+
+def _warning_whose_str_sets_the_trace(model, x):
+    """Review rev25-r12 E1, by another door: a float32 forward, converted, and a warning whose __str__, read again by
+    the check after the call, sets the trace that rewrites `seen`."""
+    _SetsTheTraceOnItsSecondStr.reads = 0
+    import warnings
+
+    warnings.warn(_SetsTheTraceOnItsSecondStr(), stacklevel=1)
+    return model(x).to(_rec()[1])
+
+
+def _parameters_set_on_the_model_set_the_trace(model, x):
+    """The same from `model.parameters`, an attribute the answer sets on the model it is handed, which the check calls
+    after the call (its weight dtypes)."""
+    real = type(model).parameters
+
+    def parameters(*args):
+        _trace_to_rewrite_seen()
+        return real(model)
+
+    model.parameters = parameters
+    return model(x).to(_rec()[1])
+
+
 WRONG = {
     ("00", "tensor_bytes"): {
         "an object whose __repr__ raises SystemExit (review rev25-r8 N2)": (
@@ -530,6 +605,15 @@ WRONG = {
             _zeros_and_zeroes_the_reference, "the output differs from the float32 forward"),
         "micro-batches with autocast off, output converted": (
             _micro_batched_then_converted, "is none of their outputs as it was"),
+        "both micro-batches under autocast, the first returned twice (review rev25-r12 M1)": (
+            _duplicates_a_micro_batch, "the tensor you returned is not the output of your `model(x)` calls (nor "
+                                       "their micro-batches joined along dim 0 in order)"),
+        "a trace function left on the check's frame rewrites `seen` after the call (review rev25-r12 E1)": (
+            _trace_rewrites_seen, "`amp_forward` set a trace or profile function"),
+        "a warning's __str__, read after the call, sets that trace (review rev25-r12 E1)": (
+            _warning_whose_str_sets_the_trace, "`amp_forward` set a trace or profile function"),
+        "`model.parameters`, called after the call, sets that trace (review rev25-r12 E1)": (
+            _parameters_set_on_the_model_set_the_trace, "`amp_forward` set a trace or profile function"),
     },
     ("00", "choose_recipe"): {
         "bfloat16 everywhere": (lambda c: (torch.bfloat16, False), "no bfloat16 Tensor Cores"),

@@ -909,19 +909,72 @@ def test_an_f_trace_left_on_the_checks_frames_fails_the_call(monkeypatch):
         pytest.skip("a trace function is on (a debugger, coverage): f_trace is its own")
     _guard_run(monkeypatch)
 
+    frames = []
+
     def answer(x):
         f = sys._getframe(1)
         while f is not None:
             f.f_trace = lambda *a: None
+            frames.append(f)
             f = f.f_back
         return x
 
-    with pytest.raises(CheckFailed, match=r"set a trace function on the check's frames \(`frame.f_trace`\)"):
-        collect("Task 1 (f)", answer, "f", [(1,), (2,)])
-    f = sys._getframe()
-    while f is not None:
-        assert f.f_trace is None
-        f = f.f_back
+    try:
+        with pytest.raises(CheckFailed, match=r"set a trace function on the check's frames \(`frame.f_trace`\)"):
+            collect("Task 1 (f)", answer, "f", [(1,), (2,)])
+        checks = [f for f in frames if f.f_code.co_name in ("answer_of", "collect")]  # call's had returned
+        assert len(checks) == 2 and all(f.f_trace is None for f in checks)  # taken out
+        # the test's frame, and pytest's, are no check's: left as they are (review rev25-r12 E2)
+        assert sys._getframe() in frames and sys._getframe().f_trace is not None
+    finally:
+        f = sys._getframe()
+        while f is not None:
+            f.f_trace = None
+            f = f.f_back
+
+
+@pytest.mark.parametrize("graded", [False, True])
+def test_a_stale_f_trace_left_by_pdbs_quit_above_the_check_does_not_fail_a_right_answer(monkeypatch, capsys, graded):
+    """Review rev25-r12 E2: pdb's ``set_trace`` puts ``f_trace`` on every frame up to the outermost, and its ``q``
+    switches the trace function off but leaves them; in a kernel, ipykernel's long-lived frames are on every later
+    check's stack. The frame walk stops at the check's own frames: a right answer passes, and the stale ``f_trace``
+    above the check is left alone."""
+    import bdb
+    import io
+    import pdb
+
+    from ampcourse.checks import lesson00
+
+    if sys.gettrace() is not None:
+        pytest.skip("a trace function is on (a debugger, coverage): f_trace is its own")
+    if graded:
+        _guard_run(monkeypatch)
+
+    def debugged():
+        pdb.Pdb(stdin=io.StringIO("q\n"), stdout=io.StringIO()).set_trace()
+        return 1
+
+    def long_lived():  # ipykernel's loop: a frame begun before pdb ran, still running at the next check
+        try:
+            debugged()
+        except bdb.BdbQuit:  # what `q` raises in the cell, as IPython catches it
+            pass
+        stale = sys._getframe().f_trace
+        assert sys.gettrace() is None and stale is not None, "pdb's q left no stale f_trace: nothing tested"
+        lesson00.tensor_bytes(lambda t: t.numel() * t.element_size())
+        lesson00.tensor_bytes(lambda t: t.numel() * t.element_size())
+        return stale, sys._getframe().f_trace
+
+    try:
+        stale, after = long_lived()
+    finally:
+        f = sys._getframe()
+        while f is not None:
+            f.f_trace = None
+            f = f.f_back
+    out = capsys.readouterr().out
+    assert out.count("✓ Task 1 (tensor_bytes)") == 2, out
+    assert after is stale
 
 
 # --- review rev25-r10 ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import collections
 import collections.abc
 import itertools
 import operator
+import os
 import re
 import sys
 import time
@@ -590,10 +591,12 @@ def frozen(value: object) -> object:
 
 
 def answer_of(task: str, fn: Callable[..., Any], name: str, args: tuple,
-              convert: Callable[[Any], Any] | None = None) -> tuple[object, CheckFailed | None]:
+              convert: Callable[[Any], Any] | None = None, *,
+              freeze: bool = True) -> tuple[object, CheckFailed | None]:
     """One call of the learner's ``fn(*args)`` through :func:`call`, as ``(answer, None)`` or ``(None, failure)``: the
     answer converted by ``convert`` (a check's own reading, right after the call: a one-element tensor's item) and
-    then :func:`frozen`.
+    then :func:`frozen`; with ``freeze=False``, as :func:`call` converted it (lesson 00's ``amp_forward`` judges the
+    tensor returned, and keeps nothing it judges by in its frame while the answer runs: review rev25-r12 E1).
 
     A trace or profile function set while this ran (``sys.settrace``/``setprofile``, or ``frame.f_trace`` on a frame of
     the check's stack) is the one way Python code can rebind a running function's locals (CPython 3.11 writes
@@ -615,7 +618,8 @@ def answer_of(task: str, fn: Callable[..., Any], name: str, args: tuple,
         except CheckFailed as error:
             return None, error
         try:
-            return frozen(convert(got) if convert is not None else got), None
+            got = convert(got) if convert is not None else got
+            return (frozen(got) if freeze else got), None
         except _ReprEnded as ended:  # the returned object's __repr__ (review rev25-r8 N2)
             return None, _ended(task, f"the {ended.kind} `{name}` returned: its `__repr__`", ended.error)
     finally:
@@ -637,14 +641,20 @@ _Install = tuple[Callable[[Any], Any], object]  # a C function that switches a h
 def _no_trace_left(task: str, name: str, before: tuple, left: tuple,
                    frame: types.FrameType) -> tuple[tuple[_Install, ...], CheckFailed | None]:
     """What :func:`answer_of` switches on again (``(install, hook)`` pairs, :func:`_put_back`), and the failure of
-    ``name``'s call when it had left other hooks (``left``) on, or a ``frame.f_trace`` on the check's stack from
-    ``frame`` up (taken out here). The hooks wanted are those the guard recorded (the run record's ``hooks``);
+    ``name``'s call when it had left other hooks (``left``) on, or a ``frame.f_trace`` on the check's own frames
+    (taken out here): ``frame`` and its callers up to the first whose code is not of this package's files, the
+    frames that hold what a check judges. A stale ``f_trace`` above them is no answer's: pdb's ``q`` (bdb's
+    ``set_quit``) switches the trace function off but leaves the ``f_trace`` its ``set_trace`` put on every frame up
+    to the outermost, ipykernel's long-lived loop among them, and a check after it blamed the learner's function
+    (review rev25-r12 E2). While a trace function of the learner's is on (``want[0]``, outside the grader only:
+    there one on at the reset makes the check "cannot be graded"), the ``f_trace`` on the frames is its own, and is
+    not looked at (rev25-r12 W1). The hooks wanted are those the guard recorded (the run record's ``hooks``);
     ``before``, a local of ``answer_of``, only outside the grader."""
     run = _guard_run()
     recorded = run.get("hooks") if run is not None else None
     want = recorded if type(recorded) is tuple and len(recorded) == 2 else before
     frames = []
-    while frame is not None:
+    while frame is not None and _CHECKS_FILE(frame.f_code.co_filename):
         if want[0] is None and frame.f_trace is not None:
             frames.append(frame)
         frame = frame.f_back
@@ -684,6 +694,9 @@ def _coverage_tracer() -> type | None:
 _LSPROF = _lsprof_profiler()  # cProfile's C profiler (cProfile.Profile, IPython's %prun), taken at import
 _CTRACER = _coverage_tracer()  # coverage's C tracer: callable as a Python trace function, by coverage's design
 # answer_of's switch-off, C functions only: each getter called, and its setter called with None where it showed a hook
+# the files of this package's modules (the check modules, this one, facts, state): _no_trace_left's frame walk stops
+# at the first frame whose code is of none of them (str's own C method, its prefix taken at import)
+_CHECKS_FILE = operator.methodcaller("startswith", os.path.join(os.path.dirname(__file__), ""))
 _HOOK_GETTERS, _HOOK_SETTERS = (sys.getprofile, sys.gettrace), (sys.setprofile, sys.settrace)
 _NO_ARGS, _WITH_NONE = operator.methodcaller("__call__"), operator.methodcaller("__call__", None)
 

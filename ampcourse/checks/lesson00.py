@@ -15,7 +15,7 @@ from ..device import (
     generation,
     recommend,
 )
-from . import Returned, call, collect, exact_bool, exact_number, fail, hints, passed, require_callable
+from . import Returned, answer_of, collect, exact_bool, exact_number, fail, hints, passed, require_callable
 from .facts import BYTES_PER_ELEMENT
 
 
@@ -260,11 +260,14 @@ def amp_forward(fn) -> None:
     Call-first, as the other checks of this lesson (review rev25-r11 E2): while the answer runs nothing the check
     judges by is in a frame it can reach. The hooks keep frozen records (:class:`_Layer`) in their closures, checked
     afterwards against the pre-hooks' own count of the layer calls (:func:`_watch`), and the reference and the input
-    compared with are made again after the call (:func:`_model_and_input`). What the answer can still reach is the
-    hooks themselves, through the model it is handed (``model[0]._forward_hooks``): a forgery that rewrites both of
-    their stores consistently is not seen. An answer that leaves autocast's global state changed (a region entered
-    with ``__enter__()`` and never left, ``torch.set_autocast_enabled``) fails, and the state, nesting level included,
-    is put back for the later cells (review rev25-r11 E3).
+    compared with are made again after the call (:func:`_model_and_input`). It is called through
+    :func:`~ampcourse.checks.answer_of` (``freeze=False``: the tensor is judged), so a trace function it leaves on,
+    or a ``frame.f_trace`` on this frame, which could rewrite ``seen`` after the call, fails it (review rev25-r12 E1).
+    What the answer can still reach is the hooks themselves, through the model it is handed
+    (``model[0]._forward_hooks``): a forgery that rewrites both of their stores consistently is not seen. An answer
+    that leaves autocast's global state changed (a region entered with ``__enter__()`` and never left,
+    ``torch.set_autocast_enabled``) fails, and the state, nesting level included, is put back for the later cells
+    (review rev25-r11 E3).
 
     Where the recipe is float32 (a GPU such as the GTX 1080, :data:`ampcourse.device.RECIPE_RULES`) AMP is off:
     the forward must run with autocast off. ``torch.autocast("cuda", dtype=torch.float32)`` does not turn itself
@@ -286,18 +289,25 @@ def amp_forward(fn) -> None:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            out = call(task, fn, "amp_forward", model, x)
+            # answer_of, as the other tasks' collect: a trace function the answer leaves on, or an f_trace on this
+            # frame, could rewrite `seen` after the call (review rev25-r12 E1); it fails the call, raised here
+            out, failure = answer_of(task, fn, "amp_forward", (model, x), freeze=False)
+        if failure is not None:
+            raise failure
     finally:
         for handle in handles:
             handle.remove()
         autocast_after = _autocast_state()
         _put_autocast_back(autocast_before)  # later cells run in the state they had, whatever the answer left
+    # What is read of the answer's objects (the warnings it raised, the model it was handed) runs code of its own
+    # (a warning's __str__, a `parameters` set on the model): through answer_of too, before `seen` exists, so a
+    # trace function that code leaves on fails the check as the answer's call would (review rev25-r12 E1)
+    read, failure = answer_of(task, _after_the_call, "amp_forward", (model, caught))
+    if failure is not None:
+        raise failure
+    weight_dtypes, refused = read
     seen, agree = records()
     del handles, records
-    refused = [w for w in caught if "Disabling autocast" in str(w.message)]
-    for w in caught:  # the learner's other warnings are theirs to see
-        if w not in refused:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if autocast_after != autocast_before:  # review rev25-r11 E3: a region entered and never left
         left = [d for (d, on, _), (_, was, _) in zip(autocast_after[0], autocast_before[0], strict=True)
                 if on and not was]
@@ -314,9 +324,8 @@ def amp_forward(fn) -> None:
     with torch.no_grad():
         reference = model_again(x)
     del model_again
-    weight_dtypes = {p.dtype for p in model.parameters()}
-    if weight_dtypes != {torch.float32}:
-        found = ", ".join(sorted(str(d).removeprefix("torch.") for d in weight_dtypes))
+    if weight_dtypes != ("float32",):
+        found = ", ".join(weight_dtypes)
         advice = ("leave the model as it is and wrap the call in `torch.autocast`." if dtype != torch.float32 else
                   "leave the model as it is: this device's recipe is float32 (AMP off), so run it in float32.")
         raise fail(task, f"the model's weights are now {found}: you converted the model (`.half()`, "
@@ -330,6 +339,12 @@ def amp_forward(fn) -> None:
     if passes > 1 and not found:  # several forwards, and the tensor returned is the output of none
         method = {"float32": "float"}.get(_name(out.dtype), _name(out.dtype))  # .float(), not .float32() (rev25-r10 N1)
         kinds = sorted({"under autocast" if s.autocast else "with autocast off" for s in seen if s.starts})
+        if dtype != torch.float32 and all(s.autocast and s.dtype == dtype and s.before == (True, dtype)
+                                          for s in seen):  # nothing to convert: every pass ran as it should
+            raise fail(task, f"the model ran {passes} forward passes, all under {device.type} autocast in {want}, "
+                             f"but the tensor you returned is not the output of your `model(x)` calls (nor their "
+                             f"micro-batches joined along dim 0 in order). Return the `model(x)` you ran inside "
+                             f"{region} as it is, or `torch.cat` of its micro-batches' outputs in order.")
         raise fail(task, f"the model ran {passes} forward passes ({' and '.join(kinds)}), and the tensor you "
                          f"returned ({_name(out.dtype)}) is none of their outputs as it was: a forward's output "
                          f"converted afterwards (`.to(...)`, `.{method}()`) is not autocast's. Return the "
@@ -339,7 +354,7 @@ def amp_forward(fn) -> None:
     off = ("turn autocast off yourself with `enabled=rec.dtype != torch.float32` in torch.autocast, or call "
            "`model(x)` without a region")
     if not autocast_wanted and refused:
-        raise fail(task, f"torch.autocast warned \"{str(refused[0].message).splitlines()[0]}\": float32 is no "
+        raise fail(task, f"torch.autocast warned \"{refused}\": float32 is no "
                          f"autocast dtype (on CUDA the same call stays on instead). This device's recipe is "
                          f"float32, AMP off: {off}.")
     if not autocast_wanted and any(s.autocast for s in seen):
@@ -415,6 +430,18 @@ def amp_forward(fn) -> None:
         return
     passed(task, f"every layer ran under {device.type} autocast in {want} (seen by forward hooks); the weights "
                  "stayed float32 and the output matches float32 to within rounding.")
+
+
+def _after_the_call(model: torch.nn.Module, caught: list) -> tuple[tuple[str, ...], str]:
+    """What :func:`amp_forward` reads of the answer's objects after its call, called through ``answer_of``: the
+    names of the model's weight dtypes, and the first line of torch.autocast's "Disabling autocast" warning ("" if
+    none); the answer's other warnings are shown, theirs to see."""
+    weights = tuple(sorted({_name(p.dtype) for p in model.parameters()}))
+    refused = [w for w in caught if "Disabling autocast" in str(w.message)]
+    for w in caught:
+        if w not in refused:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return weights, str(refused[0].message).splitlines()[0] if refused else ""
 
 
 def _pass_returned(seen: tuple[_Layer, ...], out: torch.Tensor) -> tuple[list[_Layer], int, bool]:
