@@ -163,8 +163,11 @@ class ModuleStats:
         own_loss: for the model itself (``""``), when it returns a 0-d floating-point tensor (its own loss, as
             Hugging Face's ``outputs.loss``; the first such one of its outputs): that tensor's |value| (the largest
             over its calls); None otherwise (:func:`_flushed_at_the_loss` reads it).
-        numel: the most elements of its first floating-point output in one call (:func:`_flushed_at_the_loss`
-            divides the loss by it: a mean spreads the loss's gradient over that many entries).
+        numel: the most elements of one of its floating-point outputs in one call (the largest of a tuple such as
+            ``(z, recon)``, not the first: review rev24-r15 E4; :func:`_flushed_at_the_loss` divides the loss by it:
+            a mean spreads the loss's gradient over that many entries).
+        zero_d: every floating-point output it returned was 0-d (a loss module's output; a one-element output
+            with a shape, a ``(1, 1)`` head at batch 1, is not: review rev24-r15 E2).
     """
 
     name: str
@@ -180,6 +183,7 @@ class ModuleStats:
     grad_subnormal_mass: float | None = None
     own_loss: float | None = None
     numel: int | None = None
+    zero_d: bool = False
 
     @property
     def finite(self) -> bool:
@@ -633,7 +637,8 @@ class _Probe:
         self.weights = None if not weights else self._put(_weights_check(weights))
         self._root = hooks.root
         self.own_loss: dict[str, list[int]] = {}  # the root's name -> the peaks of its calls' 0-d outputs: its loss
-        self.numel: dict[str, int] = {}  # module -> the most elements of its first output in one call
+        self.numel: dict[str, int] = {}  # module -> the most elements of one of its outputs in one call
+        self.shaped: set[str] = set()  # modules that returned a one-element output with a shape ((1, 1)), not 0-d
         self._weighted = hooks.weighted
         hooks.probe = self  # the hooks, made once per recorder, call this probe's methods from now on
         handles = self.handles
@@ -783,8 +788,11 @@ class _Probe:
             if loss is not None:
                 self.own_loss.setdefault(name, []).append(loss)
         first = outs[0]
-        if first.numel() > self.numel.get(name, 0):
-            self.numel[name] = first.numel()
+        size = first.numel() if len(outs) == 1 else max(t.numel() for t in outs)  # (z, recon): rev24-r15 E4
+        if size > self.numel.get(name, 0):
+            self.numel[name] = size
+        if size == 1 and any(t.dim() for t in outs):  # a batch-1 (1, 1) head, not a 0-d loss: rev24-r15 E2
+            self.shaped.add(name)
         device = first.device.type
         autocast = torch.is_autocast_enabled(device)
         dtype = torch.get_autocast_dtype(device) if autocast else None
@@ -1053,7 +1061,8 @@ class _Probe:
             own = max(values[i] for i in self.own_loss[name]) if name in self.own_loss else None
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
                                      dtype=self.dtypes[name], cast_by=self.cast_by.get(name), minus_inf=minus_inf,
-                                     own_loss=own, numel=self.numel.get(name)))
+                                     own_loss=own, numel=self.numel.get(name),
+                                     zero_d=self.numel.get(name) == 1 and name not in self.shaped))
         return tuple(stats)
 
 
@@ -2050,14 +2059,22 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
       beside a live head (an auxiliary term) does not make the rest lost (rev24-r13 E3).
 
     "Lost" is mostly subnormal (then the gradient is tiny anyway), or exactly 0 with a loss that could have been
-    flushed: |loss| x scale, spread over the output next to the loss (a mean's division: the model's output, or,
-    for an own loss, the output of the module that finished its forward last; not the largest inner activation,
-    which made a dead final ReLU's zeros a flush: review rev24-r14 E1), below :data:`_FLUSH_SPREAD`. An O(1) loss
-    at scale 65536 whose gradients are 0 by design (a saturated clamp, a dead final ReLU) is not flushed (reviews
-    rev24-r11 E1, rev24-r12 E1/M1); a small mean loss over many outputs, or one divided for accumulation before its
-    backward, is (rev24-r13 E1). A loss of exactly 0 counts as possibly flushed (a float16 loss computed from
-    flushed values is 0: rev24-r13 E2), so a satisfied hinge's exact zeros are read as a flush too (left: review
-    rev24-r12 M1)."""
+    flushed: |loss| x scale divided by a module's ``numel`` (a mean's division; ``numel`` is the most elements of
+    one of its outputs in one call, the largest of a tuple such as ``(z, recon)``: review rev24-r15 E4) is below
+    :data:`_FLUSH_SPREAD`. That module is, with the loss outside, the last one in ``r.modules`` that got an output
+    gradient (the model itself, whose forward finishes last); with an own loss, the last of the modules above
+    (those that got an output gradient, the model itself and the modules all of whose outputs were 0-d left
+    aside; a ``(1, 1)`` head at batch 1 counts: rev24-r15 E2) in ``r.modules``'s order, that of their *first*
+    call's end: not the largest inner activation, which made a dead final ReLU's zeros a flush (review rev24-r14
+    E1). Left (review rev24-r15 E1/E3): exact zeros carry no magnitude, so a term weighted by 0 whose module's
+    first call ends last sets the divisor: a wide one makes a dead final ReLU's zeros a flush, a narrow one hides a
+    real flush; it needs a direct check at the float16 cast.
+
+    An O(1) loss at scale 65536 whose gradients are 0 by design (a saturated clamp, a dead final ReLU) is not
+    flushed (reviews rev24-r11 E1, rev24-r12 E1/M1); a small mean loss over many outputs, or one divided for
+    accumulation before its backward, is (rev24-r13 E1). A loss of exactly 0 counts as possibly flushed (a float16
+    loss computed from flushed values is 0: rev24-r13 E2), so a satisfied hinge's exact zeros are read as a flush
+    too (left: review rev24-r12 M1)."""
     root = next((m for m in r.modules if m.name == ""), None)
     own = root.own_loss if root is not None else None
     if own is None:
@@ -2065,7 +2082,7 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
         reached = [] if first is None else [first]
         loss = abs(r.loss)
     else:
-        reached = [m for m in r.modules if m.grad_lost is not None and m.name != "" and m.numel not in (None, 1)]
+        reached = [m for m in r.modules if m.grad_lost is not None and m.name != "" and not m.zero_d]
         loss = own
     if not reached or not all(_lost_activation(m) for m in reached):
         return False

@@ -4,6 +4,8 @@ import collections
 import math
 import typing
 import weakref
+from decimal import Decimal
+from fractions import Fraction
 
 import grader_fixtures
 import numpy as np
@@ -394,6 +396,19 @@ def _plan_int_of_the_peak(peaks, bf16):  # review rev24-r14 E2: 0 and inf handle
     return "float16", [n for n, p in peaks.items() if math.isinf(p) or (p != 0 and int(p) * 4 > 65504)]
 
 
+def _plan_decimal_log(peaks, bf16):  # review rev24-r15 W1: Decimal(0) divides: decimal.DivisionByZero
+    if bf16:
+        return "bfloat16", []
+    return "float16", [n for n, p in peaks.items()
+                       if p != p or (Decimal(65504) / Decimal(p)).ln() / Decimal(2).ln() < 2]
+
+
+def _plan_fraction_ratio(peaks, bf16):  # review rev24-r15 W1: NaN and inf guarded, Fraction(M) / Fraction(0) raises
+    if bf16:
+        return "bfloat16", []
+    return "float16", [n for n, p in peaks.items() if p != p or p == math.inf or Fraction(65504) / Fraction(p) < 4]
+
+
 def plan_sorted(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", sorted(n for n, p in peaks.items() if not p <= LIMIT / 4))
 
@@ -569,6 +584,10 @@ WRONG = {
             _plan_log2_of_every_peak, "has a peak of 0 (an all-zero output)"),
         "int() of a NaN peak, not the inf's fault (review rev24-r14 E2)": (
             _plan_int_of_the_peak, "raised ValueError: cannot convert float NaN to integer"),
+        "Decimal(65504) / Decimal(0): decimal.DivisionByZero (review rev24-r15 W1)": (
+            _plan_decimal_log, "'dropped' has a peak of 0 (an all-zero output)"),
+        "Fraction(65504) / Fraction(0): ZeroDivisionError (review rev24-r15 W1)": (
+            _plan_fraction_ratio, "'dropped' has a peak of 0 (an all-zero output)"),
         "log2 with a zero peak guarded, inf not (review rev24-r13 W3)": (
             _plan_log2_zero_guarded, "has a peak of inf: it has overflowed already"),
         "every module": (plan_everything, "not every module"),

@@ -3119,6 +3119,149 @@ def test_r14_e1_a_dead_final_relu_behind_a_wide_layer_is_healthy_wherever_the_lo
     assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
 
 
+class DeadBatchOneHead(nn.Module):
+    """Review rev24-r15 E2: batch 1, a one-output head (a ``(1, 1)`` output) on a 2**21-entry map, its final ReLU
+    dead (the head's bias at -1e4)."""
+
+    def __init__(self, own: bool) -> None:
+        super().__init__()
+        self.own, self.conv, self.head = own, nn.Conv2d(1, 32, 1), nn.Linear(32 * 256 * 256, 1)
+        with torch.no_grad():
+            self.head.bias.fill_(-1e4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = nn.functional.relu(self.head(torch.relu(self.conv(x)).flatten(1)))
+        return nn.functional.mse_loss(out.float(), y) if self.own else out
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own loss", "loss outside"])
+def test_r15_e2_a_dead_one_output_head_at_batch_1_is_healthy_wherever_the_loss_is(own):
+    """Review rev24-r15 E2: the own-loss rule left aside every one-element output (meant: a 0-d loss), so the loss
+    (1.0, no scaler) was spread over the 2**21-entry map behind the head and read as flushed."""
+    torch.manual_seed(0)
+    model, x, y = DeadBatchOneHead(own), torch.randn(1, 1, 256, 256), torch.rand(1, 1) + 0.5
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y) if own else nn.functional.mse_loss(model(x, y).float(), y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
+    head = next(m for m in rec.records[-1].modules if m.name == "head")
+    assert head.numel == 1 and not head.zero_d
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+
+
+class Autoencoder(nn.Module):
+    """Review rev24-r15 E4: returns the code and the reconstruction, in either order."""
+
+    def __init__(self, code_first: bool) -> None:
+        super().__init__()
+        self.code_first, self.enc, self.dec = code_first, nn.Linear(1024, 1), nn.Linear(1, 4096)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.enc(x)
+        recon = self.dec(z)
+        return (z, recon) if self.code_first else (recon, z)
+
+
+@pytest.mark.parametrize("code_first", [True, False], ids=["(z, recon)", "(recon, z)"])
+def test_r15_e4_a_flushed_reconstruction_loss_is_underflow_whatever_the_order_of_the_outputs(code_first):
+    """Review rev24-r15 E4: the loss (outside the model, on ``recon`` only) was divided by the model's *first*
+    output's size: 1024 for ``(z, recon)``, so a real flush (every gradient entry 2 x 0.05 / 2**22 < 2**-25) was
+    healthy; the largest output's (2**22) is the divisor in both orders."""
+    torch.manual_seed(0)
+    model, x = Autoencoder(code_first), torch.randn(1024, 1024)
+    with torch.no_grad():
+        target = model.dec(model.enc(x))
+        target += 0.05 * torch.sign(torch.randn_like(target))
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            recon = model(x)[1 if code_first else 0]
+            loss = nn.functional.mse_loss(recon.float(), target)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
+    assert next(m for m in rec.records[-1].modules if m.name == "").numel == 4096 * 1024
+    assert finding(rec, "underflow").where == "dec.weight"
+
+
+_R15_E1_E3 = pytest.mark.xfail(strict=True, reason="review rev24-r15 E1/E3: exact zeros carry no magnitude; needs a "
+                                                   "direct check at the float16 cast")
+
+
+class DeadHeadWideAux(nn.Module):
+    """Review rev24-r15 E1 (c2.py A1): a dead final ReLU, own MSE of 0.33, and a 4096-wide auxiliary term weighted by
+    0 computed last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head, self.aux = nn.Linear(16, 64), nn.Linear(64, 4), nn.Linear(64, 4096)
+        with torch.no_grad():
+            self.head.bias.fill_(-1e4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.body(x))
+        loss = nn.functional.mse_loss(nn.functional.relu(self.head(h)).float(), y)
+        return loss + 0.0 * self.aux(h).float().pow(2).mean()
+
+
+@_R15_E1_E3
+def test_r15_e1_a_zero_weighted_wide_aux_term_computed_last_leaves_a_dead_final_relu_healthy():
+    torch.manual_seed(0)
+    model, x, y = DeadHeadWideAux(), torch.randn(1024, 16), torch.rand(1024, 4)
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+
+
+class FlushedDecoderNarrowAux(nn.Module):
+    """Review rev24-r15 E3 (c5.py F1): an own MSE of 0.0025 over 2**22 outputs (every gradient entry 2.4e-8, flushed
+    at scale 1), and a 1-wide auxiliary term weighted by 0 computed last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.dec, self.aux = nn.Linear(16, 1024), nn.Linear(1024, 4096), nn.Linear(1024, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.body(x))
+        return nn.functional.mse_loss(self.dec(h).float(), y) + 0.0 * self.aux(h).float().mean()
+
+
+@_R15_E1_E3
+def test_r15_e3_a_zero_weighted_narrow_aux_term_computed_last_does_not_hide_a_flush():
+    torch.manual_seed(0)
+    model, x = FlushedDecoderNarrowAux(), torch.randn(1024, 16)
+    with torch.no_grad():
+        y = model.dec(torch.relu(model.body(x)))
+        y += 0.05 * torch.sign(torch.randn_like(y))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=10**6)
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(2):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            rec.step(loss)
+    assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
+    assert finding(rec, "underflow").where == "dec.weight"
+
+
 # --- the recorder's cost (issue 24) ---------------------------------------------------------------------------------
 
 def test_the_hook_functions_are_made_once_per_recorder_not_per_sampled_step():
