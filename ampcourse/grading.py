@@ -83,11 +83,15 @@ guard's comparison runs at the end of their call pass (``checks.compare_now``, a
 prints), so a swap made during the calls is seen while it is in place, even one that puts itself back when the check
 next calls the swapped helper (review rev25-r8 E1); a swap made after the call pass must last until ``passed()``'s
 comparison, unless something racing it, a thread, undoes it between the two (a gc callback, a torch mode or a signal
-handler would too: those are hazards, above); a trace or profile function the answer's call leaves on, or a
-``frame.f_trace`` on the check's own frames, the one Python way to rebind a running function's locals, fails that
-call (``checks.answer_of``, lesson 00's Task 2 too, comparing with the hooks the reset recorded in the run record,
-review rev25-r8 E2, rev25-r12 E1); ``ctypes``
-can still write a function's locals (``PyFrame_LocalsToFast``). Other checks still compute their expected values
+handler would too: those are hazards, above); a trace or profile function the answer's call leaves on when it
+returns, or a ``frame.f_trace`` on the check's own frames, fails that call (``checks.answer_of``, lesson 00's Task 2
+too, comparing with the hooks the reset recorded in the run record, review rev25-r8 E2, rev25-r12 E1), and lesson
+00's Task 2 fails a torch mode left entered or torch's global module hooks changed after the call (rev25-r13 E1).
+That covers a trace on when the call returns, not code of the answer's that runs later inside the check and sets
+one (a finalizer timed to run there, a hook reached through the check's own objects), nor ``ctypes``
+(``PyFrame_LocalsToFast``), ``sys.monitoring`` or CPython 3.13's writable ``frame.f_locals``: code written to reach
+into a running check is outside the guard's threat model (CONTRIBUTING "The grading guard").
+Other checks still compute their expected values
 first, and there the answer's own function can read them while it runs; the check modules' public tables (answers,
 reference literals such as lesson 04's ``TORCH_UPDATES``) are readable by any cell. An answer returned through
 ``checks.call``, or ``noted_call(..., plain_as=...)``, is converted to plain values in the call pass,

@@ -984,3 +984,100 @@ OTHER_FORGERIES.update({
     "trace_rewrites_seen_00": ("00_start_here.ipynb", {"def amp_forward": TRACE_REWRITES_SEEN_00}, 1, "failed",
                                ["`amp_forward` set a trace or profile function"]),
 })
+
+
+# --- review rev25-r13 ----------------------------------------------------------------------------------------------
+# E1: after the second answer_of, the check still ran code of the answer's: a global module forward hook (fired in the
+# check's own reference forward, made after the call) and a torch function mode left entered each set the trace that
+# rewrote `seen`, then took themselves out. The reference is now made before the call, and a mode left entered fails.
+def _rewrite_seen(rest: str) -> str:
+    return '''import sys, torch
+from torch.overrides import TorchFunctionMode
+from ampcourse.device import describe
+
+hardware = describe()
+
+
+def amp_forward(model, x):
+    dtype = hardware.recommendation.dtype
+    out = model(x).to(dtype)  # a float32 forward, converted
+    handle = None
+
+    def rewrite(frame, event, arg):
+        loc = frame.f_locals
+        if type(loc.get("seen")) is tuple and "reference" in loc:
+            loc["seen"] = tuple(r._replace(autocast=True, dtype=dtype, before=(True, dtype), output=dtype,
+                                           probe=None if r.probe is None else (0.0,) * len(r.probe),
+                                           result=None if r.result is None else (dtype, *r.result[1:]))
+                                for r in loc["seen"])
+            if torch._C._len_torch_function_stack():
+                torch._C._pop_torch_function_stack()
+            sys.settrace(None)
+            frame.f_trace = None
+            return None
+        return rewrite
+
+    def arm():
+        f = sys._getframe(2)
+        while f is not None and not (f.f_code.co_name == "amp_forward" and "seen" in f.f_locals):
+            f = f.f_back
+        if f is not None:
+            f.f_trace = rewrite
+            sys.settrace(lambda *a: None)
+        return f is not None
+''' + rest + '''
+    return out
+'''
+
+
+GLOBAL_HOOK_REWRITES_SEEN_00 = _rewrite_seen('''
+    def global_hook(module, inputs, output):
+        if arm():
+            handle.remove()
+
+    handle = torch.nn.modules.module.register_module_forward_hook(global_hook)''')
+MODE_REWRITES_SEEN_00 = _rewrite_seen('''
+    class Mode(TorchFunctionMode):
+        done = False
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if not self.done:
+                self.done = arm()
+            return func(*args, **(kwargs or {}))
+
+    Mode().__enter__()''')
+# E2: one store rewritten in place through the forward hook's closure, the pre-hooks' count untouched; and fin.py, a
+# finalizer put into the pre-hooks' `calls`, freed at `del handles, records` after `seen` was bound.
+STORE_REWRITTEN_00 = '''import torch
+from ampcourse.device import describe
+
+hardware = describe()
+
+
+def amp_forward(model, x):
+    dtype = hardware.recommendation.dtype
+    out = model(x).to(dtype)  # a float32 forward, converted
+    hook = next(iter(model[0]._forward_hooks.values()))
+    store = hook.__closure__[hook.__code__.co_freevars.index("store")].cell_contents
+    store[:] = [r._replace(autocast=True, dtype=dtype, before=(True, dtype), output=dtype,
+                           probe=None if r.probe is None else (0.0,) * len(r.probe),
+                           result=None if r.result is None else (dtype, *r.result[1:]))
+                for r in store]  # the pre-hooks' `calls` untouched: same count, same seq
+    return out
+'''
+FINALIZER_IN_CALLS_00 = _rewrite_seen('''
+    class Bomb(tuple):
+        def __del__(self):
+            arm()
+
+    pre = next(iter(model[0]._forward_pre_hooks.values()))
+    calls = pre.__closure__[pre.__code__.co_freevars.index("calls")].cell_contents
+    calls[0] = Bomb(calls[0])  # same count''')
+OTHER_FORGERIES.update({
+    "global_hook_rewrites_seen_00": ("00_start_here.ipynb", {"def amp_forward": GLOBAL_HOOK_REWRITES_SEEN_00}, 1,
+                                     "failed", ["the layers ran with autocast off"]),
+    "mode_rewrites_seen_00": ("00_start_here.ipynb", {"def amp_forward": MODE_REWRITES_SEEN_00}, 1, "failed",
+                              ["left a torch function mode or dispatch mode entered"]),
+    "store_rewritten_00": ("00_start_here.ipynb", {"def amp_forward": STORE_REWRITTEN_00}, 1, "failed",
+                           ["do not agree with its own count of the layer calls"]),
+})

@@ -649,10 +649,16 @@ def _no_trace_left(task: str, name: str, before: tuple, left: tuple,
     (review rev25-r12 E2). While a trace function of the learner's is on (``want[0]``, outside the grader only:
     there one on at the reset makes the check "cannot be graded"), the ``f_trace`` on the frames is its own, and is
     not looked at (rev25-r12 W1). The hooks wanted are those the guard recorded (the run record's ``hooks``);
-    ``before``, a local of ``answer_of``, only outside the grader."""
+    ``before``, a local of ``answer_of``, only outside the grader. There a hook of the learner's that is off when the
+    call returns is the learner's tracer gone, no answer's: pdb's ``cl`` then ``c`` inside the answer (bdb's
+    ``set_continue`` calls ``sys.settrace(None)`` once no breakpoint is left) fails nothing and is not switched on
+    again (review rev25-r13 E3); only a hook other than the one wanted, left on, fails the call."""
     run = _guard_run()
     recorded = run.get("hooks") if run is not None else None
-    want = recorded if type(recorded) is tuple and len(recorded) == 2 else before
+    graded = type(recorded) is tuple and len(recorded) == 2
+    want = recorded if graded else before
+    if not graded:  # a hook of the learner's own, off when the call returned: that tracer is gone (rev25-r13 E3)
+        want = tuple(None if got is None else wanted for got, wanted in zip(left, want, strict=True))
     frames = []
     while frame is not None and _CHECKS_FILE(frame.f_code.co_filename):
         if want[0] is None and frame.f_trace is not None:

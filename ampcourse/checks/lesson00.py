@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 import warnings
+from collections import OrderedDict
 from typing import NamedTuple
 
 import torch
@@ -151,6 +154,7 @@ class _Layer(NamedTuple):
     autocast: bool
     dtype: torch.dtype
     before: tuple | None  # (enabled, dtype) read by the layer's pre-hook
+    call: int  # which of the pre-hooks' calls `before` was read from: records() compares them (rev25-r13 E2)
     other: tuple  # the other device types with autocast on
     starts: bool  # the first layer: a forward pass begins
     input: tuple | None  # the first layer's input: (shape, its float32 values row by row)
@@ -190,13 +194,14 @@ def _watch(model: torch.nn.Module, device_type: str) -> tuple[list, object]:
         calls.append((id(module), state()))
 
     def hook(module, inputs, output):
-        before = next((s for m, s in reversed(calls) if m == id(module)), None)
+        at = next((i for i in range(len(calls) - 1, -1, -1) if calls[i][0] == id(module)), -1)
         store.append(_Layer(
             seq=len(store),
             layer=type(module).__name__,
             autocast=torch.is_autocast_enabled(device_type),
             dtype=torch.get_autocast_dtype(device_type),
-            before=before,
+            before=calls[at][1] if at >= 0 else None,
+            call=at,
             other=tuple(t for t in ("cpu", "cuda", "mps") if t != device_type and torch.is_autocast_enabled(t)),
             starts=module is first,
             input=_values(inputs[0]) if module is first else None,
@@ -210,11 +215,52 @@ def _watch(model: torch.nn.Module, device_type: str) -> tuple[list, object]:
 
     def records() -> tuple[tuple[_Layer, ...], bool]:
         taken, counted = tuple(store), tuple(calls)
-        agree = len(taken) == len(counted) and all(
-            type(r) is _Layer and r.seq == i for i, r in enumerate(taken))
+        agree = (len(taken) == len(counted)
+                 and all(type(r) is _Layer and r.seq == i and type(r.call) is int for i, r in enumerate(taken))
+                 and sorted(r.call for r in taken) == list(range(len(counted)))
+                 and all(type(c) is tuple and len(c) == 2 and type(c[0]) is int and _is_state(c[1])
+                         and _is_state(r.before) and r.before == c[1]
+                         for r, c in zip(taken, [counted[r.call] for r in taken], strict=True)))
         return taken, agree
 
     return handles, records
+
+
+def _is_state(state: object) -> bool:
+    """Whether ``state`` is an ``(enabled, dtype)`` pair of exact types (a bool and a torch.dtype), whose ``==`` runs
+    no code of an answer's."""
+    return type(state) is tuple and len(state) == 2 and type(state[0]) is bool and type(state[1]) is torch.dtype
+
+
+def _torch_globals() -> tuple[tuple[int, int], tuple]:
+    """torch's process-wide state through which code of an answer's could run inside the check after its call, read
+    without calling any of it: the lengths of the torch function mode stack and the dispatch mode stack, and every
+    ``_global_*`` entry of ``torch.nn.modules.module`` (the global module hooks: forward, pre-forward, backward,
+    module/parameter/buffer registration), the object and, for an exact dict, its keys and hooks, compared by
+    identity (:func:`_same_globals`; review rev25-r13 E1: a global forward hook and a torch function mode the answer
+    left on rewrote the check's ``seen``, then took themselves out)."""
+    space = vars(torch.nn.modules.module)
+    hooks: list = []
+    for name in sorted(n for n in space if type(n) is str and n.startswith("_global_")):
+        value = space[name]
+        hooks += (name, value)
+        if type(value) is dict or type(value) is OrderedDict:
+            hooks += itertools.chain.from_iterable(dict.items(value))
+    return (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()), tuple(hooks)
+
+
+def _same_globals(a: tuple, b: tuple) -> bool:
+    """Whether two :func:`_torch_globals` readings agree: equal stack lengths, and the same objects, by identity."""
+    return a[0] == b[0] and len(a[1]) == len(b[1]) and all(map(operator.is_, a[1], b[1]))
+
+
+def _pop_modes(lengths: tuple[int, int]) -> None:
+    """Take out the torch function and dispatch modes entered above the stack ``lengths`` of :func:`_torch_globals`
+    (an answer's mode left entered), without calling their ``__exit__``."""
+    while torch._C._len_torch_function_stack() > lengths[0]:
+        torch._C._pop_torch_function_stack()
+    while torch._C._len_torch_dispatch_stack() > lengths[1]:
+        torch._C._pop_torch_dispatch_stack()
 
 
 def _autocast_state() -> tuple:
@@ -258,16 +304,21 @@ def amp_forward(fn) -> None:
     them is the answer's own (review rev25-r9 M1).
 
     Call-first, as the other checks of this lesson (review rev25-r11 E2): while the answer runs nothing the check
-    judges by is in a frame it can reach. The hooks keep frozen records (:class:`_Layer`) in their closures, checked
-    afterwards against the pre-hooks' own count of the layer calls (:func:`_watch`), and the reference and the input
-    compared with are made again after the call (:func:`_model_and_input`). It is called through
-    :func:`~ampcourse.checks.answer_of` (``freeze=False``: the tensor is judged), so a trace function it leaves on,
-    or a ``frame.f_trace`` on this frame, which could rewrite ``seen`` after the call, fails it (review rev25-r12 E1).
-    What the answer can still reach is the hooks themselves, through the model it is handed
-    (``model[0]._forward_hooks``): a forgery that rewrites both of their stores consistently is not seen. An answer
-    that leaves autocast's global state changed (a region entered with ``__enter__()`` and never left,
-    ``torch.set_autocast_enabled``) fails, and the state, nesting level included, is put back for the later cells
-    (review rev25-r11 E3).
+    judges by is in a frame it can reach as a mutable object. The hooks keep frozen records (:class:`_Layer`) in their
+    closures, checked afterwards against the pre-hooks' own record of each layer call, the ``(enabled, dtype)`` each
+    read (:func:`_watch`: rewriting the forward hooks' store alone is seen, review rev25-r13 E2), and the reference
+    and the input compared with are made before the call from the check's constants and frozen as Python floats
+    (:func:`_values`), so that no forward of the check's own runs after the answer's (review rev25-r13 E1: the
+    answer's global module hooks fired in it). It is called through :func:`~ampcourse.checks.answer_of`
+    (``freeze=False``: the tensor is judged), so a trace function it leaves on, or a ``frame.f_trace`` on this frame,
+    fails it (review rev25-r12 E1); a torch function or dispatch mode it leaves entered fails it, and torch's global
+    module hooks and mode stacks, read right after the call, must be the same right before ``passed()``
+    (:func:`_torch_globals`: a hook or mode that runs inside the check and takes itself out, review rev25-r13 E1).
+    What this does not defend against: code written to reach into the check's own objects while it runs (rewriting
+    both of the hooks' stores through their closures, a finalizer timed to run inside the check, ``sys.monitoring``,
+    CPython 3.13's writable ``frame.f_locals``), CONTRIBUTING "The grading guard". An answer that leaves autocast's
+    global state changed (a region entered with ``__enter__()`` and never left, ``torch.set_autocast_enabled``)
+    fails, and the state, nesting level included, is put back for the later cells (review rev25-r11 E3).
 
     Where the recipe is float32 (a GPU such as the GTX 1080, :data:`ampcourse.device.RECIPE_RULES`) AMP is off:
     the forward must run with autocast off. ``torch.autocast("cuda", dtype=torch.float32)`` does not turn itself
@@ -280,12 +331,20 @@ def amp_forward(fn) -> None:
     device, dtype = hardware.device, hardware.recommendation.dtype
     want = str(dtype).removeprefix("torch.")
     region = f"`with torch.autocast(device_type={device.type!r}, dtype=torch.{want}):`"
-    # Nothing the check judges by exists in a frame the answer can reach while it runs (review rev25-r11 E2): the
-    # hooks' records are frozen and kept by their closures (_watch), the reference and the input are made again
-    # after the call (_model_and_input), and the autocast state before it is a tuple of frozen values.
+    # Nothing the check judges by exists in a frame the answer can reach while it runs, but as frozen values (review
+    # rev25-r11 E2): the hooks' records are frozen and kept by their closures (_watch), the reference, the input and
+    # the autocast state before the call are tuples of frozen values.
+    # The reference, before the call (review rev25-r13 E1: made after it, its forward ran the answer's global module
+    # hooks inside the check), frozen as Python floats; the input compared with too, from the check's constants.
+    model_again, x_again = _model_and_input(device)
+    with torch.no_grad():
+        reference = _values(model_again(x_again))
+    x_again = _values(x_again)
+    del model_again
     model, x = _model_and_input(device)
     handles, records = _watch(model, device.type)
     autocast_before = _autocast_state()
+    modes_before = _torch_globals()[0]
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -295,6 +354,10 @@ def amp_forward(fn) -> None:
         if failure is not None:
             raise failure
     finally:
+        # torch's global hooks and mode stacks as the answer left them, compared again before passed() (rev25-r13
+        # E1); a mode left entered is taken out, as autocast's state is put back, for the later cells
+        torch_after = _torch_globals()
+        _pop_modes(modes_before)
         for handle in handles:
             handle.remove()
         autocast_after = _autocast_state()
@@ -306,8 +369,13 @@ def amp_forward(fn) -> None:
     if failure is not None:
         raise failure
     weight_dtypes, refused = read
+    # `handles` and `records` live until the check returns: what the answer put in their closures is not freed here,
+    # where a finalizer of its own would run inside the check (review rev25-r13 fin.py)
     seen, agree = records()
-    del handles, records
+    if torch_after[0] != modes_before:
+        raise fail(task, "your function left a torch function mode or dispatch mode entered when it returned "
+                         "(`TorchFunctionMode().__enter__()` without `__exit__`): through it code of yours runs "
+                         "inside the check and in every later cell. Use `with` for modes, which leaves them.")
     if autocast_after != autocast_before:  # review rev25-r11 E3: a region entered and never left
         left = [d for (d, on, _), (_, was, _) in zip(autocast_after[0], autocast_before[0], strict=True)
                 if on and not was]
@@ -320,10 +388,8 @@ def amp_forward(fn) -> None:
         raise fail(task, "the check's records of the layers do not agree with its own count of the layer calls: "
                          "your function changed what the check's forward hooks recorded. Leave the check's hooks "
                          "and what they keep alone.")
-    model_again, x = _model_and_input(device)  # after the call: no reference existed while the answer ran
-    with torch.no_grad():
-        reference = model_again(x)
-    del model_again
+    reference = torch.tensor(reference[1], dtype=torch.float32, device=device).reshape(reference[0])
+    x = torch.tensor(x_again[1], dtype=torch.float32).reshape(x_again[0])
     if weight_dtypes != ("float32",):
         found = ", ".join(weight_dtypes)
         advice = ("leave the model as it is and wrap the call in `torch.autocast`." if dtype != torch.float32 else
@@ -400,8 +466,8 @@ def amp_forward(fn) -> None:
     starts = [s for s in seen if s.starts]  # one per forward pass judged (a micro-batched answer: several)
     if starts and all(s.input is not None for s in starts):  # its own input: rev25-r10 E2
         seen_input = torch.cat([torch.tensor(s.input[1], dtype=torch.float32).reshape(s.input[0]) for s in starts])
-        if not torch.equal(seen_input, x.float()):  # equal needs equal shapes too; x made again after the call
-            if seen_input.shape == x.shape and torch.allclose(seen_input, x.float(), rtol=2.0**-7, atol=0):
+        if not torch.equal(seen_input, x):  # equal needs equal shapes too; x from the values read before the call
+            if seen_input.shape == x.shape and torch.allclose(seen_input, x, rtol=2.0**-7, atol=0):
                 raise fail(task, "the model saw a rounded copy of your input: you converted `x` (`.half()`, "
                                  "`.to(dtype)`) before the forward. Pass `x` as it is: autocast casts per operation.")
             raise fail(task, "the model did not see the input you were given: return `model(x)` computed on `x`.")
@@ -424,6 +490,11 @@ def amp_forward(fn) -> None:
     if error > 0.05:
         raise fail(task, f"the output differs from the float32 forward by {error:.3g}, more than {want} "
                          "rounding explains: return `model(x)` computed on the input you were given.")
+    if not _same_globals(_torch_globals(), torch_after):
+        raise fail(task, "torch's global module hooks or its torch function / dispatch mode stack changed while the "
+                         "check ran, after your function returned: code of yours (a global hook registered with "
+                         "`torch.nn.modules.module.register_module_forward_hook`, a mode) ran inside the check. "
+                         "Leave what you register on, or take it out before your function returns.")
     if not autocast_wanted:
         passed(task, "this GPU's recipe is FP32 (device.RECIPE_RULES): the forward ran without autocast and the "
                      "weights stayed float32.")
