@@ -70,14 +70,18 @@ running the real check makes no record. Only a check verified so gets the note "
 
 What is not guarded: other private names (one leading underscore) of those namespaces, other torch submodules and
 classes (a torch module replaced in ``sys.modules`` included), other third-party libraries (numpy, IPython beyond the
-above), C extensions and C-level state (``torch._C`` types can be changed from C; a C extension can do anything), the
+above), C extensions and C-level state (``torch._C`` types can be changed from C; a C extension can do anything),
+operator kernels or overrides registered with torch's dispatcher (``torch.library``, ``torch._C._dispatch_*``: "torch
+patches", CONTRIBUTING "The grading guard", means torch attributes and functions replaced, which the comparison above
+sees; a registration changes none of them, review rev25-r14 E1), the
 values inside objects other than the course modules' public tables (a tensor a check reads, mutated in place), a
 change the answer's own function makes during the check and undoes before it returns (frames, ``sys._getframe``
 tricks, a module global swapped and put back), nor what the answer's function *writes* while it runs: any local of
 the check's frames (a list, a dict, a tensor) and any object alive (``gc.get_objects()``). The call-first checks
 (lesson 00's three, lesson 02's Tasks 2/3, lesson 04's Task 2: ``checks.collect``/``answer_of``; lesson 00's Task 2
-through its own frozen hook records, kept by the hooks' closures, and a reference made after the call: review
-rev25-r11 E2) therefore keep each answer frozen (numbers, strings, dtypes, tuples of them) in tuples built by
+through its own frozen hook records, kept by the hooks' closures, and a reference made before the call from its
+constants, frozen as floats: review rev25-r11 E2, rev25-r13 E1) therefore keep each answer frozen (numbers,
+strings, dtypes, tuples of them) in tuples built by
 rebinding, and judge cases they make again after the last call from their constants (review rev25-r7 E1); the
 guard's comparison runs at the end of their call pass (``checks.compare_now``, as ``passed()`` runs it before it
 prints), so a swap made during the calls is seen while it is in place, even one that puts itself back when the check
@@ -88,7 +92,8 @@ returns, or a ``frame.f_trace`` on the check's own frames, fails that call (``ch
 too, comparing with the hooks the reset recorded in the run record, review rev25-r8 E2, rev25-r12 E1), and lesson
 00's Task 2 fails a torch mode left entered or torch's global module hooks changed after the call (rev25-r13 E1).
 That covers a trace on when the call returns, not code of the answer's that runs later inside the check and sets
-one (a finalizer timed to run there, a hook reached through the check's own objects), nor ``ctypes``
+one (a finalizer timed to run there, a hook reached through the check's own objects, an operator kernel or override
+registered through ``torch.library`` that the check's own torch calls run: review rev25-r14 E1), nor ``ctypes``
 (``PyFrame_LocalsToFast``), ``sys.monitoring`` or CPython 3.13's writable ``frame.f_locals``: code written to reach
 into a running check is outside the guard's threat model (CONTRIBUTING "The grading guard").
 Other checks still compute their expected values

@@ -541,6 +541,11 @@ def _parameters_set_on_the_model_set_the_trace(model, x):
     return model(x).to(_rec()[1])
 
 
+def _sets_the_default_device(model, x):  # review rev25-r14 E2: new tensors made on x's device
+    torch.set_default_device(x.device)
+    return right_forward(model, x)
+
+
 WRONG = {
     ("00", "tensor_bytes"): {
         "an object whose __repr__ raises SystemExit (review rev25-r8 N2)": (
@@ -664,6 +669,7 @@ RIGHT = {
         "torch.amp.autocast with the recipe's dtype": _forward_amp_autocast_positional,
         "one 1-D row printed first (review rev25-r10 E1)": _looks_at_one_row_first,
         "two micro-batches joined with torch.cat (review rev25-r11 W2)": _micro_batched,
+        "torch.set_default_device(x.device) first (review rev25-r14 E2)": _sets_the_default_device,
     },
     ("00", "choose_recipe"): {
         "the rule written out": recipe_right,
@@ -1058,3 +1064,145 @@ def test_both_of_the_hooks_stores_rewritten_through_their_closures_fail():
     consistently through the closures) passes in-process; a future fix shows here."""
     with pytest.raises(CheckFailed):
         check.amp_forward(_forgery(_BOTH_STORES_REWRITTEN))
+
+
+def test_set_default_device_in_the_answer_keeps_the_learners_mode_and_is_put_back(capsys):
+    """Review rev25-r14 E2: set_default_device puts torch's DeviceContext at the *bottom* of the mode stack; the
+    check passes, takes out only that one (not the learner's mode around the check cell, on top), and puts the
+    default device back as it was."""
+    from torch.overrides import TorchFunctionMode
+
+    class Counts(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Counts.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counts() as mode:
+        check.amp_forward(_sets_the_default_device)
+        assert torch._C._len_torch_function_stack() == 1 and torch._C._get_function_stack_at(0) is mode
+        Counts.calls = 0
+        torch.ones(1) + 1
+        assert Counts.calls > 0
+    assert "✓ Task 2" in capsys.readouterr().out
+    assert getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None) is None
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def _tracer(frame, event, arg):
+    return _tracer
+
+
+@pytest.mark.parametrize("task", ["amp_forward", "tensor_bytes"])
+def test_a_learners_tracer_switched_off_inside_the_answer_passes(task, capsys):
+    """Review rev25-r14 E3: the learner's own tracer (on before the check, its local tracer on the check's frames)
+    switched off inside the answer with sys.settrace(None) is no answer's trace: the check passes and leaves no
+    f_trace behind."""
+    right = {"amp_forward": right_forward, "tensor_bytes": right_bytes}[task]
+
+    def stops_tracing(*args):
+        sys.settrace(None)
+        return right(*args)
+
+    sys.settrace(_tracer)
+    try:
+        getattr(check, task)(stops_tracing)
+    finally:
+        sys.settrace(None)
+    assert "✓ Task" in capsys.readouterr().out
+
+
+def _quits_pdb_in_the_answer(model, x):  # breakpoint() in the answer, then `q`
+    import io
+    import pdb
+
+    pdb.Pdb(stdin=io.StringIO("q\n"), stdout=io.StringIO()).set_trace()
+    return right_forward(model, x)
+
+
+def _pdb_with_another_breakpoint_set(model, x):  # breakpoint() in the answer, another breakpoint set, then `c`
+    import io
+    import pdb
+
+    where = f"{_pdb_breakpoint_bytes.__code__.co_filename}:{_pdb_breakpoint_bytes.__code__.co_firstlineno + 1}"
+    pdb.Pdb(stdin=io.StringIO(f"b {where}\nc\n"), stdout=io.StringIO()).set_trace()
+    return right_forward(model, x)
+
+
+@pytest.mark.parametrize("answer", [_quits_pdb_in_the_answer, _pdb_with_another_breakpoint_set],
+                         ids=["q", "c_with_a_breakpoint_left"])
+def test_a_debugger_still_tracing_when_the_answer_returns_is_named_as_a_debugger(answer):
+    """Review rev25-r14 E4 and W1: pdb's `q` at a breakpoint() in the answer (its f_trace left on the check's frames)
+    or `c` with another breakpoint still set (its trace left on) fails, naming the debugger, not a forgery."""
+    import bdb
+
+    try:
+        with pytest.raises(CheckFailed) as failed:
+            check.amp_forward(answer)
+    finally:
+        sys.settrace(None)
+        bdb.Breakpoint.clearBreakpoints()
+    message = str(failed.value)
+    assert "a debugger (pdb / breakpoint()) was still tracing when your function `amp_forward` returned" in message
+    assert "finish debugging (c, or remove the breakpoint() call)" in message
+    assert "sys.settrace(None)" not in message and "f_trace" not in message
+
+
+_KERNEL_REWRITES_SEEN = '''import sys
+import torch
+from ampcourse.device import describe
+
+_dt = describe().recommendation.dtype
+_lib = torch.library.Library("aten", "IMPL")  # kept alive: the kernel stays registered
+
+
+def _to_copy(*args, **kwargs):  # aten::_to_copy at AutogradCPU: runs inside the check, after records()
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_name != "amp_forward":
+        f = f.f_back
+    if f is not None and "seen" in f.f_locals and not globals().get("_armed"):
+        globals()["_armed"] = True
+
+        def tracer(frame, event, arg):
+            if event == "line" and isinstance(frame.f_locals.get("seen"), list):
+                frame.f_locals["seen"] = [r._replace(autocast=True, dtype=_dt, before=(True, _dt), output=_dt,
+                                                     probe=None if r.probe is None else (0.0,) * len(r.probe))
+                                          for r in frame.f_locals["seen"]]
+                frame.f_trace = None
+                sys.settrace(None)
+            return tracer
+        f.f_trace = tracer
+        sys.settrace(lambda *a: None)
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.aten._to_copy.default(*args, **kwargs)
+
+
+def amp_forward(model, x):
+    if not globals().get("_done"):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _lib.impl("_to_copy", _to_copy, "AutogradCPU")
+        globals()["_done"] = True
+    with torch.no_grad():
+        return model(x).to(_dt)  # a float32 forward, converted
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="out of the guard's threat model: operator kernels registered through "
+                                       "torch.library, CONTRIBUTING 'The grading guard'")
+def test_an_operator_kernel_registered_through_torch_library_that_rewrites_seen_fails():
+    """Review rev25-r14 E1, the limit, visible: a kernel for aten::_to_copy registered with torch.library runs the
+    answer's code inside the check after its call (a dispatcher registration changes no torch attribute the guard
+    compares) and a float32 forward passes in-process; a future fix shows here."""
+    if describe().device.type != "cpu":
+        pytest.skip("the kernel is registered for AutogradCPU")
+    namespace: dict = {}
+    exec(_KERNEL_REWRITES_SEEN, namespace)
+    try:
+        with pytest.raises(CheckFailed):
+            check.amp_forward(namespace["amp_forward"])
+    finally:
+        namespace["_lib"]._destroy()
+        sys.settrace(None)

@@ -652,34 +652,55 @@ def _no_trace_left(task: str, name: str, before: tuple, left: tuple,
     ``before``, a local of ``answer_of``, only outside the grader. There a hook of the learner's that is off when the
     call returns is the learner's tracer gone, no answer's: pdb's ``cl`` then ``c`` inside the answer (bdb's
     ``set_continue`` calls ``sys.settrace(None)`` once no breakpoint is left) fails nothing and is not switched on
-    again (review rev25-r13 E3); only a hook other than the one wanted, left on, fails the call."""
+    again (review rev25-r13 E3), and its own ``f_trace``s on the check's frames (the learner's ``sys.settrace(None)``
+    inside the answer), inert with no trace on, are taken out and fail nothing (rev25-r14 E3); only a hook other than
+    the one wanted, left on, fails the call. A bdb debugger's hook left (pdb's ``q`` at a ``breakpoint()`` in the
+    answer, ``c`` with other breakpoints set) fails with a message that names the debugger (rev25-r14 E4, W1)."""
     run = _guard_run()
     recorded = run.get("hooks") if run is not None else None
     graded = type(recorded) is tuple and len(recorded) == 2
     want = recorded if graded else before
+    gone = False  # outside the grader, the learner's own tracer switched off inside the answer (rev25-r14 E3)
     if not graded:  # a hook of the learner's own, off when the call returned: that tracer is gone (rev25-r13 E3)
+        gone = want[0] is not None and left[0] is None
         want = tuple(None if got is None else wanted for got, wanted in zip(left, want, strict=True))
     frames = []
     while frame is not None and _CHECKS_FILE(frame.f_code.co_filename):
         if want[0] is None and frame.f_trace is not None:
             frames.append(frame)
         frame = frame.f_back
+    debugger = _debugger(left[0]) or any(_debugger(frame.f_trace) for frame in frames)
     for frame in frames:
         frame.f_trace = None
     again = (_put_back("trace", want[0]), _put_back("profile", want[1]))
     back = tuple(pair for pair in again[::-1] if pair is not None)  # the profile first, then the trace
     # By identity, never the hook's ==. A wanted hook that cannot be switched on again (_put_back) is off from the
     # first call on: off is then no hook of the answer's.
-    if any(got is not wanted and not (got is None and on is None) for got, wanted, on in zip(left, want, again,
-                                                                                          strict=True)):
+    left_on = any(got is not wanted and not (got is None and on is None) for got, wanted, on in zip(left, want, again,
+                                                                                                strict=True))
+    if (left_on or frames) and debugger:  # pdb's `q`, or `c` with breakpoints still set (rev25-r14 E4, W1)
+        return back, fail(task, f"a debugger (pdb / breakpoint()) was still tracing when your function `{name}` "
+                                "returned: finish debugging (c, or remove the breakpoint() call) and run the check "
+                                "again.")
+    if left_on:
         return back, fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it "
                                 "on when it returned: through it code of yours runs inside the check. Take it out "
                                 "(`sys.settrace(None)`) before your function returns.")
-    if frames:
+    if frames and not gone:  # gone: the learner's tracer's own f_trace, inert with no trace on, taken out above
         return back, fail(task, f"`{name}` set a trace function on the check's frames (`frame.f_trace`) and left it "
                                 "there when it returned: through it code of yours runs inside the check. Set no "
                                 "`f_trace` on frames that are not your own.")
     return back, None
+
+
+def _debugger(hook: object) -> bool:
+    """Whether ``hook`` is a method of a bdb debugger (pdb's ``trace_dispatch``, ``breakpoint()``'s), told from the
+    method's type and its instance's type's own MRO slot, without calling code of the hook's; bdb is not imported
+    here (a debugger has loaded it)."""
+    bdb = sys.modules.get("bdb")
+    if bdb is None or type(hook) is not types.MethodType:
+        return False
+    return getattr(bdb, "Bdb", None) in _TYPE_MRO(type(hook.__self__))
 
 
 def _lsprof_profiler() -> type | None:

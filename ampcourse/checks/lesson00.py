@@ -234,7 +234,8 @@ def _is_state(state: object) -> bool:
 
 def _torch_globals() -> tuple[tuple[int, int], tuple]:
     """torch's process-wide state through which code of an answer's could run inside the check after its call, read
-    without calling any of it: the lengths of the torch function mode stack and the dispatch mode stack, and every
+    without calling any of it: the lengths of the torch function mode stack and the dispatch mode stack (and their
+    modes, by identity: :func:`_mode_stacks`), and every
     ``_global_*`` entry of ``torch.nn.modules.module`` (the global module hooks: forward, pre-forward, backward,
     module/parameter/buffer registration), the object and, for an exact dict, its keys and hooks, compared by
     identity (:func:`_same_globals`; review rev25-r13 E1: a global forward hook and a torch function mode the answer
@@ -246,7 +247,8 @@ def _torch_globals() -> tuple[tuple[int, int], tuple]:
         hooks += (name, value)
         if type(value) is dict or type(value) is OrderedDict:
             hooks += itertools.chain.from_iterable(dict.items(value))
-    return (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()), tuple(hooks)
+    stacks = _mode_stacks()  # the modes themselves, by identity
+    return (len(stacks[0]), len(stacks[1])), (*hooks, *stacks[0], *stacks[1])
 
 
 def _same_globals(a: tuple, b: tuple) -> bool:
@@ -254,13 +256,69 @@ def _same_globals(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and len(a[1]) == len(b[1]) and all(map(operator.is_, a[1], b[1]))
 
 
-def _pop_modes(lengths: tuple[int, int]) -> None:
-    """Take out the torch function and dispatch modes entered above the stack ``lengths`` of :func:`_torch_globals`
-    (an answer's mode left entered), without calling their ``__exit__``."""
-    while torch._C._len_torch_function_stack() > lengths[0]:
+def _mode_stacks() -> tuple[tuple, tuple]:
+    """The torch function mode stack and the dispatch mode stack, bottom first, each entry the mode object itself (to
+    be compared by identity), read without calling any of it."""
+    return (tuple(map(torch._C._get_function_stack_at, range(torch._C._len_torch_function_stack()))),
+            tuple(map(torch._C._get_dispatch_stack_at, range(torch._C._len_torch_dispatch_stack()))))
+
+
+def _default_device() -> tuple:
+    """What ``torch.set_default_device`` changes: the thread's ``DeviceContext`` (``_GLOBAL_DEVICE_CONTEXT``, absent
+    when it was never set) and ``torch.utils._device.CURRENT_DEVICE``."""
+    import torch.utils._device as device_module
+
+    return (getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", _NEVER_SET), device_module.CURRENT_DEVICE)
+
+
+_NEVER_SET = object()
+
+
+def _is_device_context(mode: object) -> bool:
+    """Whether ``mode`` is torch's own ``DeviceContext`` as ``torch.set_default_device`` makes it: of that exact type,
+    with only the attributes torch gives it and a ``torch.device``: its ``__torch_function__`` is torch's code."""
+    from torch.utils._device import DeviceContext
+
+    if type(mode) is not DeviceContext:
+        return False
+    attributes = object.__getattribute__(mode, "__dict__")
+    return (type(attributes) is dict and set(attributes) <= {"device", "prev_mode", "old_device"}
+            and type(attributes.get("device")) is torch.device)
+
+
+def _modes_changed(before: tuple[tuple, tuple], after: tuple[tuple, tuple]) -> str | None:
+    """What the answer did to the mode stacks (:func:`_mode_stacks` before and after its call), compared by identity:
+    ``"entered"`` (a mode left entered), ``"exited"`` (a mode on before the call taken out), or None. torch's own
+    ``DeviceContext``, which ``torch.set_default_device`` puts at the *bottom* of the stack and takes out again, is no
+    change of the answer's (review rev25-r14 E2)."""
+    was, now = before[0] + before[1], after[0] + after[1]
+    if any(not any(map(operator.is_, was, itertools.repeat(mode))) and not _is_device_context(mode) for mode in now):
+        return "entered"
+    if any(not any(map(operator.is_, now, itertools.repeat(mode))) and not _is_device_context(mode) for mode in was):
+        return "exited"
+    return None
+
+
+def _put_modes_back(before: tuple[tuple, tuple], device: tuple) -> None:
+    """Put the mode stacks and the default device back as they were before the call (:func:`_mode_stacks`,
+    :func:`_default_device`), without calling any mode's ``__exit__``: the torch function stack is rebuilt from the
+    modes saved, so a mode entered anywhere in it (``set_default_device``'s, at the bottom) is taken out and none that
+    was on before the call is (review rev25-r14 E2: popping from the top took out the learner's own mode); the
+    dispatch stack, where modes are entered on top only, loses the modes above its length."""
+    import torch.utils._device as device_module
+
+    while torch._C._len_torch_function_stack():
         torch._C._pop_torch_function_stack()
-    while torch._C._len_torch_dispatch_stack() > lengths[1]:
+    for mode in before[0]:
+        torch._C._push_on_torch_function_stack(mode)
+    while torch._C._len_torch_dispatch_stack() > len(before[1]):
         torch._C._pop_torch_dispatch_stack()
+    context, current = device
+    if context is _NEVER_SET:
+        vars(torch._GLOBAL_DEVICE_CONTEXT).pop("device_context", None)
+    else:
+        torch._GLOBAL_DEVICE_CONTEXT.device_context = context
+    device_module.CURRENT_DEVICE = current
 
 
 def _autocast_state() -> tuple:
@@ -303,8 +361,9 @@ def amp_forward(fn) -> None:
     outputs joined along dim 0 make it (micro-batches, review rev25-r11 W2): another forward run or printed besides
     them is the answer's own (review rev25-r9 M1).
 
-    Call-first, as the other checks of this lesson (review rev25-r11 E2): while the answer runs nothing the check
-    judges by is in a frame it can reach as a mutable object. The hooks keep frozen records (:class:`_Layer`) in their
+    Reference first, frozen (review rev25-r11 E2, rev25-r14 M2): while the answer runs nothing the check judges by
+    is in a frame it can reach as a mutable object; the reference and the input are readable there, but not
+    writable, and not what the verdict rests on. The hooks keep frozen records (:class:`_Layer`) in their
     closures, checked afterwards against the pre-hooks' own record of each layer call, the ``(enabled, dtype)`` each
     read (:func:`_watch`: rewriting the forward hooks' store alone is seen, review rev25-r13 E2), and the reference
     and the input compared with are made before the call from the check's constants and frozen as Python floats
@@ -344,7 +403,7 @@ def amp_forward(fn) -> None:
     model, x = _model_and_input(device)
     handles, records = _watch(model, device.type)
     autocast_before = _autocast_state()
-    modes_before = _torch_globals()[0]
+    modes_before, device_before = _mode_stacks(), _default_device()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -356,8 +415,9 @@ def amp_forward(fn) -> None:
     finally:
         # torch's global hooks and mode stacks as the answer left them, compared again before passed() (rev25-r13
         # E1); a mode left entered is taken out, as autocast's state is put back, for the later cells
+        modes_changed = _modes_changed(modes_before, _mode_stacks())
+        _put_modes_back(modes_before, device_before)  # set_default_device's mode too, for the later cells
         torch_after = _torch_globals()
-        _pop_modes(modes_before)
         for handle in handles:
             handle.remove()
         autocast_after = _autocast_state()
@@ -372,10 +432,13 @@ def amp_forward(fn) -> None:
     # `handles` and `records` live until the check returns: what the answer put in their closures is not freed here,
     # where a finalizer of its own would run inside the check (review rev25-r13 fin.py)
     seen, agree = records()
-    if torch_after[0] != modes_before:
+    if modes_changed == "entered":
         raise fail(task, "your function left a torch function mode or dispatch mode entered when it returned "
                          "(`TorchFunctionMode().__enter__()` without `__exit__`): through it code of yours runs "
                          "inside the check and in every later cell. Use `with` for modes, which leaves them.")
+    if modes_changed == "exited":
+        raise fail(task, "your function took out a torch function mode or dispatch mode that was on before it was "
+                         "called (`__exit__()` of a mode it did not enter): leave the modes you did not enter alone.")
     if autocast_after != autocast_before:  # review rev25-r11 E3: a region entered and never left
         left = [d for (d, on, _), (_, was, _) in zip(autocast_after[0], autocast_before[0], strict=True)
                 if on and not was]
