@@ -163,9 +163,12 @@ class ModuleStats:
         own_loss: for the model itself (``""``), when it returns a 0-d floating-point tensor (its own loss, as
             Hugging Face's ``outputs.loss``; the first such one of its outputs): that tensor's |value| (the largest
             over its calls); None otherwise (:func:`_flushed_at_the_loss` reads it).
-        numel: the most elements of one of its floating-point outputs in one call (the largest of a tuple such as
-            ``(z, recon)``, not the first: review rev24-r15 E4; :func:`_flushed_at_the_loss` divides the loss by it:
-            a mean spreads the loss's gradient over that many entries).
+        numel: the elements of the output whose gradient reached it first in the backward pass: the output
+            the loss read (``recon`` of ``(z, recon)``, review rev24-r15 E4; ``logits`` of ``(logits, hidden)``,
+            whose ``hidden`` gets its gradient later, through the head: rev24-r16 E2); where no output got a
+            gradient, the most elements of one of its floating-point outputs in one call.
+            :func:`_flushed_at_the_loss` divides the loss by it: a mean spreads the loss's gradient over that
+            many entries.
         zero_d: every floating-point output it returned was 0-d (a loss module's output; a one-element output
             with a shape, a ``(1, 1)`` head at batch 1, is not: review rev24-r15 E2).
     """
@@ -639,6 +642,7 @@ class _Probe:
         self.own_loss: dict[str, list[int]] = {}  # the root's name -> the peaks of its calls' 0-d outputs: its loss
         self.numel: dict[str, int] = {}  # module -> the most elements of one of its outputs in one call
         self.shaped: set[str] = set()  # modules that returned a one-element output with a shape ((1, 1)), not 0-d
+        self.grad_numel: dict[str, int] = {}  # module -> the elements of the first of its outputs' gradients
         self._weighted = hooks.weighted
         hooks.probe = self  # the hooks, made once per recorder, call this probe's methods from now on
         handles = self.handles
@@ -844,7 +848,12 @@ class _Probe:
         if self.removed:
             return
         g = grad.detach() if grad.requires_grad else grad  # (create_graph=True): record no graph
-        size = g.numel() * g.element_size()
+        n = g.numel()
+        grad_numel = self.grad_numel
+        for name, is_input in roles:  # the output whose gradient came first (the loss's): rev24-r16 E2
+            if not is_input and name not in grad_numel:
+                grad_numel[name] = n
+        size = n * g.element_size()
         if self._kept_bytes + size > _DEFER_BYTES or not self._queue():
             self._measure_gradients()
             self._measure_gradient(roles, g)
@@ -1061,7 +1070,7 @@ class _Probe:
             own = max(values[i] for i in self.own_loss[name]) if name in self.own_loss else None
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
                                      dtype=self.dtypes[name], cast_by=self.cast_by.get(name), minus_inf=minus_inf,
-                                     own_loss=own, numel=self.numel.get(name),
+                                     own_loss=own, numel=self.grad_numel.get(name, self.numel.get(name)),
                                      zero_d=self.numel.get(name) == 1 and name not in self.shaped))
         return tuple(stats)
 
@@ -2082,7 +2091,8 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
         reached = [] if first is None else [first]
         loss = abs(r.loss)
     else:
-        reached = [m for m in r.modules if m.grad_lost is not None and m.name != "" and not m.zero_d]
+        reached = [m for m in r.modules if m.grad_lost is not None and m.name != "" and not m.zero_d
+                   and not (m.numel == 1 and not _lost_activation(m))]  # a (1,) loss module: rev24-r16 E1
         loss = own
     if not reached or not all(_lost_activation(m) for m in reached):
         return False

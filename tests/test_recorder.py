@@ -3171,7 +3171,7 @@ class Autoencoder(nn.Module):
 def test_r15_e4_a_flushed_reconstruction_loss_is_underflow_whatever_the_order_of_the_outputs(code_first):
     """Review rev24-r15 E4: the loss (outside the model, on ``recon`` only) was divided by the model's *first*
     output's size: 1024 for ``(z, recon)``, so a real flush (every gradient entry 2 x 0.05 / 2**22 < 2**-25) was
-    healthy; the largest output's (2**22) is the divisor in both orders."""
+    healthy; the output whose gradient comes first (recon's, 2**22) is the divisor in both orders."""
     torch.manual_seed(0)
     model, x = Autoencoder(code_first), torch.randn(1024, 1024)
     with torch.no_grad():
@@ -3291,3 +3291,81 @@ def test_the_hook_functions_are_made_once_per_recorder_not_per_sampled_step():
         made = [type(o).__name__ for o in gc.get_objects() if id(o) not in before]
         assert len(first) == 3 and all(a is b for a, b in zip(first, hooks(), strict=True))
     assert not {"function", "cell", "method"} & set(made), sorted(set(made))
+
+
+class UncertaintyLoss(nn.Module):
+    """A loss module whose output has shape (1,), not 0-d: multi-task uncertainty weighting (review rev24-r16 E1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_var = nn.Parameter(torch.zeros(1))
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.exp(-self.log_var) * nn.functional.mse_loss(a, b) + self.log_var
+
+
+class DecoderWithOwnLoss(nn.Module):
+    def __init__(self, crit: nn.Module) -> None:
+        super().__init__()
+        self.body, self.dec, self.crit = nn.Linear(16, 256), nn.Linear(256, 512), crit
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.crit(self.dec(torch.relu(self.body(x))).float(), y).sum()
+
+
+@pytest.mark.parametrize("crit", [nn.MSELoss, UncertaintyLoss], ids=["0-d loss module", "(1,) loss module"])
+def test_r16_e1_a_flushed_decoder_is_underflow_whatever_the_shape_of_the_loss_modules_output(crit):
+    """Review rev24-r16 E1: a loss module returning a (1,) tensor (not 0-d) counted among the modules the loss
+    must have reached lost; its own gradient (the scale) never is, so a real flush (every gradient entry 2 x 0.005 /
+    2**19 < 2**-25) was healthy. A one-element output whose gradient is intact is left aside like a 0-d one."""
+    torch.manual_seed(0)
+    model, x = DecoderWithOwnLoss(crit()), torch.randn(1024, 16)
+    with torch.no_grad():
+        y = model.dec(torch.relu(model.body(x)))
+        y += 0.005 * torch.sign(torch.randn_like(y))
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert finding(rec, "underflow").where == "dec.weight"
+
+
+class HeadAndHidden(nn.Module):
+    """Returns ``(logits, hidden)`` or ``logits`` alone (review rev24-r16 E2)."""
+
+    def __init__(self, both: bool) -> None:
+        super().__init__()
+        self.both, self.body, self.head = both, nn.Linear(16, 512), nn.Linear(512, 4)
+        with torch.no_grad():
+            self.head.bias.fill_(10.0)
+
+    def forward(self, x: torch.Tensor):
+        hidden = torch.relu(self.body(x))
+        logits = self.head(hidden)
+        return (logits, hidden) if self.both else logits
+
+
+@pytest.mark.parametrize("both", [False, True], ids=["logits", "(logits, hidden)"])
+def test_r16_e2_an_unused_larger_output_does_not_make_a_saturated_clamp_a_flush(both):
+    """Review rev24-r16 E2: the loss (outside, 0.25, no scaler) reads ``logits`` through a clamp saturated by
+    design (every gradient 0); dividing it by the model's largest output (``hidden``, 2**19) made that a flush.
+    The divisor is the output whose gradient came first in the backward pass: ``logits``, in both cases."""
+    torch.manual_seed(0)
+    model, x, y = HeadAndHidden(both), torch.randn(1024, 16), torch.full((1024, 4), -1.5)
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(x)
+            logits = out[0] if both else out
+        loss = nn.functional.mse_loss(logits.float().clamp(max=-1.0), y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert rec.records[-1].loss == 0.25
+    assert next(m for m in rec.records[-1].modules if m.name == "").numel == 1024 * 4
+    assert [f.kind for f in rec.findings()] == ["healthy"]
