@@ -645,6 +645,10 @@ LAZY_CACHES = {"tempfile": ("tempdir",)}
 CODE_KEY = " __code__"
 # builtins that IPython itself rebinds between cells (the last results): not the grader's
 VOLATILE_BUILTINS = ("_", "__", "___")
+# Attributes torch's own public setters rebind, left out of the comparison (review rev25-r15 E1:
+# ``torch.set_default_dtype(torch.float64)`` makes ``torch.Storage`` ``DoubleStorage``; each check's state reset,
+# ampcourse.checks.state, sets the default dtype, and with it this attribute, for the check's duration).
+SET_BY_TORCH = {"torch": ("Storage",)}
 # builtins IPython's and ipykernel's traps install while a cell runs (and take out after it): not a change when the
 # comparison runs inside the check cell (``ampcourse.checks.passed``)
 CELL_BUILTINS = ("builtins.exit", "builtins.quit", "builtins.get_ipython", "builtins.input", "builtins.getpass")
@@ -699,6 +703,8 @@ def _namespace_state() -> dict:
     found = {}
     for label, obj in _namespaces().items():
         attrs = dict(vars(obj))
+        for name in SET_BY_TORCH.get(label, ()):
+            attrs.pop(name, None)
         chains = {name: chain for name, value in attrs.items() if (chain := _function_dicts(value))}
         found[label] = (obj, attrs, chains)
     return found
@@ -834,7 +840,7 @@ def _namespace_changes(restore: bool) -> list[str]:
     changed = []
     for label, (obj, saved, chains) in _GUARD["namespaces"].items():
         now = vars(obj)
-        names = set(saved) | set(now)
+        names = (set(saved) | set(now)) - set(SET_BY_TORCH.get(label, ()))
         for name in names:
             if label == "builtins" and name in VOLATILE_BUILTINS:
                 continue
@@ -1389,6 +1395,7 @@ def guard_expression(call: str, nonce: str) -> str:
              f"TORCH_WRAPPERS = {TORCH_WRAPPERS!r}",
              f"GUARDED_PRIVATE = {GUARDED_PRIVATE!r}", f"LAZY_CACHES = {LAZY_CACHES!r}",
              f"TORCH_NAMESPACES = {TORCH_NAMESPACES!r}", f"VOLATILE_BUILTINS = {VOLATILE_BUILTINS!r}",
+             f"SET_BY_TORCH = {SET_BY_TORCH!r}",
              f"CELL_BUILTINS = {CELL_BUILTINS!r}", f"CODE_KEY = {CODE_KEY!r}"]
             + [inspect.getsource(f) for f in _KERNEL_SIDE]))
     code = _KERNEL_CODE[0] + f"\n_result = (__import__('hashlib').sha256(_nonce.encode()).hexdigest(), {call})\n"

@@ -1081,3 +1081,20 @@ OTHER_FORGERIES.update({
     "store_rewritten_00": ("00_start_here.ipynb", {"def amp_forward": STORE_REWRITTEN_00}, 1, "failed",
                            ["do not agree with its own count of the layer calls"]),
 })
+# Review rev25-r15 E1 (an honest answer, both graders): torch.set_default_dtype rebinds torch.Storage
+# (FloatStorage -> DoubleStorage), which the guard took for a patched torch: every task failed as "altered the grader".
+DEFAULT_DTYPE_SET_00 = '''\
+import torch
+from ampcourse.device import describe
+
+hardware = describe()
+torch.set_default_dtype(torch.float64)  # "more precision to compare against", earlier in the notebook
+
+
+def amp_forward(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    rec = hardware.recommendation
+    with torch.autocast(device_type=hardware.device.type, dtype=rec.dtype, enabled=rec.dtype != torch.float32):
+        return model(x)
+'''
+OTHER_FORGERIES["default_dtype_set_00"] = ("00_start_here.ipynb", {"def amp_forward": DEFAULT_DTYPE_SET_00}, 1,
+                                           "passed", [])
