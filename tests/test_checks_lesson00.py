@@ -1206,3 +1206,17 @@ def test_an_operator_kernel_registered_through_torch_library_that_rewrites_seen_
     finally:
         namespace["_lib"]._destroy()
         sys.settrace(None)
+
+
+def test_task2s_model_and_input_are_float32_whatever_the_default_dtype():
+    """Review rev25-r15 N1: called directly (no cell hook resetting torch's state), after
+    ``torch.set_default_dtype(torch.float64)``, the check built a float64 model and blamed the answer for converting
+    it."""
+    from ampcourse.checks import lesson00
+
+    torch.set_default_dtype(torch.float64)
+    try:
+        model, x = lesson00._model_and_input(torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert {p.dtype for p in model.parameters()} == {torch.float32} and x.dtype == torch.float32

@@ -134,8 +134,10 @@ def _model_and_input(device: torch.device) -> tuple[torch.nn.Sequential, torch.T
     bfloat16's arithmetic, and a float32 layer run so and rounded in the answer's hooks would pass the probe. Only the
     first Linear holds a probe unit, and an answer that knows the probe can write it (review rev25-r11 W1)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
-    x = torch.randn(16, 64, device=device)
+    f32 = torch.float32  # whatever the default dtype (a direct call outside the cell hook: review rev25-r15 N1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, dtype=f32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 8, dtype=f32)).to(device)
+    x = torch.randn(16, 64, device=device, dtype=f32)
     with torch.no_grad():
         model[0].weight[0].zero_()
         model[0].weight[0, :2] = torch.tensor([SCALE, -SCALE])
