@@ -647,7 +647,9 @@ CODE_KEY = " __code__"
 VOLATILE_BUILTINS = ("_", "__", "___")
 # Attributes torch's own public setters rebind, left out of the comparison (review rev25-r15 E1:
 # ``torch.set_default_dtype(torch.float64)`` makes ``torch.Storage`` ``DoubleStorage``; each check's state reset,
-# ampcourse.checks.state, sets the default dtype, and with it this attribute, for the check's duration).
+# ampcourse.checks.state, sets the default dtype, and with it this attribute, for the check's duration). Nor is any
+# namespace's ``__warningregistry__`` (the warnings module's own record of a warning attributed to a line of that
+# module: ``torch.set_default_tensor_type``'s deprecation warning makes one in ``torch``; rev25-r16 M1).
 SET_BY_TORCH = {"torch": ("Storage",)}
 # builtins IPython's and ipykernel's traps install while a cell runs (and take out after it): not a change when the
 # comparison runs inside the check cell (``ampcourse.checks.passed``)
@@ -840,7 +842,7 @@ def _namespace_changes(restore: bool) -> list[str]:
     changed = []
     for label, (obj, saved, chains) in _GUARD["namespaces"].items():
         now = vars(obj)
-        names = (set(saved) | set(now)) - set(SET_BY_TORCH.get(label, ()))
+        names = (set(saved) | set(now)) - set(SET_BY_TORCH.get(label, ())) - {"__warningregistry__"}
         for name in names:
             if label == "builtins" and name in VOLATILE_BUILTINS:
                 continue

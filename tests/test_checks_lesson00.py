@@ -1220,3 +1220,18 @@ def test_task2s_model_and_input_are_float32_whatever_the_default_dtype():
     finally:
         torch.set_default_dtype(torch.float32)
     assert {p.dtype for p in model.parameters()} == {torch.float32} and x.dtype == torch.float32
+
+
+def test_task1_passes_a_right_answer_that_changes_the_default_dtype():
+    """Review rev25-r16 E1: the float32 view case was built with the default dtype after the answer's call, so an
+    answer that set it to float16 inside was judged on a float16 view and told it counted 4 bytes per element."""
+    from ampcourse.checks import lesson00
+
+    def tensor_bytes(t):
+        torch.set_default_dtype(torch.float16)
+        return t.numel() * t.element_size()
+
+    try:
+        lesson00.tensor_bytes(tensor_bytes)
+    finally:
+        torch.set_default_dtype(torch.float32)

@@ -430,3 +430,18 @@ def test_an_unverified_check_or_a_thread_running_the_answers_code_is_never_a_cle
     assert reason is None and "only the real check counted" in notes[0]
     reason, notes = grading.guard_verdict(["x"], [], ["ampcourse.checks.lesson00.call"], [])
     assert "altered the grader" in reason and "only the real check counted" not in notes[0]
+
+
+def test_a_deprecated_default_tensor_type_is_not_called_a_change_of_the_grader(tmp_path):
+    """Review rev25-r16 M1: ``torch.set_default_tensor_type`` passes, but its deprecation warning made the warnings
+    module write ``torch.__warningregistry__``, and the note said the cell "changed the grader"."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(SOLUTION, tmp_path / "solutions" / NAME)
+    nb = authoring.read(SOLUTION)
+    cell = next(c for c in nb.cells if RIGHT_TASK1 in c.source)
+    cell.source = "import torch\ntorch.set_default_tensor_type(torch.DoubleTensor)\n" + cell.source
+    nbformat.write(nb, tmp_path / "exercises" / NAME)
+    result = grading.grade_one(tmp_path / "exercises" / NAME, tmp_path, timeout=120)
+    assert [c.status for c in result.checks] == ["passed"] * 3, result
+    assert not any("__warningregistry__" in n for n in result.notes), result.notes

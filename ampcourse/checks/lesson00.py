@@ -32,7 +32,7 @@ def _tensor_bytes_cases() -> list[tuple[torch.Tensor, int, int | None]]:
         (torch.zeros(3, 5, dtype=torch.float16), 15, None),
         (torch.zeros(2, 2, 2, dtype=torch.float64), 8, None),
         (torch.zeros(7, dtype=torch.float8_e4m3fn), 7, None),
-        (torch.zeros(100)[:10], 10, 100),  # a view: its storage holds 100 elements
+        (torch.zeros(100, dtype=torch.float32)[:10], 10, 100),  # a view (float32 whatever the default: rev25-r16 E1)
         (torch.zeros(4, 6, dtype=torch.float16)[:, ::2], 12, 24),  # a non-contiguous view
         (torch.zeros(3, 0, dtype=torch.float32), 0, None),  # no elements at all
         (torch.zeros(5, 4, dtype=torch.bool), 20, None),  # one byte per element, though a bool is one bit
