@@ -72,3 +72,22 @@ def test_only_keeps_the_named_tests_and_notebooks(tmp_path):
     assert kept == ["notebooks/00_x.ipynb", "tests/test_a.py"]
     left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert left == ["exercises/00_x.ipynb", "notebooks/00_x.ipynb", "tests/conftest.py", "tests/test_a.py"]
+
+
+def test_the_profile_sums_each_files_tests_and_lists_the_costliest(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("suite_profile", ROOT / "benchmarks" / "suite_profile.py")
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    report = tmp_path / "p.xml"
+    report.write_text('<testsuites><testsuite name="pytest">'
+                      '<testcase classname="tests.test_a" name="test_one" time="1.5"/>'
+                      '<testcase classname="tests.test_a" name="test_two" time="2.5"/>'
+                      '<testcase classname="notebooks.09_capstone.ipynb" name="Cell 3" time="6.0"/>'
+                      '</testsuite></testsuites>')
+    profile.main([str(report), "--top", "2"])
+    out = capsys.readouterr().out
+    assert "3 tests in 2 files: 10 s of test time" in out, out
+    names = ("tests.test_a", "notebooks.09_capstone")
+    files = [line.split() for line in out.splitlines() if line.rstrip().endswith(names)]
+    assert files == [["6.0", "60.0%", "1", "notebooks.09_capstone"], ["4.0", "40.0%", "2", "tests.test_a"]], out
+    assert "test_two" in out and "test_one" not in out, out  # --top 2: the two costliest tests only
