@@ -1,8 +1,8 @@
 """Where the suite's time goes: per file and per test, from a ``--junitxml`` report of a pytest run.
 
-    .venv/bin/python -m pytest --nbval -n 2 --dist loadfile --no-loadscope-reorder --junitxml=/tmp/p1.xml
-    python benchmarks/suite_profile.py /tmp/p1.xml            # the 25 costliest files and the 25 costliest tests
-    python benchmarks/suite_profile.py /tmp/p1.xml --top 40
+    .venv/bin/python -m pytest --nbval -n 2 --dist loadfile --no-loadscope-reorder --junitxml=p1.xml
+    python benchmarks/suite_profile.py p1.xml            # the 25 costliest files and the 25 costliest tests
+    python benchmarks/suite_profile.py p1.xml --top 40
 
 A file's time is the sum of its tests' times (set-up, call and tear-down, as pytest's report counts them): a
 module-scoped fixture is paid by the first test that asks for it (``tests/test_pytest_plugin.py``'s ``graded``,
