@@ -9,8 +9,8 @@ from ampcourse.course import ROOT
 COURSE = (ROOT / "course").read_text()
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("suite_phases", ROOT / "benchmarks" / "suite_phases.py")
+def _load_benchmark(name: str = "suite_phases"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -75,9 +75,7 @@ def test_only_keeps_the_named_tests_and_notebooks(tmp_path):
 
 
 def test_the_profile_sums_each_files_tests_and_lists_the_costliest(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("suite_profile", ROOT / "benchmarks" / "suite_profile.py")
-    profile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile)
+    profile = _load_benchmark("suite_profile")
     report = tmp_path / "p.xml"
     report.write_text('<testsuites><testsuite name="pytest">'
                       '<testcase classname="tests.test_a" name="test_one" time="1.5"/>'
