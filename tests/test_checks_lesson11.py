@@ -409,6 +409,28 @@ def _plan_fraction_ratio(peaks, bf16):  # review rev24-r15 W1: NaN and inf guard
     return "float16", [n for n, p in peaks.items() if p != p or p == math.inf or Fraction(65504) / Fraction(p) < 4]
 
 
+def _plan_fraction_inf(peaks, bf16):  # review rev24-r16 W1: NaN guarded, inf not: Fraction(inf) raises OverflowError
+    if bf16:
+        return "bfloat16", []
+    return "float16", [n for n, p in peaks.items() if p != p or (p != 0 and Fraction(65504) / Fraction(p) < 4)]
+
+
+def _plan_numpy_raising(peaks, bf16):  # review rev24-r16 W1: np.errstate(all="raise"): log2(65504 / inf) raises
+    import numpy as np
+
+    if bf16:
+        return "bfloat16", []
+    with np.errstate(all="raise"):
+        return "float16", [n for n, p in peaks.items()
+                           if p != p or (p != 0 and np.log2(np.float64(65504) / np.float64(p)) < 2)]
+
+
+def _plan_log2_bf16_too(peaks, bf16):  # review rev24-r16 N1: inf handled in the float16 branch only
+    if bf16:
+        return "bfloat16", [n for n in peaks if math.log2(65504 / peaks[n]) < -100]
+    return "float16", [n for n, p in peaks.items() if not math.isfinite(p) or (p != 0 and math.log2(65504 / p) < 2)]
+
+
 def plan_sorted(peaks, bf16):
     return ("bfloat16", []) if bf16 else ("float16", sorted(n for n, p in peaks.items() if not p <= LIMIT / 4))
 
@@ -588,6 +610,12 @@ WRONG = {
             _plan_decimal_log, "'dropped' has a peak of 0 (an all-zero output)"),
         "Fraction(65504) / Fraction(0): ZeroDivisionError (review rev24-r15 W1)": (
             _plan_fraction_ratio, "'dropped' has a peak of 0 (an all-zero output)"),
+        "Fraction(65504) / Fraction(inf): OverflowError (review rev24-r16 W1)": (
+            _plan_fraction_inf, "'x' has a peak of inf: it has overflowed already"),
+        "numpy under errstate(all='raise'): FloatingPointError (review rev24-r16 W1)": (
+            _plan_numpy_raising, "'x' has a peak of inf: it has overflowed already"),
+        "log2 of every peak in the bf16 branch (review rev24-r16 N1)": (
+            _plan_log2_bf16_too, "'attn' has a peak of inf, and with bf16 no module is kept in FP32"),
         "log2 with a zero peak guarded, inf not (review rev24-r13 W3)": (
             _plan_log2_zero_guarded, "has a peak of inf: it has overflowed already"),
         "every module": (plan_everything, "not every module"),

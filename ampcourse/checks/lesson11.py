@@ -446,16 +446,28 @@ def _bits(peak: float) -> str:
 
 def _zero_or_inf_error(failed: CheckFailed) -> bool:
     """The answer raised what a headroom computed from a peak of 0 or inf raises: a ZeroDivisionError (``M / p``,
-    ``M // p``, ``Fraction(M) / Fraction(p)``, and its subclass ``decimal.DivisionByZero``: review rev24-r15 W1) or
-    math's ValueError ("math domain error": ``log2(M / inf)``); not another ValueError (``int(nan)``: review
-    rev24-r14 E2). :func:`~ampcourse.checks.call` raises its failure inside the handler of the answer's exception
-    (``from None``), so that exception is the failure's ``__context__``. Only its type is read (``type()`` and
-    ``issubclass``: no code of the answer runs); "domain" is looked for in the failure's text, which quotes it."""
+    ``M // p``, ``Fraction(M) / Fraction(p)``, and its subclass ``decimal.DivisionByZero``: review rev24-r15 W1), an
+    OverflowError (``Fraction(inf)``, ``int(inf)``), numpy's FloatingPointError (``np.log2(0.0)`` under
+    ``np.errstate(all="raise")``; both review rev24-r16 W1) or math's ValueError ("math domain error":
+    ``log2(M / inf)``); not another ValueError (``int(nan)``: review rev24-r14 E2). :func:`~ampcourse.checks.call`
+    raises its failure inside the handler of the answer's exception (``from None``), so that exception is the
+    failure's ``__context__``. Only its type is read (``type()`` and ``issubclass``: no code of the answer runs);
+    "domain" is looked for in the failure's text, which quotes it."""
     err = failed.__context__
     kind = type(err)
-    if issubclass(kind, ZeroDivisionError):
+    if issubclass(kind, (ZeroDivisionError, OverflowError, FloatingPointError)):
         return True
     return issubclass(kind, ValueError) and "domain" in str(failed)
+
+
+def _odd_peak(name: str, peak: float, bf16: bool) -> str:
+    """What the rule does with a peak of 0 or inf, for Task 3's message when an answer raised on one."""
+    if peak == 0:
+        return f"{name!r} has a peak of 0 (an all-zero output): its headroom is unlimited, so it is never kept in FP32"
+    if bf16:  # review rev24-r16 N1: the float16 sentence ("kept in FP32") contradicted the bf16 rule
+        return (f"{name!r} has a peak of inf, and with bf16 no module is kept in FP32, not even that one (bf16's "
+                "range is float32's)")
+    return f"{name!r} has a peak of inf: it has overflowed already, so it is kept in FP32"
 
 
 _SPELLINGS = {"bf16": "bfloat16", "bfloat": "bfloat16", "fp16": "float16", "half": "float16", "f16": "float16"}
@@ -472,9 +484,7 @@ def finetune_plan(fn) -> None:
             odd = [(n, p) for n, p in peaks.items() if p == 0 or math.isinf(p)]
             if not odd or not _zero_or_inf_error(failed):
                 raise
-            said = "; ".join(f"{n!r} has a peak of 0 (an all-zero output): its headroom is unlimited, so it is never "
-                             "kept in FP32" if p == 0 else f"{n!r} has a peak of inf: it has overflowed already, so it "
-                             "is kept in FP32" for n, p in odd)
+            said = "; ".join(_odd_peak(n, p, bf16) for n, p in odd)
             raise fail(task, f"peaks {peaks}, bf16={bf16}: finetune_plan raised; {said}. Handle such peaks before "
                              "computing a headroom in bits (or compare the peak with 65504 / 4).") from None
         want = plan_rule(peaks, bf16)
