@@ -20,14 +20,16 @@ file, as the client of a fork server:
   (a key used once, a test's own ``PYTHONPATH``, does not hold its memory for the rest of the run).
 
 What is not the same as a kernel started afresh, and why that is safe: modules are imported before the learner's
-code rather than by it (the same modules, from the same files); the environment variables those imports read
-are part of the template's key (``_KEY_PREFIXES``: a kernel with other ``OMP_*``, ``ATEN_*``, ``PYTHON*``, ``TZ`` …
-gets a template of its own, started with those), as are the interpreter and the process settings a child inherits
-(:func:`process_settings`: CPU affinity, niceness, umask, resource limits). The string hash seed is the template's
-(every kernel of a template iterates a set of strings in one order: set ``PYTHONHASHSEED`` to compare), and the
-kernel's command line in ``ps`` is the template's. The second pass of ``./course test`` (lessons and solutions
-under other CPU kernels) and every learner's run use ordinary kernels: this file is only used where
-``tests/conftest.py`` sets ``AMPCOURSE_KERNEL_ZYGOTE`` (to a private folder of this user's; ``off``: ordinary).
+code rather than by it (the same modules, from the same files; ``torch._dynamo`` too, which an ordinary kernel
+imports at its first optimizer: ``tests/test_kernel_zygote.py`` grades a solution on ordinary kernels as well); the
+environment variables those imports read are part of the template's key (``_KEY_PREFIXES``: a kernel with other
+``OMP_*``, ``ATEN_*``, ``PYTHON*``, ``TZ`` … gets a template of its own, started with those), as are the interpreter
+and the process settings a child inherits (:func:`process_settings`: CPU affinity, niceness, umask, resource
+limits). The string hash seed is the template's (every kernel of a template iterates a set of strings in one order:
+set ``PYTHONHASHSEED`` to compare), and the kernel's command line in ``ps`` is the template's. The second pass of
+``./course test`` (lessons and solutions under other CPU kernels) and every learner's run use ordinary kernels: this
+file is only used where ``tests/conftest.py`` sets ``AMPCOURSE_KERNEL_ZYGOTE`` (to a private folder of this user's;
+``off``: ordinary).
 """
 import hashlib
 import itertools
@@ -262,6 +264,11 @@ def serve(folder: str, key: str) -> dict | None:
     import numpy  # noqa: F401
     import psutil  # noqa: F401  (ipykernel's, at start-up too)
     import torch  # noqa: F401  (the point: imported once, here)
+
+    # What a course notebook's first optimizer imports (any torch._disable_dynamo function: Optimizer.__init__,
+    # zero_grad, torch.manual_seed once it is imported): 1.5-2 s of CPU in each kernel that trains; the graded batch
+    # of tests/test_pytest_plugin.py took 186 s without it and 154 s with it
+    import torch._dynamo  # noqa: F401
     path = os.path.join(folder, key + ".sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")

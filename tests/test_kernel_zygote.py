@@ -9,6 +9,8 @@ import kernel_zygote
 import pytest
 from jupyter_client.manager import KernelManager
 
+from ampcourse.course import ROOT
+
 PROBE = ("import os, sys, threading, torch\n"
          "print(os.getcwd(), os.environ.get('ZYGOTE_PROBE'), open(f'/proc/{os.getppid()}/cmdline').read().split('\\0'),"
          " sorted(t.name for t in threading.enumerate()), sys.argv[0].endswith('ipykernel_launcher.py'),"
@@ -155,6 +157,8 @@ def test_an_interrupt_and_a_kill_reach_the_kernels_own_children(tmp_path):
 MANAGER = """
 import os, sys, time
 from jupyter_client.manager import KernelManager
+
+from ampcourse.course import ROOT
 km = KernelManager(kernel_name="python3")
 km.start_kernel(cwd=sys.argv[1])
 kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
@@ -272,3 +276,21 @@ def test_nbvals_own_kernels_are_forked_too(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "serve" in found.read_text().split("\0"), "nbval's kernel was started afresh, not forked"
+
+
+def test_a_solution_that_trains_passes_grade_on_ordinary_kernels(tmp_path, monkeypatch):
+    """The templates import ``torch._dynamo``; an ordinary kernel (a learner's) imports it in the middle of the run,
+    at its first optimizer (it wraps ``torch.manual_seed``; optimizer methods cache their ``__dynamo_disable``). On
+    ordinary kernels, that import is no change of the grader either: exercise 04's solution passes every task."""
+    import re
+    import shutil
+
+    from ampcourse.grading import grade
+
+    monkeypatch.setenv(kernel_zygote.DIR_VARIABLE, "off")
+    (tmp_path / "exercises").mkdir()
+    shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
+    name = "04_gradscaler.ipynb"
+    shutil.copy(ROOT / "solutions" / name, tmp_path / "exercises" / name)
+    table, code = grade([str(tmp_path / "exercises" / name)], root=tmp_path)
+    assert code == 0 and re.search(r"04_gradscaler\s+(\d+)/\1\s+passed", table), table
