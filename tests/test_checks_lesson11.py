@@ -425,6 +425,27 @@ def _plan_numpy_raising(peaks, bf16):  # review rev24-r16 W1: np.errstate(all="r
                            if p != p or (p != 0 and np.log2(np.float64(65504) / np.float64(p)) < 2)]
 
 
+def _plan_numpy_int_of_nan(peaks, bf16):  # review rev24-r17 E1: inf and 0 handled; a NaN cast to int raises
+    import numpy as np
+
+    if bf16:
+        return "bfloat16", []
+    keep = []
+    with np.errstate(all="raise"):
+        for n, p in peaks.items():
+            if math.isinf(p):
+                keep.append(n)
+            elif p != 0 and np.floor(np.log2(np.float64(65504) / np.float64(p))).astype(np.int64) < 2:
+                keep.append(n)
+    return "float16", keep
+
+
+def _plan_bf16_max_headroom(peaks, bf16):  # review rev24-r17 M1: the 2-bit rule against bf16's own max
+    if not bf16:
+        return "float16", [n for n, p in peaks.items() if not math.isfinite(p) or (p != 0 and math.log2(65504 / p) < 2)]
+    return "bfloat16", [n for n, p in peaks.items() if p != 0 and (p != p or math.log2(3.38953e38 / p) < 2)]
+
+
 def _plan_log2_bf16_too(peaks, bf16):  # review rev24-r16 N1: inf handled in the float16 branch only
     if bf16:
         return "bfloat16", [n for n in peaks if math.log2(65504 / peaks[n]) < -100]
@@ -614,6 +635,10 @@ WRONG = {
             _plan_fraction_inf, "'x' has a peak of inf: it has overflowed already"),
         "numpy under errstate(all='raise'): FloatingPointError (review rev24-r16 W1)": (
             _plan_numpy_raising, "'x' has a peak of inf: it has overflowed already"),
+        "numpy's int of a NaN peak, not the inf's fault (review rev24-r17 E1)": (
+            _plan_numpy_int_of_nan, "raised FloatingPointError: invalid value encountered in cast"),
+        "headroom against bf16's max, inf not handled (review rev24-r17 M1)": (
+            _plan_bf16_max_headroom, "With bf16, return ('bfloat16', []) whatever the peaks"),
         "log2 of every peak in the bf16 branch (review rev24-r16 N1)": (
             _plan_log2_bf16_too, "'attn' has a peak of inf, and with bf16 no module is kept in FP32"),
         "log2 with a zero peak guarded, inf not (review rev24-r13 W3)": (
