@@ -261,6 +261,12 @@ class StepRecord:
             that is log(0) data, since a mask is added to scores; sampled steps only.
         weights_finite: every trained parameter was finite when the step's hooks were attached (after the
             previous step's update, before this step's forward); None if not sampled.
+        loss_cast_flushed: for a model that returns its own 0-d loss, the largest share, over the casts from
+            float16 up to float32 between its modules' outputs and that loss, of the non-zero float32 loss
+            gradient entries that are 0 once cast back down to float16 (flushed: the loss too small for float16);
+            None when there is no such cast with a non-zero gradient (or not sampled).
+        loss_cast_zero: the parameters whose gradient comes only through such casts whose gradient was exactly 0
+            (a term weighted by 0): their zeros are by design, not flushed.
     """
 
     step: int
@@ -291,6 +297,8 @@ class StepRecord:
     weights_finite: bool | None = None
     param_grad_subnormal_mass: Mapping[str, float] = field(default_factory=dict)
     param_grad_norm: Mapping[str, float] = field(default_factory=dict)
+    loss_cast_flushed: float | None = None
+    loss_cast_zero: tuple[str, ...] = ()
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -532,6 +540,7 @@ class _Hooks:
                                                 isinstance(module, _WEIGHTED)),
                          self._forward_hook(name, module)) for name, module in modules]
         self.params = [(param, self._param_hook(name, param, embedding)) for name, param, embedding in params]
+        self.param_names = {id(param): name for name, param, _ in params}
         self.root_inputs = self._root_hook(root)
 
     def _root_hook(self, mine: nn.Module) -> Callable:
@@ -578,6 +587,46 @@ class _GradientHook:
 
     def __call__(self, grad: torch.Tensor) -> None:
         self.probe.gradient_hook(self.roles, grad)
+
+
+class _CastHook:
+    """The hook of a cast node between the model's float16 outputs and its own loss (:meth:`_Probe.cast_hook`)."""
+
+    __slots__ = ("probe", "reach")
+
+    def __init__(self, probe: _Probe, reach: frozenset | None) -> None:
+        self.probe, self.reach = probe, reach
+
+    def __call__(self, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        self.probe.cast_hook(self.reach, grad_inputs, grad_outputs)
+
+
+_CAST_WALK = 2048  # graph nodes at most that the walks from a model's own loss (its casts, their parameters) visit
+
+
+def _walk_graph(starts: list, budget: list[int], names: dict[int, str],
+                stop_at_casts: bool = False) -> tuple[frozenset, list]:
+    """The parameters (names) whose gradient accumulators the autograd graph reaches from ``starts``, and (with
+    ``stop_at_casts``: not walking past them) the ``ToCopyBackward0`` nodes met; ``budget[0]``: nodes left to visit
+    (counted down; at 0 the walk stops short)."""
+    todo, seen, params, casts = list(starts), set(), set(), []
+    while todo and budget[0] > 0:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        budget[0] -= 1
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it accumulates into
+        if variable is not None:
+            name = names.get(id(variable))
+            if name is not None:
+                params.add(name)
+            continue
+        if stop_at_casts and node.name() == "ToCopyBackward0":
+            casts.append(node)
+            continue
+        todo += [f for f, _ in node.next_functions]
+    return frozenset(params), casts
 
 
 class _Probe:
@@ -640,6 +689,11 @@ class _Probe:
         self.weights = None if not weights else self._put(_weights_check(weights))
         self._root = hooks.root
         self.own_loss: dict[str, list[int]] = {}  # the root's name -> the peaks of its calls' 0-d outputs: its loss
+        # per float16 -> float32 cast between the model's outputs and its own loss: (index in flat of the non-zero
+        # float32 gradient entries of a sample, of those that are 0 once cast back to float16, the parameters its
+        # gradient reaches): :meth:`cast_hook`
+        self.loss_casts: list[tuple[int, int, frozenset | None]] = []
+        self.loss_direct: frozenset | None = None  # the parameters the own loss reaches through no such cast
         self.numel: dict[str, int] = {}  # module -> the most elements of one of its outputs in one call
         self.shaped: set[str] = set()  # modules that returned a one-element output with a shape ((1, 1)), not 0-d
         self.grad_numel: dict[str, int] = {}  # module -> the elements of the first of its outputs' gradients
@@ -791,6 +845,7 @@ class _Probe:
             loss = next((p for t, p in zip(outs, out_peaks, strict=True) if t.dim() == 0), None)
             if loss is not None:
                 self.own_loss.setdefault(name, []).append(loss)
+                self._hook_loss_casts(next(t for t in outs if t.dim() == 0))
         first = outs[0]
         size = first.numel() if len(outs) == 1 else max(t.numel() for t in outs)  # (z, recon): rev24-r15 E4
         if size > self.numel.get(name, 0):
@@ -829,6 +884,37 @@ class _Probe:
             for t in inputs if inputs is not None else _inputs(args, kwargs):
                 if t.requires_grad:
                     watch(t, (name, True))
+
+    def _hook_loss_casts(self, loss: torch.Tensor) -> None:
+        """Hook the casts from float16 up to float32 between the model's float16 ops and its own loss (a ``.float()``
+        before the loss, autocast's cast into ``mse_loss``/``cross_entropy``): their backward casts the loss's
+        float32 gradient down to float16, which is where a loss too small for float16 is flushed. Read there, exact
+        zeros (a dead ReLU's, a term weighted by 0) are told from flushed ones (review rev24-r15 E1/E3). Each cast
+        also gets the parameters its gradient reaches (their gradient accumulators below it), so that a parameter
+        reached only through casts whose gradient was exactly 0 is known to be 0 by design. The walks visit at most
+        :data:`_CAST_WALK` graph nodes in all; beyond, the casts found are still read, the parameters not."""
+        if loss.grad_fn is None:
+            return
+        budget = [_CAST_WALK]
+        names = self.hooks.param_names
+        direct, casts = _walk_graph([loss.grad_fn], budget, names, stop_at_casts=True)
+        reached = [_walk_graph([f for f, _ in cast.next_functions], budget, names)[0] for cast in casts]
+        complete = budget[0] > 0
+        self.loss_direct = direct if complete else None
+        for cast, reach in zip(casts, reached, strict=True):
+            cast.register_hook(_CastHook(self, reach if complete else None))
+
+    def cast_hook(self, reach: frozenset | None, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        """A loss cast's backward (:meth:`_hook_loss_casts`; ``reach``: the parameters its gradient reaches): of a
+        sample of the float32 gradient's non-zero entries, how many are 0 in float16."""
+        if self.removed or not grad_inputs or not grad_outputs:
+            return
+        low, high = grad_inputs[0], grad_outputs[0]
+        if low is None or high is None or low.dtype != torch.float16 or high.dtype != torch.float32:
+            return
+        high, low = _sample(high.detach()), _sample(low.detach())
+        nonzero = high != 0
+        self.loss_casts.append((self._put(nonzero.sum()), self._put((nonzero & (low == 0)).sum()), reach))
 
     def _watch_gradient(self, t: torch.Tensor, role: tuple[str, bool]) -> None:
         """Hook ``t``'s gradient (once per tensor) and note ``role`` (module name, is it an input) for it."""
@@ -1041,6 +1127,7 @@ class _Probe:
             "modules": self._modules(peaks, outs, events, values),
             **_forward_culprit(calls, values, loss_finite, mask_peaks),
             "first_nonfinite_backward": _backward_culprit(events, values),
+            **_cast_fields(self.loss_casts, self.loss_direct, values),
             **_param_fields(params, values, scale),
         }
 
@@ -1233,6 +1320,19 @@ def _subnormal_mass(subnormal: float, squares: float) -> float:
     if not subnormal or not 0.0 < squares < math.inf:
         return 0.0
     return min(1.0, subnormal * FP16_NORMAL_MIN**2 / squares)
+
+
+def _cast_fields(casts: list[tuple[int, int, frozenset | None]], direct: frozenset | None,
+                 values: list[float]) -> dict[str, Any]:
+    """From the own loss's casts (:meth:`_Probe.cast_hook`): the largest share of their non-zero float32 gradient
+    entries that are 0 in float16 (None when no cast got a non-zero gradient), and the parameters reached only
+    through casts whose gradient was exactly 0 (a term weighted by 0: their zeros are by design)."""
+    shares = [values[flushed] / values[nonzero] for nonzero, flushed, _ in casts if values[nonzero]]
+    zero: set[str] = set()
+    if direct is not None and all(reach is not None for _, _, reach in casts):
+        zero = {n for nonzero, _, reach in casts if not values[nonzero] for n in reach}
+        zero -= direct.union(*(reach for nonzero, _, reach in casts if values[nonzero]))
+    return {"loss_cast_flushed": max(shares) if shares else None, "loss_cast_zero": tuple(sorted(zero))}
 
 
 def _param_fields(params: dict[str, tuple[int, ...]], values: list[float], scale: float) -> dict[str, Any]:
@@ -2050,6 +2150,8 @@ def _lost_param(r: StepRecord, name: str, zeros: bool = True) -> bool:
     lost = r.param_grad_lost.get(name)
     if lost is None:
         return False
+    if zeros and name in r.loss_cast_zero:  # reached only through a cast of the loss whose gradient was exactly 0
+        zeros = False
     subnormal = r.param_grad_subnormal.get(name, 0.0)
     mass = r.param_grad_subnormal_mass.get(name, 1.0)
     return subnormal > UNDERFLOW_FRACTION and mass > UNDERFLOW_FRACTION or (zeros and lost >= 1.0)
@@ -2075,9 +2177,11 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
     (those that got an output gradient, the model itself and the modules all of whose outputs were 0-d left
     aside; a ``(1, 1)`` head at batch 1 counts: rev24-r15 E2) in ``r.modules``'s order, that of their *first*
     call's end: not the largest inner activation, which made a dead final ReLU's zeros a flush (review rev24-r14
-    E1). Left (review rev24-r15 E1/E3): exact zeros carry no magnitude, so a term weighted by 0 whose module's
-    first call ends last sets the divisor: a wide one makes a dead final ReLU's zeros a flush, a narrow one hides a
-    real flush; it needs a direct check at the float16 cast.
+    E1). Exact zeros carry no magnitude, so that divisor can be a term weighted by 0 whose module's first call
+    ends last: a wide one made a dead final ReLU's zeros a flush, a narrow one hid a real flush (review rev24-r15
+    E1/E3). So where the model's own loss is computed in float32 from float16 outputs (``.float()``, or autocast's
+    cast into ``mse_loss``), the flush is read where it happens, at that cast (``r.loss_cast_flushed``: more than
+    :data:`UNDERFLOW_FRACTION` of its non-zero float32 gradient entries 0 in float16), and the divisor is not used.
 
     An O(1) loss at scale 65536 whose gradients are 0 by design (a saturated clamp, a dead final ReLU) is not
     flushed (reviews rev24-r11 E1, rev24-r12 E1/M1); a small mean loss over many outputs, or one divided for
@@ -2098,6 +2202,8 @@ def _flushed_at_the_loss(r: StepRecord) -> bool:
         return False
     if any(_lost_activation(m, zeros=False) for m in reached):
         return True
+    if own is not None and r.loss_cast_flushed is not None:  # read at the float16 cast itself: rev24-r15 E1/E3
+        return r.loss_cast_flushed > UNDERFLOW_FRACTION
     spread = loss * (r.scale_before or 1.0) / (reached[-1].numel or 1)
     return math.isfinite(spread) and spread < _FLUSH_SPREAD
 

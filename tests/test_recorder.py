@@ -3191,8 +3191,6 @@ def test_r15_e4_a_flushed_reconstruction_loss_is_underflow_whatever_the_order_of
     assert finding(rec, "underflow").where == "dec.weight"
 
 
-_R15_E1_E3 = pytest.mark.xfail(strict=True, reason="review rev24-r15 E1/E3: exact zeros carry no magnitude; needs a "
-                                                   "direct check at the float16 cast")
 
 
 class DeadHeadWideAux(nn.Module):
@@ -3211,7 +3209,7 @@ class DeadHeadWideAux(nn.Module):
         return loss + 0.0 * self.aux(h).float().pow(2).mean()
 
 
-@_R15_E1_E3
+# a strict xfail (review rev24-r15 E1/E3) until the recorder read the flush at the float16 cast of the loss
 def test_r15_e1_a_zero_weighted_wide_aux_term_computed_last_leaves_a_dead_final_relu_healthy():
     torch.manual_seed(0)
     model, x, y = DeadHeadWideAux(), torch.randn(1024, 16), torch.rand(1024, 4)
@@ -3241,7 +3239,7 @@ class FlushedDecoderNarrowAux(nn.Module):
         return nn.functional.mse_loss(self.dec(h).float(), y) + 0.0 * self.aux(h).float().mean()
 
 
-@_R15_E1_E3
+# a strict xfail (review rev24-r15 E1/E3) until the recorder read the flush at the float16 cast of the loss
 def test_r15_e3_a_zero_weighted_narrow_aux_term_computed_last_does_not_hide_a_flush():
     torch.manual_seed(0)
     model, x = FlushedDecoderNarrowAux(), torch.randn(1024, 16)
@@ -3370,3 +3368,42 @@ def test_r16_e2_an_unused_larger_output_does_not_make_a_saturated_clamp_a_flush(
     assert rec.records[-1].loss == 0.25
     assert next(m for m in rec.records[-1].modules if m.name == "").numel == 1024 * 4
     assert [f.kind for f in rec.findings()] == ["healthy"]
+
+
+class CritDecoderZeroAux(nn.Module):
+    """The loss a submodule (``nn.MSELoss``: autocast casts the float16 output up inside it, no ``.float()``), an
+    own MSE of 9e-6 over 2**18 outputs at scale 1 (each gradient entry 2.3e-8: flushed), and a wide term weighted by
+    0 computed last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.dec, self.aux = nn.Linear(16, 32), nn.Linear(32, 256), nn.Linear(32, 256)
+        self.crit = nn.MSELoss()
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.body(x))
+        return self.crit(self.dec(h), y) + 0.0 * self.aux(h).float().pow(2).mean()
+
+
+def test_the_flush_is_read_at_the_loss_cast_inside_a_loss_module_and_a_zero_weighted_term_is_not_blamed():
+    """The own loss's casts (``loss_cast_flushed``, ``loss_cast_zero``): autocast's cast into a loss module flushes
+    every entry, and the parameters reached only through the term weighted by 0 are not named."""
+    torch.manual_seed(0)
+    model, x = CritDecoderZeroAux(), torch.randn(1024, 16)
+    with torch.no_grad():
+        y = model.dec(torch.relu(model.body(x))) + 0.003 * torch.sign(torch.randn(1024, 256))
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    r = rec.records[-1]
+    assert r.loss_cast_flushed == 1.0 and r.loss_cast_zero == ("aux.bias", "aux.weight"), r
+    assert finding(rec, "underflow").where == "dec.weight", [str(f) for f in rec.findings()]
+    with torch.no_grad():  # each entry's gradient 1.2e-4, a normal float16 number: nothing flushed
+        y.copy_(model.dec(torch.relu(model.body(x))) + 16)
+    rec = _record(model, step, steps=2)
+    assert rec.records[-1].loss_cast_flushed == 0.0 and kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
