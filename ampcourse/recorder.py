@@ -163,10 +163,11 @@ class ModuleStats:
         own_loss: for the model itself (``""``), when it returns a 0-d floating-point tensor (its own loss, as
             Hugging Face's ``outputs.loss``; the first such one of its outputs): that tensor's |value| (the largest
             over its calls); None otherwise (:func:`_flushed_at_the_loss` reads it).
-        numel: the elements of the output whose gradient reached it first in the backward pass: the output
-            the loss read (``recon`` of ``(z, recon)``, review rev24-r15 E4; ``logits`` of ``(logits, hidden)``,
-            whose ``hidden`` gets its gradient later, through the head: rev24-r16 E2); where no output got a
-            gradient, the most elements of one of its floating-point outputs in one call.
+        numel: the elements of its largest output that got a gradient and that no other module took as an input:
+            the output the loss read (``recon`` of ``(z, recon)``, review rev24-r15 E4; ``logits`` of ``(logits,
+            hidden)``, whose ``hidden`` the head took: rev24-r16 E2; the larger of ``(recon, aux)`` both read by
+            the loss, whichever was computed last: rev24-r17 E2); else the output whose gradient came first; where no
+            output got a gradient, the most elements of one of its floating-point outputs in one call.
             :func:`_flushed_at_the_loss` divides the loss by it: a mean spreads the loss's gradient over that
             many entries.
         zero_d: every floating-point output it returned was 0-d (a loss module's output; a one-element output
@@ -697,6 +698,10 @@ class _Probe:
         self.numel: dict[str, int] = {}  # module -> the most elements of one of its outputs in one call
         self.shaped: set[str] = set()  # modules that returned a one-element output with a shape ((1, 1)), not 0-d
         self.grad_numel: dict[str, int] = {}  # module -> the elements of the first of its outputs' gradients
+        # module -> the most elements of a gradient of one of its outputs that no other module took as an input (the
+        # output a loss read: logits, not the hidden state the head took; recon, not the z the decoder took; the
+        # largest of two a loss read: review rev24-r17 E2, where the first gradient was the last output computed)
+        self.free_numel: dict[str, int] = {}
         self._weighted = hooks.weighted
         hooks.probe = self  # the hooks, made once per recorder, call this probe's methods from now on
         handles = self.handles
@@ -935,10 +940,13 @@ class _Probe:
             return
         g = grad.detach() if grad.requires_grad else grad  # (create_graph=True): record no graph
         n = g.numel()
-        grad_numel = self.grad_numel
+        grad_numel, free = self.grad_numel, self.free_numel
         for name, is_input in roles:  # the output whose gradient came first (the loss's): rev24-r16 E2
-            if not is_input and name not in grad_numel:
-                grad_numel[name] = n
+            if not is_input:
+                if name not in grad_numel:
+                    grad_numel[name] = n
+                if n > free.get(name, 0) and not any(i and other != name for other, i in roles):
+                    free[name] = n
         size = n * g.element_size()
         if self._kept_bytes + size > _DEFER_BYTES or not self._queue():
             self._measure_gradients()
@@ -1131,6 +1139,11 @@ class _Probe:
             **_param_fields(params, values, scale),
         }
 
+    def _numel(self, name: str) -> int | None:
+        """A module's ``numel`` (:class:`ModuleStats`): its largest output with a gradient that no other module took
+        as an input; else its output whose gradient came first; else its largest output."""
+        return self.free_numel.get(name, self.grad_numel.get(name, self.numel.get(name)))
+
     def _modules(self, peaks: dict, outs: dict, events: list, values: list) -> tuple[ModuleStats, ...]:
         out_finite: dict[str, bool] = {}  # module -> every gradient w.r.t. its output was finite
         for roles, i in events:
@@ -1157,7 +1170,7 @@ class _Probe:
             own = max(values[i] for i in self.own_loss[name]) if name in self.own_loss else None
             stats.append(ModuleStats(name=name, kind=self.kinds[name], peak=peak, limit=self.limits[name], **grad,
                                      dtype=self.dtypes[name], cast_by=self.cast_by.get(name), minus_inf=minus_inf,
-                                     own_loss=own, numel=self.grad_numel.get(name, self.numel.get(name)),
+                                     own_loss=own, numel=self._numel(name),
                                      zero_d=self.numel.get(name) == 1 and name not in self.shaped))
         return tuple(stats)
 

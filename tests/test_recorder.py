@@ -3407,3 +3407,62 @@ def test_the_flush_is_read_at_the_loss_cast_inside_a_loss_module_and_a_zero_weig
         y.copy_(model.dec(torch.relu(model.body(x))) + 16)
     rec = _record(model, step, steps=2)
     assert rec.records[-1].loss_cast_flushed == 0.0 and kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+
+
+class DeadWideOneOutputHead(nn.Module):
+    """Review rev24-r17 E1: a dead ReLU under a one-output head at batch 1 (a (1, 1) output, not a loss module), the
+    model's own MSE: exact zeros below an intact head gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(4, 2**21), nn.Linear(2**21, 1)
+        with torch.no_grad():
+            self.body.bias.fill_(-1e4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(self.head(torch.relu(self.body(x))).float(), y)
+
+
+def test_r17_e1_a_dead_relu_under_a_one_output_head_with_the_models_own_loss_is_healthy():
+    torch.manual_seed(0)
+    model, x, y = DeadWideOneOutputHead(), torch.randn(1, 4), torch.ones(1, 1)
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y)
+        loss.backward()
+        return loss
+
+    assert kinds(_record(model, step, steps=2)) == ["healthy"]
+
+
+class ReconAndAux(nn.Module):
+    """Review rev24-r17 E2: returns (recon, aux), aux (512 entries) computed after recon (2**21): its gradient
+    comes first in the backward pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.dec, self.aux = nn.Linear(16, 64), nn.Linear(64, 4096), nn.Linear(64, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(self.body(x))
+        return self.dec(h), self.aux(h)
+
+
+def test_r17_e2_the_divisor_is_the_largest_output_the_loss_read_not_the_one_computed_last():
+    torch.manual_seed(1)
+    model, x = ReconAndAux(), torch.randn(512, 16)
+    with torch.no_grad():
+        r0, a0 = model(x)
+        y, t = r0 + 0.025 * torch.sign(torch.randn_like(r0)), a0 + 1e-4 * torch.sign(torch.randn_like(a0))
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            r, a = model(x)
+            loss = nn.functional.mse_loss(r.float(), y) + 0.01 * nn.functional.mse_loss(a.float(), t)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert next(m for m in rec.records[-1].modules if m.name == "").numel == 512 * 4096
+    assert "underflow" in kinds(rec), [str(f) for f in rec.findings()]
