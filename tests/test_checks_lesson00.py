@@ -1145,7 +1145,7 @@ def test_a_debugger_still_tracing_when_the_answer_returns_is_named_as_a_debugger
         bdb.Breakpoint.clearBreakpoints()
     message = str(failed.value)
     assert "a debugger (pdb / breakpoint()) was still tracing when your function `amp_forward` returned" in message
-    assert "finish debugging (c, or remove the breakpoint() call)" in message
+    assert "or you quit it with `q`" in message and "finish debugging (c, or remove the breakpoint() call)" in message
     assert "sys.settrace(None)" not in message and "f_trace" not in message
 
 

@@ -678,10 +678,10 @@ def _no_trace_left(task: str, name: str, before: tuple, left: tuple,
     # first call on: off is then no hook of the answer's.
     left_on = any(got is not wanted and not (got is None and on is None) for got, wanted, on in zip(left, want, again,
                                                                                                 strict=True))
-    if (left_on or frames) and debugger:  # pdb's `q`, or `c` with breakpoints still set (rev25-r14 E4, W1)
+    if (left_on or frames) and debugger:  # pdb's `q`, or `c` with breakpoints still set (rev25-r14 E4, W1; r15 N2)
         return back, fail(task, f"a debugger (pdb / breakpoint()) was still tracing when your function `{name}` "
-                                "returned: finish debugging (c, or remove the breakpoint() call) and run the check "
-                                "again.")
+                                "returned, or you quit it with `q`: finish debugging (c, or remove the breakpoint() "
+                                "call) and run the check again.")
     if left_on:
         return back, fail(task, f"`{name}` set a trace or profile function (sys.settrace/sys.setprofile) and left it "
                                 "on when it returned: through it code of yours runs inside the check. Take it out "
