@@ -952,19 +952,11 @@ REVIEW_FORGERIES.update({
 # function on amp_forward's check frame (and a global one, so that it runs), which rewrites the check's `seen` after
 # `seen, agree = records()` to say autocast in the recipe's dtype (probe zeroed), then takes itself out. It passed,
 # in the grader too; answer_of now fails the call for the trace function it left on.
-TRACE_REWRITES_SEEN_00 = '''import sys, torch
-from ampcourse.device import describe
-
-hardware = describe()
+# The trace function itself, shared with tests/test_checks_lesson00.py (which sets it from other doors).
+REWRITE_SEEN_TRACE = '''import sys
 
 
-def amp_forward(model, x):
-    dtype = hardware.recommendation.dtype
-    out = model(x).to(dtype)  # a float32 forward, converted
-    check = sys._getframe(1)
-    while check is not None and check.f_code.co_name != "amp_forward":
-        check = check.f_back
-
+def rewrite_seen(dtype):
     def local(frame, event, arg):
         loc = frame.f_locals
         if type(loc.get("seen")) is tuple and "agree" in loc:
@@ -975,8 +967,21 @@ def amp_forward(model, x):
             frame.f_trace = None
             return None
         return local
+    return local
+'''
+TRACE_REWRITES_SEEN_00 = '''import torch
+from ampcourse.device import describe
 
-    check.f_trace = local
+hardware = describe()
+''' + REWRITE_SEEN_TRACE + '''
+
+def amp_forward(model, x):
+    dtype = hardware.recommendation.dtype
+    out = model(x).to(dtype)  # a float32 forward, converted
+    check = sys._getframe(1)
+    while check is not None and check.f_code.co_name != "amp_forward":
+        check = check.f_back
+    check.f_trace = rewrite_seen(dtype)
     sys.settrace(lambda *a: None)
     return out
 '''

@@ -486,25 +486,16 @@ def _trace_rewrites_seen(model, x):
 
 
 def _trace_to_rewrite_seen():
-    """The same trace function as the review's forgery, set from code the answer runs *after* its call: on the
-    check's frame, and a global one so that it runs; it rewrites `seen` once it exists, then takes itself out."""
+    """The same trace function as the review's forgery (``review_forgeries.REWRITE_SEEN_TRACE``), set from code the
+    answer runs *after* its call: on the check's frame, and a global one so that it runs; it rewrites `seen` once it
+    exists, then takes itself out."""
     dtype = _rec()[1]
     f = sys._getframe(1)
     while f is not None and not (f.f_code.co_name == "amp_forward" and "records" in f.f_code.co_varnames):
         f = f.f_back
-
-    def local(frame, event, arg):
-        loc = frame.f_locals
-        if type(loc.get("seen")) is tuple and "agree" in loc:
-            loc["seen"] = tuple(r._replace(autocast=True, dtype=dtype, before=(True, dtype), output=dtype,
-                                           probe=None if r.probe is None else (0.0,) * len(r.probe))
-                                for r in loc["seen"])
-            sys.settrace(None)
-            frame.f_trace = None
-            return None
-        return local
-
-    f.f_trace = local
+    namespace: dict = {}
+    exec(review_forgeries.REWRITE_SEEN_TRACE, namespace)
+    f.f_trace = namespace["rewrite_seen"](dtype)
     sys.settrace(lambda *a: None)
 
 
