@@ -163,11 +163,12 @@ class ModuleStats:
         own_loss: for the model itself (``""``), when it returns a 0-d floating-point tensor (its own loss, as
             Hugging Face's ``outputs.loss``; the first such one of its outputs): that tensor's |value| (the largest
             over its calls); None otherwise (:func:`_flushed_at_the_loss` reads it).
-        numel: the elements of its largest output that got a gradient and that no other module took as an input:
-            the output the loss read (``recon`` of ``(z, recon)``, review rev24-r15 E4; ``logits`` of ``(logits,
-            hidden)``, whose ``hidden`` the head took: rev24-r16 E2; the larger of ``(recon, aux)`` both read by
-            the loss, whichever was computed last: rev24-r17 E2); else the output whose gradient came first; where no
-            output got a gradient, the most elements of one of its floating-point outputs in one call.
+        numel: for the model itself, the elements of its largest output whose gradient arrived before the backward
+            pass entered the model: the outputs the loss read (``recon`` of ``(z, recon)``, review rev24-r15 E4;
+            ``logits`` of ``(logits, hidden)``, whose ``hidden`` the head took, even through a view: rev24-r16 E2,
+            r18 E1; the larger of ``(recon, aux)`` both read by the loss, whichever was computed last: rev24-r17
+            E2); for other modules, the output whose gradient reached it first; where no output got a gradient,
+            the most elements of one of its floating-point outputs in one call.
             :func:`_flushed_at_the_loss` divides the loss by it: a mean spreads the loss's gradient over that
             many entries.
         zero_d: every floating-point output it returned was 0-d (a loss module's output; a one-element output
@@ -268,6 +269,8 @@ class StepRecord:
             None when there is no such cast with a non-zero gradient (or not sampled).
         loss_cast_zero: the parameters whose gradient comes only through such casts whose gradient was exactly 0
             (a term weighted by 0): their zeros are by design, not flushed.
+        loss_cast_lost: the parameters whose gradient comes only through such casts that flushed more than
+            :data:`UNDERFLOW_FRACTION` of their non-zero entries: their zeros are lost, whatever other terms do.
     """
 
     step: int
@@ -300,6 +303,7 @@ class StepRecord:
     param_grad_norm: Mapping[str, float] = field(default_factory=dict)
     loss_cast_flushed: float | None = None
     loss_cast_zero: tuple[str, ...] = ()
+    loss_cast_lost: tuple[str, ...] = ()
 
     @property
     def headroom_bits(self) -> dict[str, float]:
@@ -605,11 +609,22 @@ class _CastHook:
 _CAST_WALK = 2048  # graph nodes at most that the walks from a model's own loss (its casts, their parameters) visit
 
 
+def _casts_up(node: Any) -> bool:
+    """Whether a ``ToCopyBackward0`` node is a cast *to* float32 (the dtype of the gradient it receives, torch's
+    ``_input_metadata``): one between float16 ops and the loss, not autocast's cast of a float32 weight down to
+    float16 (review rev24-r18 E3: the walk stopped there and never reached a weight the loss reaches directly).
+    Without that metadata (another torch), every cast counts as one."""
+    try:
+        return node._input_metadata[0].dtype == torch.float32
+    except (AttributeError, IndexError, TypeError):
+        return True
+
+
 def _walk_graph(starts: list, budget: list[int], names: dict[int, str],
                 stop_at_casts: bool = False) -> tuple[frozenset, list]:
     """The parameters (names) whose gradient accumulators the autograd graph reaches from ``starts``, and (with
-    ``stop_at_casts``: not walking past them) the ``ToCopyBackward0`` nodes met; ``budget[0]``: nodes left to visit
-    (counted down; at 0 the walk stops short)."""
+    ``stop_at_casts``: not walking past them) the casts to float32 met (:func:`_casts_up`); ``budget[0]``: nodes
+    left to visit (counted down; at 0 the walk stops short)."""
     todo, seen, params, casts = list(starts), set(), set(), []
     while todo and budget[0] > 0:
         node = todo.pop()
@@ -623,7 +638,7 @@ def _walk_graph(starts: list, budget: list[int], names: dict[int, str],
             if name is not None:
                 params.add(name)
             continue
-        if stop_at_casts and node.name() == "ToCopyBackward0":
+        if stop_at_casts and node.name() == "ToCopyBackward0" and _casts_up(node):
             casts.append(node)
             continue
         todo += [f for f, _ in node.next_functions]
@@ -698,10 +713,13 @@ class _Probe:
         self.numel: dict[str, int] = {}  # module -> the most elements of one of its outputs in one call
         self.shaped: set[str] = set()  # modules that returned a one-element output with a shape ((1, 1)), not 0-d
         self.grad_numel: dict[str, int] = {}  # module -> the elements of the first of its outputs' gradients
-        # module -> the most elements of a gradient of one of its outputs that no other module took as an input (the
-        # output a loss read: logits, not the hidden state the head took; recon, not the z the decoder took; the
-        # largest of two a loss read: review rev24-r17 E2, where the first gradient was the last output computed)
+        # the model itself ("") -> the most elements of a gradient of one of its outputs that arrived before the
+        # backward pass entered the model (before any module's input gradient or any other module output's): the
+        # outputs the loss read (logits, not the hidden state the head took, even through a view, hidden[:, -1]:
+        # review rev24-r18 E1; recon, not the z the decoder took; the larger of two the loss read, whichever was
+        # computed last: rev24-r17 E2)
         self.free_numel: dict[str, int] = {}
+        self._entered = -2  # the graph task (backward pass) whose gradients have entered the model
         self._weighted = hooks.weighted
         hooks.probe = self  # the hooks, made once per recorder, call this probe's methods from now on
         handles = self.handles
@@ -942,11 +960,14 @@ class _Probe:
         n = g.numel()
         grad_numel, free = self.grad_numel, self.free_numel
         for name, is_input in roles:  # the output whose gradient came first (the loss's): rev24-r16 E2
-            if not is_input:
-                if name not in grad_numel:
-                    grad_numel[name] = n
-                if n > free.get(name, 0) and not any(i and other != name for other, i in roles):
-                    free[name] = n
+            if not is_input and name not in grad_numel:
+                grad_numel[name] = n
+        task = torch._C._current_graph_task_id()
+        if ("", False) in roles and not any(is_input for _, is_input in roles):
+            if self._entered != task and n > free.get("", 0):
+                free[""] = n
+        else:
+            self._entered = task
         size = n * g.element_size()
         if self._kept_bytes + size > _DEFER_BYTES or not self._queue():
             self._measure_gradients()
@@ -1140,8 +1161,8 @@ class _Probe:
         }
 
     def _numel(self, name: str) -> int | None:
-        """A module's ``numel`` (:class:`ModuleStats`): its largest output with a gradient that no other module took
-        as an input; else its output whose gradient came first; else its largest output."""
+        """A module's ``numel`` (:class:`ModuleStats`): for the model itself, its largest output whose gradient came
+        before the backward pass entered it; else the output whose gradient came first; else its largest output."""
         return self.free_numel.get(name, self.grad_numel.get(name, self.numel.get(name)))
 
     def _modules(self, peaks: dict, outs: dict, events: list, values: list) -> tuple[ModuleStats, ...]:
@@ -1338,14 +1359,22 @@ def _subnormal_mass(subnormal: float, squares: float) -> float:
 def _cast_fields(casts: list[tuple[int, int, frozenset | None]], direct: frozenset | None,
                  values: list[float]) -> dict[str, Any]:
     """From the own loss's casts (:meth:`_Probe.cast_hook`): the largest share of their non-zero float32 gradient
-    entries that are 0 in float16 (None when no cast got a non-zero gradient), and the parameters reached only
-    through casts whose gradient was exactly 0 (a term weighted by 0: their zeros are by design)."""
+    entries that are 0 in float16 (None when no cast got a non-zero gradient); the parameters reached only through
+    casts whose gradient was exactly 0 (a term weighted by 0: their zeros are by design); and those reached only
+    through casts that flushed more than :data:`UNDERFLOW_FRACTION` of theirs (beside a healthy term: review
+    rev24-r18 E2), whose zeros are lost."""
     shares = [values[flushed] / values[nonzero] for nonzero, flushed, _ in casts if values[nonzero]]
     zero: set[str] = set()
+    lost: set[str] = set()
     if direct is not None and all(reach is not None for _, _, reach in casts):
+        live = [(reach, values[flushed] / values[nonzero] > UNDERFLOW_FRACTION)
+                for nonzero, flushed, reach in casts if values[nonzero]]
         zero = {n for nonzero, _, reach in casts if not values[nonzero] for n in reach}
-        zero -= direct.union(*(reach for nonzero, _, reach in casts if values[nonzero]))
-    return {"loss_cast_flushed": max(shares) if shares else None, "loss_cast_zero": tuple(sorted(zero))}
+        zero -= direct.union(*(reach for reach, _ in live))
+        lost = set().union(*(reach for reach, flushed in live if flushed))
+        lost -= direct.union(*(reach for reach, flushed in live if not flushed))
+    return {"loss_cast_flushed": max(shares) if shares else None, "loss_cast_zero": tuple(sorted(zero)),
+            "loss_cast_lost": tuple(sorted(lost))}
 
 
 def _param_fields(params: dict[str, tuple[int, ...]], values: list[float], scale: float) -> dict[str, Any]:
@@ -2165,6 +2194,7 @@ def _lost_param(r: StepRecord, name: str, zeros: bool = True) -> bool:
         return False
     if zeros and name in r.loss_cast_zero:  # reached only through a cast of the loss whose gradient was exactly 0
         zeros = False
+    zeros = zeros or name in r.loss_cast_lost  # reached only through casts that flushed it (rev24-r18 E2)
     subnormal = r.param_grad_subnormal.get(name, 0.0)
     mass = r.param_grad_subnormal_mass.get(name, 1.0)
     return subnormal > UNDERFLOW_FRACTION and mass > UNDERFLOW_FRACTION or (zeros and lost >= 1.0)
@@ -2246,8 +2276,10 @@ def _underflow(records: list[StepRecord], sampled: list[StepRecord],
     else:
         names = [m.name for m in reversed(steps[-1].modules) if m.grad_lost is not None]  # backward order
 
-        def held_out(name: str) -> list[StepRecord]:
-            return [r for r, zeros in zip(steps, flushed, strict=True) if _lost_activation(_module(r, name), zeros)]
+        def held_out(name: str) -> list[StepRecord]:  # a module under a term weighted by 0: zeros by design (r18 E3)
+            return [r for r, zeros in zip(steps, flushed, strict=True)
+                    if _lost_activation(_module(r, name), zeros and not (
+                        name and any(p.startswith(name + ".") for p in r.loss_cast_zero)))]
         where = next((n for n in names if 2 * len(held_out(n)) > len(steps)), None)
         if where is None:
             return None

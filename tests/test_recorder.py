@@ -3466,3 +3466,97 @@ def test_r17_e2_the_divisor_is_the_largest_output_the_loss_read_not_the_one_comp
     rec = _record(model, step, steps=2)
     assert next(m for m in rec.records[-1].modules if m.name == "").numel == 512 * 4096
     assert "underflow" in kinds(rec), [str(f) for f in rec.findings()]
+
+
+class LastTokenHead(nn.Module):
+    """Review rev24-r18 E1: returns (logits, hidden), the head reading hidden[:, -1] (a view: no module takes hidden
+    itself); a saturated clamp in the loss makes every gradient 0 by design."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(16, 64), nn.Linear(64, 4)
+        with torch.no_grad():
+            self.head.bias.fill_(10.0)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = torch.relu(self.body(x))
+        return self.head(hidden[:, -1]), hidden
+
+
+def test_r18_e1_an_output_the_head_reads_through_a_view_is_not_the_divisor():
+    torch.manual_seed(0)
+    model, x, y = LastTokenHead(), torch.randn(1024, 8, 16), torch.full((1024, 4), -1.5)
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            logits, _ = model(x)
+        loss = nn.functional.mse_loss(logits.float().clamp(max=-1.0), y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert next(m for m in rec.records[-1].modules if m.name == "").numel == 1024 * 4
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+
+
+class ReconBesideClassifier(nn.Module):
+    """Review rev24-r18 E2: a flushed reconstruction term beside a healthy cross-entropy term."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.dec, self.cls = nn.Linear(16, 64), nn.Linear(64, 512), nn.Linear(64, 4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.body(x))
+        return (nn.functional.mse_loss(self.dec(h).float(), y)
+                + nn.functional.cross_entropy(self.cls(h).float(), t))
+
+
+def test_r18_e2_a_flushed_term_beside_a_healthy_one_is_an_underflow():
+    torch.manual_seed(0)
+    model, x, t = ReconBesideClassifier(), torch.randn(1024, 16), torch.randint(0, 4, (1024,))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        y = model.dec(torch.relu(model.body(x))).float() + 3e-5 * torch.sign(torch.randn(1024, 512))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=64.0, growth_interval=1000)
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(3):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, y, t)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            rec.step(loss)
+    assert rec.records[-1].loss_cast_lost == ("dec.bias", "dec.weight"), rec.records[-1]
+    assert finding(rec, "underflow").where == "dec.weight", [str(f) for f in rec.findings()]
+
+
+class PromotedLiveTerm(nn.Module):
+    """Review rev24-r18 E3: the live term reaches ``body`` by type promotion (no cast to float32: ``(h - y) ** 2``
+    with a float32 ``y``), a term weighted by 0 through ``.float()``; the live term is flushed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.aux = nn.Linear(16, 256), nn.Linear(256, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = self.body(x)
+        return ((h - y) ** 2).mean() + 0.0 * self.aux(h).float().mean()
+
+
+def test_r18_e3_a_parameter_the_loss_reaches_without_a_cast_is_not_excused():
+    torch.manual_seed(0)
+    model, x = PromotedLiveTerm(), torch.randn(1024, 16)
+    with torch.no_grad():
+        y = model.body(x) + 1e-3 * torch.sign(torch.randn(1024, 256))
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert rec.records[-1].loss_cast_zero == ("aux.bias", "aux.weight"), rec.records[-1]
+    assert finding(rec, "underflow").where == "body.weight", [str(f) for f in rec.findings()]
