@@ -446,6 +446,42 @@ def _plan_bf16_max_headroom(peaks, bf16):  # review rev24-r17 M1: the 2-bit rule
     return "bfloat16", [n for n, p in peaks.items() if p != 0 and (p != p or math.log2(3.38953e38 / p) < 2)]
 
 
+def _plan_squeezed(peaks, bf16):  # review rev24-r19 E1: a habitual .squeeze(): a 0-d tensor for one module
+    if bf16:
+        return "bfloat16", []
+    p = torch.tensor(list(peaks.values()), dtype=torch.float64).squeeze()
+    return "float16", [n for n, v in zip(peaks, p, strict=True) if not v <= 65504 / 4]
+
+
+def _plan_mutable_default(peaks, bf16, keep=[]):  # noqa: B006  (review rev24-r19 E2: the mistake itself)
+    if bf16:
+        return "bfloat16", []
+    keep += [n for n, p in peaks.items() if not p <= 65504 / 4 and n not in keep]
+    return "float16", keep
+
+
+_PLAN_CACHE: dict = {}
+
+
+def _plan_cached_by_name(peaks, bf16):  # review rev24-r19 W3: a verdict per module name kept between calls
+    if bf16:
+        return "bfloat16", []
+    for n, p in peaks.items():
+        _PLAN_CACHE.setdefault(n, not p <= 65504 / 4)
+    return "float16", [n for n in peaks if _PLAN_CACHE[n]]
+
+
+def _plan_bf16_log_of_all(peaks, bf16):  # review rev24-r19 W2: the bf16 branch raises on inf and NaN alike
+    limit = 3.38953e38 if bf16 else 65504
+    keep = []
+    for n, p in peaks.items():
+        if not bf16 and not math.isfinite(p):
+            keep.append(n)
+        elif p != 0 and (bf16 and not math.isfinite(p) and math.sqrt(-1) or math.log2(limit / p) < 2):
+            keep.append(n)
+    return ("bfloat16", []) if bf16 and not keep else ("bfloat16" if bf16 else "float16", keep)
+
+
 def _plan_log2_bf16_too(peaks, bf16):  # review rev24-r16 N1: inf handled in the float16 branch only
     if bf16:
         return "bfloat16", [n for n in peaks if math.log2(65504 / peaks[n]) < -100]
@@ -639,6 +675,12 @@ WRONG = {
             _plan_numpy_int_of_nan, "raised FloatingPointError: invalid value encountered in cast"),
         "headroom against bf16's max, inf not handled (review rev24-r17 M1)": (
             _plan_bf16_max_headroom, "With bf16, return ('bfloat16', []) whatever the peaks"),
+        "squeezed into a 0-d tensor for one module (review rev24-r19 E1)": (
+            _plan_squeezed, "iteration over a 0-d tensor"),
+        "a mutable default list (review rev24-r19 E2)": (_plan_mutable_default, "are not modules of these peaks"),
+        "a verdict cached per module name (review rev24-r19 W3)": (_plan_cached_by_name, "'head'"),
+        "the bf16 branch raising on NaN too (review rev24-r19 W2)": (
+            _plan_bf16_log_of_all, "With bf16, return ('bfloat16', []) whatever the peaks"),
         "log2 of every peak in the bf16 branch (review rev24-r16 N1)": (
             _plan_log2_bf16_too, "'attn' has a peak of inf, and with bf16 no module is kept in FP32"),
         "log2 with a zero peak guarded, inf not (review rev24-r13 W3)": (

@@ -26,7 +26,7 @@ import torch
 
 from ..recorder import FUSED_OPTIMIZERS, KINDS, LOW_HEADROOM_BITS
 from ..tables import Table
-from . import FAIL_MARK, CheckFailed, call, call_named, exact_bool, fail, hints, passed, require_callable
+from . import FAIL_MARK, CheckFailed, NotStarted, call, call_named, exact_bool, fail, hints, passed, require_callable
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 
@@ -430,6 +430,9 @@ CASES: list[tuple[dict[str, float], bool]] = [
     ({"p": 14000.0, "s": 16200.0, "t": 16370.0, "q": 4e4, "r": 5.0}, False),
     # a: exactly 2 bits below (not low); d: between 65504 / 4 = 16376 and 2**14 = 16384 (a threshold of 2**14 misses it)
     ({"a": FP16_MAX / 4, "b": FP16_MAX / 4 * 1.001, "c": FP16_MAX, "d": 16380.0}, False),
+    # one module (an answer that squeezes its peaks into a 0-d array breaks on it), and a name of cases 0-1 with
+    # another peak (an answer that keeps a plan per name between calls): review rev24-r19 E1, W3
+    ({"head": 3e4}, False),
     ({"x": math.inf, "y": 1.0, "z": math.nan}, False),
     ({"enc.wo": 7e4, "enc.wi": 1.5e4, "dec.wo": 2e4}, False),
     ({}, False),
@@ -495,6 +498,10 @@ def finetune_plan(fn) -> None:
         except CheckFailed as failed:  # reviews rev24-r12 W1, rev24-r13 W3/N1: name the peak log2(65504 / p) breaks on
             odd = [(n, p) for n, p in peaks.items() if p == 0 or math.isinf(p)]
             if not odd or not _zero_or_inf_error(failed) or _raises_without(task, fn, peaks, bf16, odd):
+                if bf16 and not isinstance(failed, NotStarted):  # review rev24-r19 W2: whatever it raised on
+                    said = str(failed).removeprefix(f"{FAIL_MARK} {task}: ")
+                    raise fail(task, f"peaks {peaks}, bf16=True: {said} With bf16, return ('bfloat16', []) whatever "
+                                     "the peaks: there is no headroom to compute.") from None
                 raise
             said = "; ".join(_odd_peak(n, p, bf16) for n, p in odd)
             fix = ("With bf16, return ('bfloat16', []) whatever the peaks: there is no headroom to compute." if bf16
@@ -521,6 +528,10 @@ def finetune_plan(fn) -> None:
             raise fail(task, f"peaks {peaks}: the right modules in another order; keep the order of peaks.")
         missing, extra = [n for n in want[1] if n not in keep], [n for n in keep if n not in want[1]]
         limit = FP16_MAX / 4
+        if strangers := [n for n in keep if n not in peaks]:  # review rev24-r19 E2: a list kept between calls
+            raise fail(task, f"peaks {peaks}: kept {keep}, and {strangers} are not modules of these peaks: return "
+                             "only names of this call's peaks (a mutable default argument such as keep=[], or a list "
+                             "kept between calls, carries names over from an earlier call).")
         if bf16:
             why = "in bf16 no module needs FP32: return an empty list."
         elif keep and set(keep) in ({n for n, p in peaks.items() if p <= limit},
