@@ -163,13 +163,13 @@ class ModuleStats:
         own_loss: for the model itself (``""``), when it returns a 0-d floating-point tensor (its own loss, as
             Hugging Face's ``outputs.loss``; the first such one of its outputs): that tensor's |value| (the largest
             over its calls); None otherwise (:func:`_flushed_at_the_loss` reads it).
-        numel: for the model itself, the elements of its largest output whose gradient arrived before the backward
-            pass entered the model: the outputs the loss read (``recon`` of ``(z, recon)``, review rev24-r15 E4;
-            ``logits`` of ``(logits, hidden)``, whose ``hidden`` the head took, even through a view: rev24-r16 E2,
-            r18 E1; the larger of ``(recon, aux)`` both read by the loss, whichever was computed last: rev24-r17
-            E2); for other modules, the output whose gradient reached it first; where no output got a gradient,
-            the most elements of one of its floating-point outputs in one call.
-            :func:`_flushed_at_the_loss` divides the loss by it: a mean spreads the loss's gradient over that
+        numel: for the model itself, the elements of its largest output that needs a gradient and that no module
+            took as an input, itself or through a view (in any of its calls): the outputs a loss reads (``recon`` of
+            ``(z, recon)``, review rev24-r15 E4; ``logits`` of ``(logits, hidden)``, whose ``hidden`` the head took,
+            even through a view: rev24-r16 E2, r18 E1; the larger of ``(recon, aux)`` both read by the loss,
+            whichever was computed last: rev24-r17 E2); for other modules, the output whose gradient reached it
+            first; where no output got a gradient, the most elements of one of its floating-point outputs in one
+            call. :func:`_flushed_at_the_loss` divides the loss by it: a mean spreads the loss's gradient over that
             many entries.
         zero_d: every floating-point output it returned was 0-d (a loss module's output; a one-element output
             with a shape, a ``(1, 1)`` head at batch 1, is not: review rev24-r15 E2).
@@ -705,21 +705,21 @@ class _Probe:
         self.weights = None if not weights else self._put(_weights_check(weights))
         self._root = hooks.root
         self.own_loss: dict[str, list[int]] = {}  # the root's name -> the peaks of its calls' 0-d outputs: its loss
-        # per float16 -> float32 cast between the model's outputs and its own loss: (index in flat of the non-zero
-        # float32 gradient entries of a sample, of those that are 0 once cast back to float16, the parameters its
-        # gradient reaches): :meth:`cast_hook`
-        self.loss_casts: list[tuple[int, int, frozenset | None]] = []
+        # per float16 -> float32 cast between the model's outputs and its own loss: (indices in flat of the count of
+        # non-zero float32 gradient entries of a sample, of those that are 0 once cast back to float16, the sample's
+        # squared norm and that of the flushed entries; the parameters its gradient reaches): :meth:`cast_hook`
+        self.loss_casts: list[tuple[int, int, int, int, frozenset | None]] = []
         self.loss_direct: frozenset | None = None  # the parameters the own loss reaches through no such cast
         self.numel: dict[str, int] = {}  # module -> the most elements of one of its outputs in one call
         self.shaped: set[str] = set()  # modules that returned a one-element output with a shape ((1, 1)), not 0-d
         self.grad_numel: dict[str, int] = {}  # module -> the elements of the first of its outputs' gradients
-        # the model itself ("") -> the most elements of a gradient of one of its outputs that arrived before the
-        # backward pass entered the model (before any module's input gradient or any other module output's): the
-        # outputs the loss read (logits, not the hidden state the head took, even through a view, hidden[:, -1]:
-        # review rev24-r18 E1; recon, not the z the decoder took; the larger of two the loss read, whichever was
-        # computed last: rev24-r17 E2)
+        # the model itself ("") -> the most elements of one of its outputs (in any call) that needs a gradient and
+        # that no module took as an input, itself or through a view: the outputs a loss reads (logits, not the
+        # hidden state the head took, even as hidden[:, -1]: review rev24-r18 E1; recon, not the z the decoder took;
+        # the larger of two a loss reads, whichever was computed last: rev24-r17 E2; each call of a model called
+        # twice a step: rev24-r19 E2)
         self.free_numel: dict[str, int] = {}
-        self._entered = -2  # the graph task (backward pass) whose gradients have entered the model
+        self._view_bases: set[int] = set()  # id() of the tensors that a module input is a view of
         self._weighted = hooks.weighted
         hooks.probe = self  # the hooks, made once per recorder, call this probe's methods from now on
         handles = self.handles
@@ -794,6 +794,10 @@ class _Probe:
         self._started = number + 1
         peak = self._peak
         self._stack.append((name, number, [peak(t) for t in inputs], inputs))
+        bases = self._view_bases
+        for t in inputs:
+            if t._base is not None:
+                bases.add(id(t._base))
         if casts and self._made_by:
             self._float32_inputs(number, inputs)
         if self._root_storage and inputs:
@@ -869,6 +873,12 @@ class _Probe:
             if loss is not None:
                 self.own_loss.setdefault(name, []).append(loss)
                 self._hook_loss_casts(next(t for t in outs if t.dim() == 0))
+            taken = {i for call in self.calls if call[0] != name for i in call[3]}  # the modules' input peaks
+            free = [t.numel() for t, p in zip(outs, out_peaks, strict=True)
+                    if t.requires_grad and p not in taken and id(t) not in self._view_bases
+                    and (t._base is None or id(t._base) not in self._view_bases)]
+            if free and max(free) > self.free_numel.get(name, 0):
+                self.free_numel[name] = max(free)
         first = outs[0]
         size = first.numel() if len(outs) == 1 else max(t.numel() for t in outs)  # (z, recon): rev24-r15 E4
         if size > self.numel.get(name, 0):
@@ -937,7 +947,11 @@ class _Probe:
             return
         high, low = _sample(high.detach()), _sample(low.detach())
         nonzero = high != 0
-        self.loss_casts.append((self._put(nonzero.sum()), self._put((nonzero & (low == 0)).sum()), reach))
+        flushed = nonzero & (low == 0)
+        squares = high.float().square()
+        # the squared norm too: a confident softmax's tail is most of the entries and carries nothing (rev24-r19 E1)
+        self.loss_casts.append((self._put(nonzero.sum()), self._put(flushed.sum()), self._put(squares.sum()),
+                                self._put(squares.masked_fill(~flushed, 0).sum()), reach))
 
     def _watch_gradient(self, t: torch.Tensor, role: tuple[str, bool]) -> None:
         """Hook ``t``'s gradient (once per tensor) and note ``role`` (module name, is it an input) for it."""
@@ -958,16 +972,10 @@ class _Probe:
             return
         g = grad.detach() if grad.requires_grad else grad  # (create_graph=True): record no graph
         n = g.numel()
-        grad_numel, free = self.grad_numel, self.free_numel
+        grad_numel = self.grad_numel
         for name, is_input in roles:  # the output whose gradient came first (the loss's): rev24-r16 E2
             if not is_input and name not in grad_numel:
                 grad_numel[name] = n
-        task = torch._C._current_graph_task_id()
-        if ("", False) in roles and not any(is_input for _, is_input in roles):
-            if self._entered != task and n > free.get("", 0):
-                free[""] = n
-        else:
-            self._entered = task
         size = n * g.element_size()
         if self._kept_bytes + size > _DEFER_BYTES or not self._queue():
             self._measure_gradients()
@@ -1161,8 +1169,9 @@ class _Probe:
         }
 
     def _numel(self, name: str) -> int | None:
-        """A module's ``numel`` (:class:`ModuleStats`): for the model itself, its largest output whose gradient came
-        before the backward pass entered it; else the output whose gradient came first; else its largest output."""
+        """A module's ``numel`` (:class:`ModuleStats`): for the model itself, its largest output that needs a
+        gradient and that no module took as an input; else the output whose gradient came first; else its largest
+        output."""
         return self.free_numel.get(name, self.grad_numel.get(name, self.numel.get(name)))
 
     def _modules(self, peaks: dict, outs: dict, events: list, values: list) -> tuple[ModuleStats, ...]:
@@ -1356,24 +1365,27 @@ def _subnormal_mass(subnormal: float, squares: float) -> float:
     return min(1.0, subnormal * FP16_NORMAL_MIN**2 / squares)
 
 
-def _cast_fields(casts: list[tuple[int, int, frozenset | None]], direct: frozenset | None,
+def _cast_fields(casts: list[tuple[int, int, int, int, frozenset | None]], direct: frozenset | None,
                  values: list[float]) -> dict[str, Any]:
-    """From the own loss's casts (:meth:`_Probe.cast_hook`): the largest share of their non-zero float32 gradient
-    entries that are 0 in float16 (None when no cast got a non-zero gradient); the parameters reached only through
-    casts whose gradient was exactly 0 (a term weighted by 0: their zeros are by design); and those reached only
-    through casts that flushed more than :data:`UNDERFLOW_FRACTION` of theirs (beside a healthy term: review
-    rev24-r18 E2), whose zeros are lost."""
-    shares = [values[flushed] / values[nonzero] for nonzero, flushed, _ in casts if values[nonzero]]
+    """From the own loss's casts (:meth:`_Probe.cast_hook`): the largest share of their float32 gradient that is 0
+    in float16 (per cast the smaller of the share of its non-zero entries and the share of its squared norm: a
+    softmax's tail of tiny entries carries nothing, review rev24-r19 E1; None when no cast got a non-zero
+    gradient); the parameters reached only through casts whose gradient was exactly 0 (a term weighted by 0: their
+    zeros are by design); and those reached only through casts that flushed more than :data:`UNDERFLOW_FRACTION`
+    (beside a healthy term: review rev24-r18 E2), whose zeros are lost."""
+    def share(nonzero: int, flushed: int, total: int, lost: int) -> float:
+        by_count = values[flushed] / values[nonzero]
+        return min(by_count, values[lost] / values[total]) if values[total] > 0 else by_count
+
+    live = [(share(*c[:4]), c[4]) for c in casts if values[c[0]]]
     zero: set[str] = set()
     lost: set[str] = set()
-    if direct is not None and all(reach is not None for _, _, reach in casts):
-        live = [(reach, values[flushed] / values[nonzero] > UNDERFLOW_FRACTION)
-                for nonzero, flushed, reach in casts if values[nonzero]]
-        zero = {n for nonzero, _, reach in casts if not values[nonzero] for n in reach}
-        zero -= direct.union(*(reach for reach, _ in live))
-        lost = set().union(*(reach for reach, flushed in live if flushed))
-        lost -= direct.union(*(reach for reach, flushed in live if not flushed))
-    return {"loss_cast_flushed": max(shares) if shares else None, "loss_cast_zero": tuple(sorted(zero)),
+    if direct is not None and all(c[4] is not None for c in casts):
+        zero = {n for c in casts if not values[c[0]] for n in c[4]}
+        zero -= direct.union(*(reach for _, reach in live))
+        lost = set().union(*(reach for s, reach in live if s > UNDERFLOW_FRACTION))
+        lost -= direct.union(*(reach for s, reach in live if s <= UNDERFLOW_FRACTION))
+    return {"loss_cast_flushed": max(s for s, _ in live) if live else None, "loss_cast_zero": tuple(sorted(zero)),
             "loss_cast_lost": tuple(sorted(lost))}
 
 

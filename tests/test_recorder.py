@@ -3560,3 +3560,61 @@ def test_r18_e3_a_parameter_the_loss_reaches_without_a_cast_is_not_excused():
     rec = _record(model, step, steps=2)
     assert rec.records[-1].loss_cast_zero == ("aux.bias", "aux.weight"), rec.records[-1]
     assert finding(rec, "underflow").where == "body.weight", [str(f) for f in rec.findings()]
+
+
+class ConfidentWithDeadBranch(nn.Module):
+    """Review rev24-r19 E1: a confident classifier (its own cross-entropy; logits x 30) and a dead ReLU branch:
+    at scale 65536 half the loss cast's entries (the softmax's tail) are flushed, carrying 1e-18 of its norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.dead, self.head = nn.Linear(16, 64), nn.Linear(16, 64), nn.Linear(64, 4096)
+        with torch.no_grad():
+            self.dead.bias.fill_(-100.0)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.body(x)) + torch.relu(self.dead(x))
+        return nn.functional.cross_entropy(self.head(h).float() * 30.0, t)
+
+
+def test_r19_e1_a_flushed_softmax_tail_carrying_nothing_is_no_flush():
+    torch.manual_seed(0)
+    model, x = ConfidentWithDeadBranch(), torch.randn(1024, 16)
+    with torch.no_grad():
+        t = model.head(torch.relu(model.body(x))).argmax(1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=65536.0, growth_interval=1000)
+    with AmpRecorder(model, optimizer, scaler) as rec:
+        for _ in range(2):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, t)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            rec.step(loss)
+    assert rec.records[-1].loss_cast_flushed < 1e-6 and rec.records[-1].loss_cast_lost == ()
+    assert kinds(rec) == ["healthy"], [str(f) for f in rec.findings()]
+
+
+@pytest.mark.parametrize("big_first", [True, False], ids=["big batch first", "small batch first"])
+def test_r19_e2_a_model_called_twice_a_step_takes_the_divisor_from_either_call(big_first):
+    """Review rev24-r19 E2: a big and a small batch through the same model, every gradient flushed; the verdict
+    depended on the order of the two calls."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Linear(64, 2048))
+    xb, xs = torch.randn(4096, 16), torch.randn(2, 16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        tb = model(xb).float() + 0.1 * torch.sign(torch.randn(4096, 2048))
+        ts = model(xs).float() + 1e-5 * torch.sign(torch.randn(2, 2048))
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            a, b = (model(xb), model(xs)) if big_first else reversed((model(xs), model(xb)))
+        loss = nn.functional.mse_loss(a.float(), tb) + nn.functional.mse_loss(b.float(), ts)
+        loss.backward()
+        return loss
+
+    rec = _record(model, step, steps=2)
+    assert next(m for m in rec.records[-1].modules if m.name == "").numel == 4096 * 2048
+    assert "underflow" in kinds(rec), [str(f) for f in rec.findings()]
