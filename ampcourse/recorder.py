@@ -64,6 +64,7 @@ __all__ = ["FP16_NORMAL_MIN", "FUSED_OPTIMIZERS", "KINDS", "LOW_HEADROOM_BITS", 
 
 FP16_MAX = float(torch.finfo(torch.float16).max)
 FP16_NORMAL_MIN = float(torch.finfo(torch.float16).tiny)  # 2**-14: below it, fp16 is subnormal (fewer digits)
+_FP16_SMALLEST = 2.0**-24  # float16's smallest subnormal
 _FP16_SUBNORMAL_MIN = FP16_NORMAL_MIN * float(torch.finfo(torch.float16).eps)  # 2**-24: below half of it, fp16 is 0
 #: :func:`_flushed_at_the_loss`: a loss whose |loss| x scale / numel is below this may have been flushed. float16
 #: stores 0 at 2**-25 and below; the largest entry of a mean loss's gradient is about 0.3 x |loss| / numel or more for
@@ -163,7 +164,7 @@ class ModuleStats:
         own_loss: for the model itself (``""``), when it returns a 0-d floating-point tensor (its own loss, as
             Hugging Face's ``outputs.loss``; the first such one of its outputs): that tensor's |value| (the largest
             over its calls); None otherwise (:func:`_flushed_at_the_loss` reads it).
-        numel: for the model itself, the elements of its largest output that needs a gradient and that no module
+        numel: for the model itself, the elements of its largest output that got a gradient and that no module
             took as an input, itself or through a view (in any of its calls): the outputs a loss reads (``recon`` of
             ``(z, recon)``, review rev24-r15 E4; ``logits`` of ``(logits, hidden)``, whose ``hidden`` the head took,
             even through a view: rev24-r16 E2, r18 E1; the larger of ``(recon, aux)`` both read by the loss,
@@ -265,7 +266,8 @@ class StepRecord:
             previous step's update, before this step's forward); None if not sampled.
         loss_cast_flushed: for a model that returns its own 0-d loss, the largest share, over the casts from
             float16 up to float32 between its modules' outputs and that loss, of the non-zero float32 loss
-            gradient entries that are 0 once cast back down to float16 (flushed: the loss too small for float16);
+            gradient entries that are 0 once cast back down to float16 and that a scale keeping the largest entry
+            under 65504 would have kept (flushed: the loss too small for float16, not a softmax's tail);
             None when there is no such cast with a non-zero gradient (or not sampled).
         loss_cast_zero: the parameters whose gradient comes only through such casts whose gradient was exactly 0
             (a term weighted by 0): their zeros are by design, not flushed.
@@ -706,9 +708,9 @@ class _Probe:
         self._root = hooks.root
         self.own_loss: dict[str, list[int]] = {}  # the root's name -> the peaks of its calls' 0-d outputs: its loss
         # per float16 -> float32 cast between the model's outputs and its own loss: (indices in flat of the count of
-        # non-zero float32 gradient entries of a sample, of those that are 0 once cast back to float16, the sample's
-        # squared norm and that of the flushed entries; the parameters its gradient reaches): :meth:`cast_hook`
-        self.loss_casts: list[tuple[int, int, int, int, frozenset | None]] = []
+        # non-zero float32 gradient entries of a sample, of those that are 0 once cast back to float16 and that a
+        # larger scale would have kept; the parameters its gradient reaches): :meth:`cast_hook`
+        self.loss_casts: list[tuple[int, int, frozenset | None]] = []
         self.loss_direct: frozenset | None = None  # the parameters the own loss reaches through no such cast
         self.numel: dict[str, int] = {}  # module -> the most elements of one of its outputs in one call
         self.shaped: set[str] = set()  # modules that returned a one-element output with a shape ((1, 1)), not 0-d
@@ -720,6 +722,7 @@ class _Probe:
         # twice a step: rev24-r19 E2)
         self.free_numel: dict[str, int] = {}
         self._view_bases: set[int] = set()  # id() of the tensors that a module input is a view of
+        self._free_roles: dict[int, tuple[str, int]] = {}  # id() of such an output's roles list -> (model, numel)
         self._weighted = hooks.weighted
         hooks.probe = self  # the hooks, made once per recorder, call this probe's methods from now on
         handles = self.handles
@@ -874,11 +877,11 @@ class _Probe:
                 self.own_loss.setdefault(name, []).append(loss)
                 self._hook_loss_casts(next(t for t in outs if t.dim() == 0))
             taken = {i for call in self.calls if call[0] != name for i in call[3]}  # the modules' input peaks
-            free = [t.numel() for t, p in zip(outs, out_peaks, strict=True)
+            free = [t for t, p in zip(outs, out_peaks, strict=True)
                     if t.requires_grad and p not in taken and id(t) not in self._view_bases
                     and (t._base is None or id(t._base) not in self._view_bases)]
-            if free and max(free) > self.free_numel.get(name, 0):
-                self.free_numel[name] = max(free)
+        else:
+            free = ()
         first = outs[0]
         size = first.numel() if len(outs) == 1 else max(t.numel() for t in outs)  # (z, recon): rev24-r15 E4
         if size > self.numel.get(name, 0):
@@ -917,6 +920,10 @@ class _Probe:
             for t in inputs if inputs is not None else _inputs(args, kwargs):
                 if t.requires_grad:
                     watch(t, (name, True))
+            for t in free:  # counted once its gradient arrives: an attention map returned for logging gets none
+                entry = self._roles.get(id(t))  # (review rev24-r20 E2)
+                if entry is not None and entry[0]() is t:
+                    self._free_roles[id(entry[1])] = (name, t.numel())
 
     def _hook_loss_casts(self, loss: torch.Tensor) -> None:
         """Hook the casts from float16 up to float32 between the model's float16 ops and its own loss (a ``.float()``
@@ -947,11 +954,12 @@ class _Probe:
             return
         high, low = _sample(high.detach()), _sample(low.detach())
         nonzero = high != 0
-        flushed = nonzero & (low == 0)
-        squares = high.float().square()
-        # the squared norm too: a confident softmax's tail is most of the entries and carries nothing (rev24-r19 E1)
-        self.loss_casts.append((self._put(nonzero.sum()), self._put(flushed.sum()), self._put(squares.sum()),
-                                self._put(squares.masked_fill(~flushed, 0).sum()), reach))
+        # a flushed entry counts only where a scale that keeps the largest entry under 65504 would have kept it: a
+        # confident softmax's tail is flushed at any scale, by design (review rev24-r19 E1); a share of the
+        # squared norm instead missed a flush of most entries of small-unit targets (rev24-r20 E1)
+        size = high.abs()
+        kept = size * (FP16_MAX / size.max()) >= _FP16_SMALLEST
+        self.loss_casts.append((self._put(nonzero.sum()), self._put((nonzero & (low == 0) & kept).sum()), reach))
 
     def _watch_gradient(self, t: torch.Tensor, role: tuple[str, bool]) -> None:
         """Hook ``t``'s gradient (once per tensor) and note ``role`` (module name, is it an input) for it."""
@@ -973,6 +981,9 @@ class _Probe:
         g = grad.detach() if grad.requires_grad else grad  # (create_graph=True): record no graph
         n = g.numel()
         grad_numel = self.grad_numel
+        free = self._free_roles.get(id(roles))
+        if free is not None and free[1] > self.free_numel.get(free[0], 0):
+            self.free_numel[free[0]] = free[1]
         for name, is_input in roles:  # the output whose gradient came first (the loss's): rev24-r16 E2
             if not is_input and name not in grad_numel:
                 grad_numel[name] = n
@@ -1169,7 +1180,7 @@ class _Probe:
         }
 
     def _numel(self, name: str) -> int | None:
-        """A module's ``numel`` (:class:`ModuleStats`): for the model itself, its largest output that needs a
+        """A module's ``numel`` (:class:`ModuleStats`): for the model itself, its largest output that got a
         gradient and that no module took as an input; else the output whose gradient came first; else its largest
         output."""
         return self.free_numel.get(name, self.grad_numel.get(name, self.numel.get(name)))
@@ -1365,28 +1376,23 @@ def _subnormal_mass(subnormal: float, squares: float) -> float:
     return min(1.0, subnormal * FP16_NORMAL_MIN**2 / squares)
 
 
-def _cast_fields(casts: list[tuple[int, int, int, int, frozenset | None]], direct: frozenset | None,
+def _cast_fields(casts: list[tuple[int, int, frozenset | None]], direct: frozenset | None,
                  values: list[float]) -> dict[str, Any]:
-    """From the own loss's casts (:meth:`_Probe.cast_hook`): the largest share of their float32 gradient that is 0
-    in float16 (per cast the smaller of the share of its non-zero entries and the share of its squared norm: a
-    softmax's tail of tiny entries carries nothing, review rev24-r19 E1; None when no cast got a non-zero
+    """From the own loss's casts (:meth:`_Probe.cast_hook`): the largest share of their non-zero float32 gradient
+    entries that are 0 in float16 and that a larger scale would have kept (None when no cast got a non-zero
     gradient); the parameters reached only through casts whose gradient was exactly 0 (a term weighted by 0: their
     zeros are by design); and those reached only through casts that flushed more than :data:`UNDERFLOW_FRACTION`
     (beside a healthy term: review rev24-r18 E2), whose zeros are lost."""
-    def share(nonzero: int, flushed: int, total: int, lost: int) -> float:
-        by_count = values[flushed] / values[nonzero]
-        return min(by_count, values[lost] / values[total]) if values[total] > 0 else by_count
-
-    live = [(share(*c[:4]), c[4]) for c in casts if values[c[0]]]
+    live = [(values[flushed] / values[nonzero], reach) for nonzero, flushed, reach in casts if values[nonzero]]
     zero: set[str] = set()
     lost: set[str] = set()
-    if direct is not None and all(c[4] is not None for c in casts):
-        zero = {n for c in casts if not values[c[0]] for n in c[4]}
+    if direct is not None and all(reach is not None for _, _, reach in casts):
+        zero = {n for nonzero, _, reach in casts if not values[nonzero] for n in reach}
         zero -= direct.union(*(reach for _, reach in live))
-        lost = set().union(*(reach for s, reach in live if s > UNDERFLOW_FRACTION))
-        lost -= direct.union(*(reach for s, reach in live if s <= UNDERFLOW_FRACTION))
-    return {"loss_cast_flushed": max(s for s, _ in live) if live else None, "loss_cast_zero": tuple(sorted(zero)),
-            "loss_cast_lost": tuple(sorted(lost))}
+        lost = set().union(*(reach for share, reach in live if share > UNDERFLOW_FRACTION))
+        lost -= direct.union(*(reach for share, reach in live if share <= UNDERFLOW_FRACTION))
+    return {"loss_cast_flushed": max(share for share, _ in live) if live else None,
+            "loss_cast_zero": tuple(sorted(zero)), "loss_cast_lost": tuple(sorted(lost))}
 
 
 def _param_fields(params: dict[str, tuple[int, ...]], values: list[float], scale: float) -> dict[str, Any]:
