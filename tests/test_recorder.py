@@ -2989,6 +2989,16 @@ class OwnCriterion(nn.Module):
         return self.crit(self.net(x).float(), y)
 
 
+def _own_loss_step(*inputs):
+    """``step(model)`` for :func:`_record`: the model's own loss on ``inputs`` under float16 autocast, backward."""
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(*inputs)
+        loss.backward()
+        return loss
+    return step
+
+
 def _record(model, step, steps=3):
     """A loop without a scaler whose ``step(model)`` runs the forward and backward passes and returns the loss."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -3075,11 +3085,7 @@ def test_r13_e3_a_zero_weighted_auxiliary_term_computed_last_is_no_underflow():
         model(x, y).backward()
         pretrain.step()
 
-    def step(model):
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = model(x, y)
-        loss.backward()
-        return loss
+    step = _own_loss_step(x, y)
 
     rec = _record(model, step)
     assert rec.records[-1].param_grad_lost["aux.weight"] == 1.0  # 0 by design
@@ -3214,11 +3220,7 @@ def test_r15_e1_a_zero_weighted_wide_aux_term_computed_last_leaves_a_dead_final_
     torch.manual_seed(0)
     model, x, y = DeadHeadWideAux(), torch.randn(1024, 16), torch.rand(1024, 4)
 
-    def step(model):
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = model(x, y)
-        loss.backward()
-        return loss
+    step = _own_loss_step(x, y)
 
     rec = _record(model, step, steps=2)
     assert all(v == 1.0 for v in rec.records[-1].param_grad_lost.values())
@@ -3323,11 +3325,7 @@ def test_r16_e1_a_flushed_decoder_is_underflow_whatever_the_shape_of_the_loss_mo
         y = model.dec(torch.relu(model.body(x)))
         y += 0.005 * torch.sign(torch.randn_like(y))
 
-    def step(model):
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = model(x, y)
-        loss.backward()
-        return loss
+    step = _own_loss_step(x, y)
 
     rec = _record(model, step, steps=2)
     assert finding(rec, "underflow").where == "dec.weight"
@@ -3393,11 +3391,7 @@ def test_the_flush_is_read_at_the_loss_cast_inside_a_loss_module_and_a_zero_weig
     with torch.no_grad():
         y = model.dec(torch.relu(model.body(x))) + 0.003 * torch.sign(torch.randn(1024, 256))
 
-    def step(model):
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = model(x, y)
-        loss.backward()
-        return loss
+    step = _own_loss_step(x, y)
 
     rec = _record(model, step, steps=2)
     r = rec.records[-1]
@@ -3427,11 +3421,7 @@ def test_r17_e1_a_dead_relu_under_a_one_output_head_with_the_models_own_loss_is_
     torch.manual_seed(0)
     model, x, y = DeadWideOneOutputHead(), torch.randn(1, 4), torch.ones(1, 1)
 
-    def step(model):
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = model(x, y)
-        loss.backward()
-        return loss
+    step = _own_loss_step(x, y)
 
     assert kinds(_record(model, step, steps=2)) == ["healthy"]
 
@@ -3551,11 +3541,7 @@ def test_r18_e3_a_parameter_the_loss_reaches_without_a_cast_is_not_excused():
     with torch.no_grad():
         y = model.body(x) + 1e-3 * torch.sign(torch.randn(1024, 256))
 
-    def step(model):
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = model(x, y)
-        loss.backward()
-        return loss
+    step = _own_loss_step(x, y)
 
     rec = _record(model, step, steps=2)
     assert rec.records[-1].loss_cast_zero == ("aux.bias", "aux.weight"), rec.records[-1]
